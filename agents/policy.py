@@ -1,0 +1,167 @@
+"""A trainable policy: a Hugging Face causal LM, its tokenizer, and a generation backend.
+
+``Policy.generate`` is the only thing a generation backend does: take a batch of prompt token
+ids, return for each the generated token ids and their behaviour log-probabilities. The ids a
+policy generated, and the ids it was prompted with, are the ids the learner trains on (no
+decode-then-re-encode in between).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .errors import ModelLoadError
+
+
+def tiny_model_path() -> Path:
+    """Directory of the embedded char-level model that ships with cogym."""
+    return Path(str(resources.files("cogym.agents").joinpath("tiny")))
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` means greedy decoding."""
+
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Generation:
+    """One sampled response.
+
+    ``response_ids`` includes the end-of-message token when the model emitted it
+    (``finished``); ``logprobs[t]`` is the behaviour log-probability of ``response_ids[t]``
+    under the sampling distribution (logits / temperature; for greedy decoding, temperature 1).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finished: bool
+
+
+class Policy:
+    """A causal LM + tokenizer that generates batches and can be saved as an HF directory."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, name: str = "policy") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        if tokenizer.pad_token_id is None:
+            raise ModelLoadError(f"tokenizer of policy {name!r} has no pad token; set one in its tokenizer_config.json")
+        self.eos_ids = _eos_ids(model, tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+                        device: str = "cpu") -> "Policy":
+        """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = tiny_model_path() if str(path) == "tiny" else Path(path)
+        if not path.is_dir():
+            raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; "
+                                 "give an HF model directory, a checkpoint's policy directory, or 'tiny'")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
+        tokenizer.padding_side = "left"
+        model.eval()
+        return cls(model, tokenizer, name=name or path.name)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def render(self, messages: Sequence[dict]) -> list[int]:
+        """Prompt token ids for chat ``messages``, ending with the assistant generation prompt."""
+        return list(self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+                                                       tokenize=True, return_dict=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+        """Generate one response per prompt, in one batched call."""
+        if not prompts:
+            return []
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, P), left-padded
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=self.eos_ids,
+                      return_dict_in_generate=True, output_logits=True)
+        if sampling.greedy:
+            kwargs.update(do_sample=False)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k or None)
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                  **kwargs)
+        if was_training:
+            self.model.train()
+        new = out.sequences[:, width:].cpu()  # (B, T)
+        temp = 1.0 if sampling.greedy else sampling.temperature
+        logits = torch.stack(out.logits, dim=1).float().cpu() / temp  # (B, T, V)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        eos = torch.zeros_like(new, dtype=torch.bool)
+        for e in self.eos_ids:
+            eos |= new == e
+        results = []
+        for i, p in enumerate(prompts):
+            hits = eos[i].nonzero()
+            n = int(hits[0]) + 1 if len(hits) else new.shape[1]
+            ids = new[i, :n].tolist()
+            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
+                                      text=self.decode(ids), finished=bool(len(hits))))
+        return results
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(extra)
+    ids.discard(None)
+    if not ids:
+        raise ModelLoadError("the tokenizer defines no eos token, so generation could never stop")
+    return sorted(ids)

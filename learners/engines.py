@@ -1,0 +1,170 @@
+"""Engines own a model's training state: optimizer, gradient steps, optimizer checkpoints.
+
+The learner calls ``backward(loss)`` once per micro-batch and ``step()`` once per optimizer
+step, and never knows which engine it has. ``TorchEngine`` is plain AdamW; ``DeepSpeedEngine``
+wraps the same model with ``deepspeed.initialize`` (ZeRO stage and CPU offload from config; gloo
+on CPU, nccl on GPU). The loss passed to ``backward`` is already normalised over the whole
+optimizer step, so neither engine rescales it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from .config import LearnerConfig
+
+
+class Engine(Protocol):
+    name: str
+    model: torch.nn.Module
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self) -> dict[str, float]: ...
+
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
+
+    def gathered_params(self) -> contextlib.AbstractContextManager: ...
+
+
+OPTIM_FILE = "optimizer.pt"
+
+
+class TorchEngine:
+    """AdamW with gradient clipping on the model as it is."""
+
+    name = "torch"
+
+    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
+        self.model = model
+        self.cfg = cfg
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                           weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> dict[str, float]:
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": float(norm)}
+
+    def save(self, directory: Path) -> None:
+        torch.save(self.optimizer.state_dict(), Path(directory) / OPTIM_FILE)
+
+    def load(self, directory: Path) -> None:
+        self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
+
+    def gathered_params(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_single_process_distributed() -> None:
+    """Start a one-rank process group (gloo on CPU) unless a launcher already did."""
+    import deepspeed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    deepspeed.init_distributed(dist_backend=backend, verbose=False)
+
+
+def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1) -> dict:
+    zero: dict = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if cfg.offload_params:
+        zero["offload_param"] = {"device": "cpu"}
+    return {
+        # The learner normalises the loss over the whole step itself and marks the accumulation
+        # boundary by hand, so DeepSpeed's own accumulation bookkeeping is kept at 1.
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": cfg.max_grad_norm,
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedEngine:
+    """The model wrapped by ``deepspeed.initialize``; ``model`` stays the bare HF module."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
+        os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+        import deepspeed
+
+        init_single_process_distributed()
+        self.cfg = cfg
+        ds_cfg = deepspeed_config(cfg)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if cfg.offload_optimizer:
+            # ZeRO-Offload needs DeepSpeed's own CPU Adam, so the optimizer comes from the config.
+            ds_cfg["optimizer"] = {"type": "AdamW", "params": {"lr": cfg.lr, "weight_decay": cfg.weight_decay}}
+            optimizer = None
+        else:
+            optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+        self.ds, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params,
+                                                             optimizer=optimizer, config=ds_cfg)
+        self.model = self.ds.module
+        self._pending = 0
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # Not a boundary until step(): gradients accumulate across micro-batches.
+        self.ds.set_gradient_accumulation_boundary(False)
+        self.ds.backward(loss, scale_wrt_gas=False)
+        self._pending += 1
+
+    def step(self) -> dict[str, float]:
+        if self._pending == 0:
+            return {}
+        self.ds.set_gradient_accumulation_boundary(True)
+        self.ds.step()
+        self._pending = 0
+        norm = self.ds.get_global_grad_norm()
+        return {"grad_norm": float(norm)} if norm is not None else {}
+
+    def save(self, directory: Path) -> None:
+        state = self.optimizer.state_dict()
+        torch.save(state, Path(directory) / OPTIM_FILE)
+
+    def load(self, directory: Path) -> None:
+        self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
+
+    def gathered_params(self) -> contextlib.AbstractContextManager:
+        if self.cfg.zero_stage == 3:
+            import deepspeed
+
+            return deepspeed.zero.GatheredParameters(list(self.model.parameters()))
+        return contextlib.nullcontext()
+
+
+ENGINES = {"torch": TorchEngine, "deepspeed": DeepSpeedEngine}
+
+
+def make_engine(model: torch.nn.Module, cfg: LearnerConfig) -> Engine:
+    try:
+        cls = ENGINES[cfg.engine]
+    except KeyError:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {cfg.engine!r}") from None
+    return cls(model, cfg)

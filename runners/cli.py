@@ -1,0 +1,138 @@
+"""The ``cogym`` command: train, eval, games, build-tiny-model. Each has ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .train import train
+
+    if args.resume:
+        run_path = Path(args.resume)
+        config_path = run_path / "config.yaml"
+        if not config_path.is_file():
+            raise FileNotFoundError(f"--resume {run_path}: no config.yaml there; give a run directory made by cogym train")
+        cfg = load_config(config_path, args.overrides)
+    else:
+        run_path = Path(args.run_dir) if args.run_dir else None
+        cfg = load_config(args.config, args.overrides)
+    summary = train(cfg, run_path=run_path, resume=bool(args.resume), progress=not args.no_progress)
+    print_summary(summary)
+    return 0
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="cogym train: summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
+    if before is not None and after is not None:
+        table.add_row("solver held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+    for key, label in (("proposer", "proposer reward"), ("solver", "solver reward")):
+        first, last = summary.get(f"{key}_reward_first5"), summary.get(f"{key}_reward_last5")
+        if last is not None:
+            table.add_row(f"{label} (first 5 -> last 5 iterations)", f"{first:.3f} -> {last:.3f}")
+    if summary.get("tokens_per_s"):
+        table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
+    table.add_row("engine", ", ".join(summary.get("engines", [])))
+    table.add_row("iterations", str(summary.get("iterations", "-")))
+    table.add_row("wall time", f"{summary['wall_s']:.0f} s")
+    table.add_row("run directory", summary["run_dir"])
+    Console().print(table)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from cogym.agents.policy import Policy
+    from cogym.envs.arithmetic import load_heldout
+
+    from .config import load_config
+    from .evaluate import heldout_accuracy
+
+    cfg = load_config(args.config)
+    policy = Policy.from_pretrained(args.model)
+    records = load_heldout()[: args.size]
+    acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "")
+    print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
+    return 0
+
+
+def _games(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cogym.envs import make, registered
+
+    table = Table(title="registered games")
+    for col in ("id", "roles", "zero-sum", "reward range", "max turns"):
+        table.add_column(col)
+    for gid in sorted(registered()):
+        spec = make(gid).spec
+        table.add_row(gid, ", ".join(spec.roles), "yes" if spec.zero_sum else "no",
+                      f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]", str(spec.max_turns))
+    Console().print(table)
+    return 0
+
+
+def _build_tiny(args: argparse.Namespace) -> int:
+    from .build_tiny_model import main as build_main
+
+    return build_main(args.rest)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="cogym", description="LLM co-training setups as multi-agent games.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train the policies of a config",
+                       description="Train the policies behind a game's seats. With no config, co-trains the embedded "
+                                   "tiny model as proposer and solver (configs/proposer_solver.yaml).")
+    t.add_argument("config", nargs="?", default=None, help="YAML config (default: the shipped proposer_solver.yaml)")
+    t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learners.solver.lr=1e-4 run.iterations=10")
+    t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>)")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.set_defaults(fn=_train)
+    e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
+    e.add_argument("--model", default="tiny", help="HF model directory or 'tiny' (default)")
+    e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
+    e.add_argument("--size", type=int, default=500)
+    e.set_defaults(fn=_eval)
+    g = sub.add_parser("games", help="list registered games")
+    g.set_defaults(fn=_games)
+    b = sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model (see its --help)", add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=_build_tiny)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training bar
+    args = parser().parse_args(argv)
+    if args.command == "train" and args.config and "=" in args.config:
+        # `cogym train key=value`: the first positional is an override, not a file.
+        args.overrides.insert(0, args.config)
+        args.config = None
+    try:
+        return args.fn(args)
+    except USER_ERRORS as exc:
+        print(f"cogym {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"cogym {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

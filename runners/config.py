@@ -1,0 +1,270 @@
+"""Typed experiment configuration: dataclasses loaded from YAML with dotted overrides.
+
+``load_config("configs/proposer_solver.yaml", ["learners.solver.lr=1e-4"])`` returns a
+:class:`Config`. Unknown keys, wrong types and impossible combinations fail at load time with a
+:class:`ConfigError` whose one-line message says what is wrong, where, and how to fix it.
+``load_config(None)`` loads the shipped default config (``proposer_solver.yaml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from cogym.learners.config import LearnerConfig
+
+DEFAULT_CONFIG = "proposer_solver.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be run; the message names the key and the fix."""
+
+
+@dataclass
+class SamplingConfig:
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class PolicyConfig:
+    """A model behind one or more seats. ``model`` is an HF directory path or ``tiny``."""
+
+    model: str = "tiny"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class PromptConfig:
+    """Per-role instructions, rendered as the system message by the policy's chat template."""
+
+    system: str = ""
+
+
+@dataclass
+class GameConfig:
+    id: str = "proposer_solver-v0"
+    num_games: int = 16  # games alive at once in one rollout
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class EvalConfig:
+    heldout: bool = True  # greedy solver accuracy on the fixed held-out set, before and after
+    size: int = 500
+    max_new_tokens: int = 8
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    out_dir: str = "runs"
+    seed: int = 0
+    iterations: int = 60
+    checkpoint_every: int = 20
+    eval_every: int = 0  # 0: held-out accuracy only before and after training
+    tensorboard: bool = True
+    plot: bool = True
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    game: GameConfig = field(default_factory=GameConfig)
+    seats: dict = field(default_factory=dict)  # role or seat name -> policy id
+    policies: dict = field(default_factory=dict)  # policy id -> PolicyConfig
+    learners: dict = field(default_factory=dict)  # policy id -> LearnerConfig
+    prompts: dict = field(default_factory=dict)  # role -> PromptConfig
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Mappings whose values are themselves typed sections.
+_TYPED_MAPS = {"policies": PolicyConfig, "learners": LearnerConfig, "prompts": PromptConfig}
+
+ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "frozen")
+ENGINES = ("deepspeed", "torch")
+KL_REWARD = ("off", "k1", "k2", "k3", "abs")
+KL_LOSS = ("off", "k2", "k3", "k3+", "k1+")
+WHITEN = ("verl", "openrlhf")
+
+
+def _suggest(key: str, options) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(sorted(options))})"
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be an integer, got {value!r} ({type(value).__name__})")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} must be a number, got {value!r} ({type(value).__name__})")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where} must be a string, got {value!r} ({type(value).__name__})")
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return value
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping of keys to values, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in names:
+            raise ConfigError(f"unknown config key {path!r}{_suggest(str(key), names)}")
+        if not where and key in _TYPED_MAPS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path} must be a mapping of names to sections, got {value!r}")
+            kwargs[key] = {str(k): _build(_TYPED_MAPS[key], v, f"{path}.{k}") for k, v in value.items()}
+        else:
+            kwargs[key] = _coerce(value, hints[key], path)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted!r}: {p!r} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value, e.g. learners.solver.lr=1e-4")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key part; write it like learners.solver.lr=1e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc.problem})") from exc
+    return key, value
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("cogym.configs").joinpath(DEFAULT_CONFIG)))
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
+    path = default_config_path() if path is None else Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as configs/proposer_solver.yaml")
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    cfg = _build(Config, tree, "")
+    validate(cfg)
+    return cfg
+
+
+def _check_choice(value: str, options: tuple, where: str) -> None:
+    if value not in options:
+        raise ConfigError(f"{where} must be one of {', '.join(options)}; got {value!r}{_suggest(value, options)}")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
+    if cfg.run.iterations < 1:
+        raise ConfigError(f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    if cfg.run.checkpoint_every < 0:
+        raise ConfigError(f"run.checkpoint_every must be >= 0 (0 disables), got {cfg.run.checkpoint_every}")
+    if cfg.game.num_games < 1:
+        raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
+    if not cfg.seats:
+        raise ConfigError("seats is empty; map each role to a policy, e.g. seats: {solver: solver}")
+    for seat, pid in cfg.seats.items():
+        if pid not in cfg.policies:
+            raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "
+                              f"(defined: {', '.join(cfg.policies) or 'none'})")
+    for pid, pol in cfg.policies.items():
+        if pid not in cfg.learners:
+            raise ConfigError(f"policy {pid!r} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
+        if pol.sampling.max_new_tokens < 1:
+            raise ConfigError(f"policies.{pid}.sampling.max_new_tokens must be >= 1, got {pol.sampling.max_new_tokens}")
+        if pol.sampling.temperature <= 0:
+            raise ConfigError(f"policies.{pid}.sampling.temperature must be > 0 for training rollouts, "
+                              f"got {pol.sampling.temperature}")
+    for pid, lc in cfg.learners.items():
+        where = f"learners.{pid}"
+        if pid not in cfg.policies:
+            raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
+        _check_choice(lc.algorithm, ALGORITHMS, f"{where}.algorithm")
+        _check_choice(lc.engine, ENGINES, f"{where}.engine")
+        _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
+        if lc.kl_in_loss == "k1":
+            raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (ALGORITHMS.md §3.1); "
+                              "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
+        _check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
+        _check_choice(lc.whiten, WHITEN, f"{where}.whiten")
+        if lc.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"{where}.zero_stage must be 0, 1, 2 or 3, got {lc.zero_stage}")
+        if lc.engine == "torch" and (lc.zero_stage or lc.offload_optimizer or lc.offload_params):
+            raise ConfigError(f"{where}: zero_stage/offload need engine: deepspeed (the torch engine has no ZeRO)")
+        if lc.lr <= 0 and lc.algorithm != "frozen":
+            raise ConfigError(f"{where}.lr must be > 0, got {lc.lr}")
+        if lc.micro_batch_size < 1 or lc.epochs < 1:
+            raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
+        if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
+            raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
+        if lc.dual_clip is not None and lc.dual_clip <= 1:
+            raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
+        if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
+            raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
+                              "set it to the maximum response length")

@@ -1,0 +1,238 @@
+"""The training loop: iterations of rollout -> per-policy update, with metrics and checkpoints.
+
+``train(cfg)`` builds the games, policies, agents and learners a config describes, evaluates
+held-out solver accuracy, runs ``run.iterations`` iterations with a live progress bar, writes
+the run directory, and returns a summary. Layout of a run directory::
+
+    config.yaml          the resolved config
+    metrics.jsonl        one line per iteration (and held-out evaluations)
+    tb/                  TensorBoard events
+    checkpoints/step_N/  policies/<id>/ (HF dirs), learners/<id>/optimizer.pt, trainer_state.json
+    learning_curve.png   rewards and held-out accuracy over iterations
+    summary.json         the final table
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from cogym.envs.arithmetic import load_heldout
+
+from .build import Run, build
+from .config import Config
+from .evaluate import heldout_accuracy
+from .rollout import RolloutResult, rollout
+
+def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
+    """Game seeds of one iteration: a pure function of (run seed, iteration), so resume replays them."""
+    return [int(x) for x in np.random.SeedSequence([seed, iteration]).generate_state(n)]
+
+
+def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
+    m: dict[str, float] = {}
+    for role in roles:
+        rs = [r for g, ret in enumerate(res.returns) for seat, r in ret.items() if _role(res, g, seat) == role]
+        if rs:
+            m[f"{role}/reward"] = float(np.mean(rs))
+        infos = [i for g in res.infos for s, i in g.items() if i.get("role") == role]
+        if infos and any("correct" in i for i in infos):
+            m[f"{role}/correct"] = float(np.mean([bool(i.get("correct")) for i in infos]))
+        if infos and any("invalid" in i for i in infos):
+            m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for i in infos]))
+    m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
+    m["rollout_s"] = res.seconds
+    m["turns"] = float(len(res.turns))
+    return m
+
+
+def _role(res: RolloutResult, g: int, seat: str) -> str | None:
+    return res.infos[g].get(seat, {}).get("role")
+
+
+class RunDir:
+    """The run directory: resolved config, metrics (JSONL + TensorBoard), checkpoints, plots."""
+
+    def __init__(self, path: Path, cfg: Config, tensorboard: bool) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        self.metrics_file = open(path / "metrics.jsonl", "a")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(path / "tb"))
+
+    def log(self, record: dict) -> None:
+        self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+        if self.tb is not None:
+            step = int(record.get("iteration", 0))
+            for k, v in record.items():
+                if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self.metrics_file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+
+def save_checkpoint(run: Run, run_dir: RunDir, iteration: int) -> Path:
+    """Write checkpoints/step_N atomically: build it in a temp dir, then rename."""
+    final = run_dir.checkpoints / f"step_{iteration:06d}"
+    tmp = run_dir.checkpoints / f".tmp_step_{iteration:06d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    for pid, policy in run.policies.items():
+        policy.save(tmp / "policies" / pid)
+    for pid, learner in run.learners.items():
+        d = tmp / "learners" / pid
+        d.mkdir(parents=True, exist_ok=True)
+        learner.engine.save(d)
+        (d / "state.json").write_text(json.dumps({"steps": learner.steps}))
+    (tmp / "trainer_state.json").write_text(json.dumps({"iteration": iteration, "seed": run.cfg.run.seed}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def last_checkpoint(run_path: Path) -> Path | None:
+    ckpts = sorted(p for p in (run_path / "checkpoints").glob("step_*") if (p / "trainer_state.json").is_file())
+    return ckpts[-1] if ckpts else None
+
+
+def _heldout(run: Run) -> float | None:
+    cfg = run.cfg
+    if not cfg.eval.heldout or "solver" not in run.roles:
+        return None
+    policy = run.policy_for_role("solver")
+    if policy is None:
+        return None
+    records = load_heldout()[: cfg.eval.size]
+    system = cfg.prompts.get("solver").system if "solver" in cfg.prompts else ""
+    pid = cfg.seats.get("solver")
+    ctx = run.learners[pid].engine.gathered_params() if pid in run.learners else torch.no_grad()
+    with ctx:
+        return heldout_accuracy(policy, records, system, max_new_tokens=cfg.eval.max_new_tokens)
+
+
+def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    its = [r for r in rows if "rollout_s" in r]
+    evals = [r for r in rows if "heldout_acc" in r]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for role in roles:
+        xs = [r["iteration"] for r in its if f"{role}/reward" in r]
+        ys = [r[f"{role}/reward"] for r in its if f"{role}/reward" in r]
+        if xs:
+            ax.plot(xs, ys, label=f"{role} reward", alpha=0.8)
+    if evals:
+        ax.plot([r["iteration"] for r in evals], [r["heldout_acc"] for r in evals], "ko--",
+                label="held-out solver accuracy (greedy)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("reward / accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(metrics_path.parent.name)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def _mean_last(rows: list[dict], key: str, k: int = 5) -> float | None:
+    vals = [r[key] for r in rows if key in r]
+    return float(np.mean(vals[-k:])) if vals else None
+
+
+def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progress: bool = True) -> dict:
+    """Run a whole training job; return the summary (also written to summary.json)."""
+    t_start = time.time()
+    run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    start_it, policy_dirs, ckpt = 1, None, None
+    if resume:
+        ckpt = last_checkpoint(run_path)
+        if ckpt is None:
+            raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
+        start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
+        policy_dirs = {pid: ckpt / "policies" / pid for pid in cfg.policies}
+    run = build(cfg, policy_dirs)
+    if ckpt is not None:
+        for pid, learner in run.learners.items():
+            learner.engine.load(ckpt / "learners" / pid)
+            learner.steps = json.loads((ckpt / "learners" / pid / "state.json").read_text())["steps"]
+    rd = RunDir(run_path, cfg, cfg.run.tensorboard)
+    engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
+    history: list[dict] = []
+    summary: dict = {"run_dir": str(run_path), "engines": engines}
+    try:
+        acc0 = _heldout(run)
+        if acc0 is not None:
+            rd.log({"iteration": start_it - 1, "heldout_acc": acc0})
+            summary["heldout_acc_before"] = acc0
+        from tqdm.auto import tqdm
+
+        bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not progress,
+                   initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
+        for it in bar:
+            torch.manual_seed(cfg.run.seed * 100_003 + it)  # sampling stream, replayed exactly on resume
+            seeds = iteration_seeds(cfg.run.seed, it, len(run.games))
+            system = {role: p.system for role, p in cfg.prompts.items()}
+            res = rollout(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
+            rec = {"iteration": it, **rollout_metrics(res, run.roles)}
+            t_up = time.perf_counter()
+            for pid, learner in run.learners.items():
+                turns = [t for t in res.turns if t.policy_id == pid]
+                for k, v in learner.update(turns).items():
+                    rec[f"{pid}/{k}"] = v
+            rec["update_s"] = time.perf_counter() - t_up
+            if cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
+                rec["heldout_acc"] = _heldout(run)
+            rd.log(rec)
+            history.append(rec)
+            bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}
+                            | {"tok/s": f"{rec['tokens_per_s']:.0f}"})
+            if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
+                save_checkpoint(run, rd, it)
+        bar.close()
+        if cfg.run.checkpoint_every and (last_checkpoint(run_path) is None
+                                         or not last_checkpoint(run_path).name.endswith(f"{cfg.run.iterations:06d}")):
+            save_checkpoint(run, rd, cfg.run.iterations)
+        acc1 = _heldout(run)
+        if acc1 is not None:
+            rd.log({"iteration": cfg.run.iterations, "heldout_acc": acc1})
+            summary["heldout_acc_after"] = acc1
+        for role in run.roles:
+            first = [r[f"{role}/reward"] for r in history[:5] if f"{role}/reward" in r]
+            last = _mean_last(history, f"{role}/reward")
+            if last is not None:
+                summary[f"{role}_reward_first5"] = float(np.mean(first)) if first else None
+                summary[f"{role}_reward_last5"] = last
+        summary["iterations"] = cfg.run.iterations
+        summary["tokens_per_s"] = _mean_last(history, "tokens_per_s", k=len(history) or 1)
+    finally:
+        summary["wall_s"] = round(time.time() - t_start, 1)
+        rd.close()
+        if cfg.run.plot and (run_path / "metrics.jsonl").stat().st_size:
+            plot_learning_curve(run_path / "metrics.jsonl", run_path / "learning_curve.png", run.roles)
+        (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
