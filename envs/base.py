@@ -1,0 +1,188 @@
+"""The base every cogym game builds on: a PettingZoo ``AECEnv`` whose actions are whole messages.
+
+Contract shared by all games (checked by ``cogym.envs.checks.check_game``):
+
+* **Observation**: a ``gymnasium.spaces.Dict`` with a numeric ``"observation"`` entry (a small
+  int64 vector such as ``[phase, seat]``) and a ``"text"`` entry (``gymnasium.spaces.Text``)
+  holding the message the seat must answer. The runner adds per-role system instructions from
+  config; the game never sees a model.
+* **Action**: one whole message, ``gymnasium.spaces.Text``. Any ``str`` is accepted and judged by
+  the game's rules (the space's charset only says what random sampling draws: model output may
+  hold any character). A non-``str`` action is a caller bug and raises ``TypeError``.
+* **Invalid actions** are a declared policy (a penalty and the end of the game), reported in
+  ``infos[agent]["invalid"]`` and ``infos[agent]["reason"]``, never an exception.
+* **Simultaneous seats**: ``ready_agents()`` lists the seats that may act now without seeing each
+  other's moves, in the order ``step`` will take them; the runner generates their messages in
+  one batch, then steps each. A game guarantees that acting does not change the observation of
+  the other ready seats.
+* **RNG**: ``reset(seed=...)`` seeds a ``numpy.random.Generator`` owned by this instance
+  (``self.np_random``); no game touches the global ``random`` or numpy state, so resetting one
+  copy never changes another copy's draws.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import gymnasium
+import numpy as np
+from gymnasium.spaces import Text
+from pettingzoo import AECEnv
+
+# Printable ASCII, whitespace included: what random text actions are drawn from.
+PRINTABLE_CHARSET: frozenset[str] = frozenset(string.printable)
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """What a game declares about itself; ``check_game`` holds it to every field."""
+
+    id: str
+    roles: tuple[str, ...]
+    reward_range: tuple[float, float]
+    zero_sum: bool
+    max_turns: int
+    description: str
+
+    def __post_init__(self) -> None:
+        if not self.roles:
+            raise ValueError(f"GameSpec {self.id!r}: roles must not be empty")
+        lo, hi = self.reward_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise ValueError(f"GameSpec {self.id!r}: reward_range must be finite (low, high) with low <= high, got {self.reward_range}")
+        if self.max_turns < 1:
+            raise ValueError(f"GameSpec {self.id!r}: max_turns must be >= 1, got {self.max_turns}")
+
+
+def text_space(max_length: int, extra_chars: str | frozenset[str] = "") -> Text:
+    """A Text space of printable ASCII plus ``extra_chars``, empty string allowed."""
+    return Text(max_length=max_length, min_length=0, charset=PRINTABLE_CHARSET | frozenset(extra_chars))
+
+
+class CogymEnv(AECEnv[str, dict[str, Any], str]):
+    """Base class for cogym games (turn level: an action is one message).
+
+    Subclasses set ``self.spec``, ``self.possible_agents``, ``self.observation_spaces``,
+    ``self.action_spaces`` and ``self._seat_roles`` in ``__init__``, implement ``reset``,
+    ``step``, ``observe`` and ``_render_text``, and use the ``_start_episode`` / ``_begin_turn``
+    / ``_end_game`` helpers so the AEC bookkeeping (cumulative rewards, removal of finished
+    seats) is the same in every game.
+    """
+
+    metadata: dict[str, Any] = {"name": "cogym_env", "render_modes": ["ansi"], "is_parallelizable": False}
+    spec: GameSpec
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self._np_random: np.random.Generator | None = None
+        self._seat_roles: dict[str, str] = {}
+        self._skip_agent_selection: str | None = None
+        self.agents: list[str] = []
+
+    # ----------------------------------------------------------------- RNG
+    @property
+    def np_random(self) -> np.random.Generator:
+        """This game's own generator; created from fresh entropy if ``reset`` had no seed yet."""
+        if self._np_random is None:
+            self._np_random = np.random.default_rng()
+        return self._np_random
+
+    def _seed(self, seed: int | None) -> None:
+        """Reseed on an explicit seed; without one keep drawing from the current generator."""
+        if seed is None:
+            return
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+        self._np_random = np.random.default_rng(int(seed))
+        # The spaces get their own streams (children of the seed) so that sampling random
+        # actions never shifts the game's draws, and api_test's samples are reproducible.
+        children = np.random.SeedSequence(int(seed)).spawn(2 * len(self.possible_agents))
+        for i, agent in enumerate(self.possible_agents):
+            self.action_space(agent).seed(int(children[2 * i].generate_state(1)[0]))
+            self.observation_space(agent).seed(int(children[2 * i + 1].generate_state(1)[0]))
+
+    # -------------------------------------------------------------- seats
+    def _check_seat(self, agent: str) -> None:
+        if agent not in self._seat_roles:
+            raise ValueError(f"unknown seat {agent!r}; this game's seats are {list(self.possible_agents)}")
+
+    def role_of(self, agent: str) -> str:
+        """The role played by seat ``agent`` (e.g. ``"solver"`` for ``"solver_3"``)."""
+        self._check_seat(agent)
+        return self._seat_roles[agent]
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+        self._check_seat(agent)
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+        self._check_seat(agent)
+        return self.action_spaces[agent]
+
+    def ready_agents(self) -> list[str]:
+        """Seats that may act now without seeing each other's moves, in the order to step them."""
+        agent = getattr(self, "agent_selection", None)
+        if agent is None or agent not in self.agents:
+            return []
+        if self.terminations[agent] or self.truncations[agent]:
+            return []
+        return [agent]
+
+    # ------------------------------------------------------ AEC bookkeeping
+    def _start_episode(self, infos: Mapping[str, dict[str, Any]]) -> None:
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: dict(infos[a]) for a in self.agents}
+        # _was_dead_step keeps this across calls; a stale value would select a removed seat.
+        self._skip_agent_selection = None
+        self.agent_selection = self.agents[0]
+
+    def _begin_turn(self, action: Any) -> str | None:
+        """Common start of ``step``: returns the acting seat, or None if a finished seat was removed."""
+        agent = getattr(self, "agent_selection", None)
+        if agent is None or agent not in self.agents:
+            raise RuntimeError("step() called before reset() or after every seat left the game; call reset() first")
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return None
+        if not isinstance(action, str):
+            raise TypeError(f"the action of seat {agent!r} must be a str (one whole message), got {type(action).__name__}")
+        # The acting seat has seen its cumulative reward through last(); start it again from 0.
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        return agent
+
+    def _end_game(self, rewards: Mapping[str, float]) -> None:
+        """Give the final rewards, end every seat, and hand the turn to the first finished seat."""
+        for agent in self.agents:
+            self.rewards[agent] = float(rewards.get(agent, 0.0))
+            self.terminations[agent] = True
+        self._accumulate_rewards()
+        self.agent_selection = self.agents[0]
+
+    # ----------------------------------------------------------- rendering
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; create the game with render_mode='ansi'")
+            return None
+        return self._render_text()
+
+    def _render_text(self) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release: games hold no windows, processes or connections."""
+
+
+def seat_names(role: str, count: int) -> Sequence[str]:
+    """``role_0`` ... ``role_{count-1}``: PettingZoo's recommended seat naming."""
+    return [f"{role}_{i}" for i in range(count)]

@@ -1,0 +1,211 @@
+"""cogym's contract checker, stricter than PettingZoo's ``api_test``.
+
+``check_game(env_id)`` plays episodes with every scripted twin, random text from the action
+space, and pathological messages, and raises ``AssertionError`` naming the game, the seed, the
+strategies and what broke. It checks:
+
+* determinism: the same seed and the same actions give the same observations and rewards, in
+  a fresh copy and after re-resetting a used one;
+* RNG isolation: playing and resetting one copy never changes another copy's draws, and no game
+  touches the global ``random`` / ``numpy.random`` state;
+* rewards inside ``spec.reward_range`` (every step and every episode return);
+* zero-sum episode returns where ``spec.zero_sum``;
+* every episode ends within ``spec.max_turns`` acting turns;
+* ``ready_agents()``: starts at ``agent_selection``, is stepped in order, and one ready seat's
+  move never changes another ready seat's observation;
+* observations inside their space, ``role_of`` inside ``spec.roles``, invalid moves explained;
+* no action from the action space (or a pathological string) ever raises.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+import numpy as np
+from gymnasium.spaces import Box, Dict, Text
+
+from cogym.envs.base import CogymEnv, GameSpec
+from cogym.envs.registry import make, scripted_strategies
+
+# Adversarial messages every game must survive (and score in bounded time).
+PATHOLOGICAL: tuple[str, ...] = ("", "9**9**9**9", "(" * 10_000 + "1" + ")" * 10_000, "7" * 1_000_000, "\x00\u202e\U0001f600", " " * 100)
+_SAMPLE, _PATHOLOGICAL = "<sample>", "<pathological>"
+
+Trace = list[tuple[Any, ...]]
+
+
+def _freeze(obj: Any) -> Any:
+    """A comparable copy of an observation / info (numpy arrays become tuples with dtype)."""
+    if isinstance(obj, np.ndarray):
+        return ("ndarray", str(obj.dtype), obj.shape, obj.tolist())
+    if isinstance(obj, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return tuple(_freeze(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _text_of(obs: Any) -> str:
+    return obs["text"] if isinstance(obs, dict) and isinstance(obs.get("text"), str) else ""
+
+
+class _Episode:
+    """One episode played by a fixed plan (role -> strategy), recording everything it saw."""
+
+    def __init__(self, env: CogymEnv, label: str, plan: dict[str, str], scripted: dict[str, dict[str, Callable]], seed: int) -> None:
+        self.env, self.label, self.plan, self.scripted = env, label, plan, scripted
+        self.rng = np.random.default_rng(seed)  # the players' RNG, never the game's
+        self.trace: Trace = []
+        self.returns: dict[str, float] = {}
+        self.turns = 0
+
+    def fail(self, what: str) -> AssertionError:
+        return AssertionError(f"{self.label} plan={self.plan}: {what}")
+
+    def action(self, agent: str, obs: Any) -> str:
+        strategy = self.plan[self.env.role_of(agent)]
+        if strategy == _SAMPLE:
+            return self.env.action_space(agent).sample()
+        if strategy == _PATHOLOGICAL:
+            return PATHOLOGICAL[int(self.rng.integers(len(PATHOLOGICAL)))]
+        return self.scripted[self.env.role_of(agent)][strategy](_text_of(obs), self.rng)
+
+    def record(self, agent: str, action: str | None) -> None:
+        env, (lo, hi) = self.env, self.env.spec.reward_range
+        for a, r in env.rewards.items():
+            if not lo - 1e-9 <= float(r) <= hi + 1e-9:
+                raise self.fail(f"seat {a} got reward {r} outside spec.reward_range {env.spec.reward_range}")
+            self.returns[a] = self.returns.get(a, 0.0) + float(r)
+        short = action if action is None or len(action) <= 64 else action[:64] + f"...({len(action)} chars)"
+        self.trace.append((agent, short, _freeze(env.rewards), _freeze(env.terminations), _freeze(env.truncations), _freeze(env.infos)))
+
+    def check_observation(self, agent: str, obs: Any) -> None:
+        if not self.env.observation_space(agent).contains(obs):
+            raise self.fail(f"observation of {agent} is outside its observation_space: {str(obs)[:200]}")
+
+    def play(self, seed: int | None, reset: bool = True) -> "_Episode":
+        env = self.env
+        if reset:
+            env.reset(seed=seed)
+        for agent in env.agents:
+            role = env.role_of(agent)
+            if role not in env.spec.roles:
+                raise self.fail(f"role_of({agent!r}) = {role!r} is not in spec.roles {env.spec.roles}")
+        limit = env.spec.max_turns + 2 * len(env.possible_agents) + 2
+        for _ in range(limit):
+            if not env.agents:
+                break
+            ready = env.ready_agents()
+            if not ready:
+                agent = env.agent_selection
+                obs, _, terminated, truncated, _ = env.last()
+                if not (terminated or truncated):
+                    raise self.fail(f"ready_agents() is empty but {agent} (agent_selection) is live")
+                self.check_observation(agent, obs)
+                self.trace.append((agent, "obs", _freeze(obs)))
+                env.step(None)
+                self.record(agent, None)
+                continue
+            if ready[0] != env.agent_selection or len(set(ready)) != len(ready):
+                raise self.fail(f"ready_agents() {ready} must list distinct seats starting at agent_selection {env.agent_selection!r}")
+            seen = {a: env.observe(a) for a in ready}
+            actions = {a: self.action(a, seen[a]) for a in ready}
+            for a in ready:
+                if a not in env.agents or env.terminations[a] or env.truncations[a]:
+                    break  # the game ended inside the batch; the rest are finished seats now
+                if env.agent_selection != a:
+                    raise self.fail(f"ready_agents() said {ready} but after the previous step agent_selection is {env.agent_selection!r}, not {a!r}")
+                now = env.observe(a)
+                if _freeze(now) != _freeze(seen[a]):
+                    raise self.fail(f"observation of ready seat {a} changed when another ready seat acted: {str(seen[a])[:100]} -> {str(now)[:100]}")
+                self.check_observation(a, now)
+                self.trace.append((a, "obs", _freeze(now)))
+                env.step(actions[a])
+                self.turns += 1
+                self.record(a, actions[a])
+                for info in env.infos.values():
+                    if info.get("invalid") and not isinstance(info.get("reason"), str):
+                        raise self.fail(f"an invalid move must be explained in infos[...]['reason'], got {info}")
+        else:
+            raise self.fail(f"episode did not end within {limit} steps (spec.max_turns = {env.spec.max_turns})")
+        if self.turns > env.spec.max_turns:
+            raise self.fail(f"episode took {self.turns} acting turns, more than spec.max_turns = {env.spec.max_turns}")
+        if env.spec.zero_sum and abs(sum(self.returns.values())) > 1e-6:
+            raise self.fail(f"spec.zero_sum but the returns {self.returns} sum to {sum(self.returns.values())}")
+        return self
+
+
+def _plans(spec: GameSpec, scripted: dict[str, dict[str, Callable]], episodes: int) -> list[dict[str, str]]:
+    """Deterministic mix: every strategy of every role appears, plus random and pathological text."""
+    options = {role: sorted(scripted.get(role, {})) + [_SAMPLE, _PATHOLOGICAL] for role in spec.roles}
+    return [{role: opts[(i + j) % len(opts)] for j, (role, opts) in enumerate(options.items())} for i in range(episodes)]
+
+
+def _global_rng_state() -> Any:
+    return (random.getstate(), _freeze(np.random.get_state(legacy=False)))
+
+
+def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int = 20) -> None:
+    """Hold game ``env_id`` (built with ``kwargs``) to cogym's contract; ``AssertionError`` on failure."""
+    kwargs = dict(kwargs or {})
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    env = make(env_id, **kwargs)
+    if not isinstance(getattr(env, "spec", None), GameSpec):
+        raise AssertionError(f"{env_id}: env.spec must be a GameSpec, got {type(getattr(env, 'spec', None)).__name__}")
+    _check_spaces(env_id, env)
+    scripted = scripted_strategies(env_id)
+    for role in env.spec.roles:
+        if not scripted.get(role):
+            raise AssertionError(f"{env_id}: role {role!r} has no scripted twin; register some with register(..., scripted={{{role!r}: {{...}}}})")
+    copies = [make(env_id, **kwargs) for _ in range(3)]
+    before = _global_rng_state()
+    for i, plan in enumerate(_plans(env.spec, scripted, episodes)):
+        label = f"{env_id} {kwargs} seed={i}"
+        try:
+            first = _Episode(env, label, plan, scripted, seed=i).play(seed=i)
+            # Same seed, same players: a fresh copy and the re-reset used copy must agree.
+            fresh = _Episode(copies[0], label, plan, scripted, seed=i).play(seed=i)
+            again = _Episode(env, label, plan, scripted, seed=i).play(seed=i)
+            # Isolation: reset B, then play and reset A with other seeds; B must not notice.
+            b = copies[1]
+            b.reset(seed=i)
+            other = dict(reversed(list(plan.items())))
+            _Episode(copies[2], label, other, scripted, seed=i + 1).play(seed=i + 1000)
+            _Episode(copies[2], label, other, scripted, seed=i + 2).play(seed=None)
+            isolated = _Episode(b, label, plan, scripted, seed=i).play(seed=i, reset=False)
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any crash is a contract failure, reported with its context
+            raise AssertionError(f"{label} plan={plan}: the game raised {type(exc).__name__}: {exc}") from exc
+        if fresh.trace != first.trace:
+            raise AssertionError(f"{label} plan={plan}: not deterministic: a fresh copy with the same seed and actions diverged at step {_diverges(first.trace, fresh.trace)}")
+        if again.trace != first.trace:
+            raise AssertionError(f"{label} plan={plan}: reset(seed) does not fully reset: replaying the same seed on the used copy diverged at step {_diverges(first.trace, again.trace)}")
+        if isolated.trace != first.trace:
+            raise AssertionError(f"{label} plan={plan}: copies share RNG state: playing another copy changed this copy's episode at step {_diverges(first.trace, isolated.trace)}")
+        if _global_rng_state() != before:
+            raise AssertionError(f"{label} plan={plan}: the game changed the global random / numpy.random state; use self.np_random")
+
+
+def _check_spaces(env_id: str, env: CogymEnv) -> None:
+    """cogym's space contract: Dict observation with a numeric "observation" and a Text "text"; Text actions."""
+    for agent in env.possible_agents:
+        obs_space, act_space = env.observation_space(agent), env.action_space(agent)
+        if not isinstance(obs_space, Dict) or not isinstance(obs_space.spaces.get("text"), Text):
+            raise AssertionError(f"{env_id}: observation_space({agent!r}) must be a Dict with a Text 'text' entry, got {obs_space}")
+        numeric = obs_space.spaces.get("observation")
+        if not isinstance(numeric, Box) or not np.issubdtype(numeric.dtype, np.number):
+            raise AssertionError(f"{env_id}: observation_space({agent!r})['observation'] must be a numeric Box, got {numeric}")
+        if not isinstance(act_space, Text):
+            raise AssertionError(f"{env_id}: action_space({agent!r}) must be a Text space (one whole message), got {act_space}")
+
+
+def _diverges(a: Trace, b: Trace) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"{i}: {str(x)[:200]} != {str(y)[:200]}"
+    return f"{min(len(a), len(b))} (one trace is longer: {len(a)} vs {len(b)})"

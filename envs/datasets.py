@@ -1,0 +1,76 @@
+"""Problem files: JSONL with one ``{"question": str, "answer": str}`` object per line.
+
+Everything wrong with a file is found when it is loaded (at game construction), never in the
+middle of an episode, and reported as a one-line ``DatasetError`` naming the file, the line,
+what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cogym.envs.arithmetic import is_strict_answer
+from cogym.envs.errors import DatasetError
+
+# Questions become observation text; a bound keeps the observation space finite and catches
+# a file that is not a problem set (e.g. a whole document on one line).
+MAX_QUESTION_CHARS = 4096
+_EXAMPLE = '{"question": "2+3", "answer": "5"}'
+
+
+@dataclass(frozen=True)
+class ProblemRecord:
+    question: str
+    answer: str
+    line: int  # 1-based line number in the file, for messages
+
+
+def load_problems(path: str | os.PathLike[str], integer_answers_for: str | None = None) -> list[ProblemRecord]:
+    """All records of the JSONL file at ``path``; blank lines are skipped.
+
+    ``integer_answers_for`` names what needs integer answers (e.g. ``"verifier='exact'"``);
+    when given, an answer that is not one integer is an error that names it.
+    """
+    p = Path(path)
+    if not p.is_file():
+        what = "is a directory, not a file" if p.is_dir() else "does not exist"
+        raise DatasetError(f"dataset {str(p)!r} {what}; pass the path of a JSONL file with one object like {_EXAMPLE} per line")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"dataset {str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise DatasetError(f"dataset {str(p)!r} cannot be read ({exc.strerror}); check that the file is readable") from None
+
+    records: list[ProblemRecord] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"dataset {str(p)!r} line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one JSON object like {_EXAMPLE}") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{where}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object like {_EXAMPLE}")
+        missing = [key for key in ("question", "answer") if key not in obj]
+        if missing:
+            names = " and ".join(repr(k) for k in missing)
+            raise DatasetError(f"{where}: missing key {names}; each line needs both 'question' and 'answer', like {_EXAMPLE}")
+        for key in ("question", "answer"):
+            if not isinstance(obj[key], str):
+                raise DatasetError(f"{where}: {key!r} is a {type(obj[key]).__name__}, not a string; write it as a JSON string, e.g. \"{key}\": \"{str(obj[key])[:40]}\"")
+        question, answer = obj["question"], obj["answer"]
+        if not question.strip():
+            raise DatasetError(f"{where}: 'question' is empty; write the problem text, or delete the line")
+        if len(question) > MAX_QUESTION_CHARS:
+            raise DatasetError(f"{where}: 'question' has {len(question)} characters, more than the limit {MAX_QUESTION_CHARS}; shorten it or split the file")
+        if integer_answers_for is not None and not is_strict_answer(answer):
+            raise DatasetError(f"{where}: 'answer' {answer[:40]!r} is not an integer, which {integer_answers_for} needs; write one integer such as \"-18\", or use verifier='math_verify'")
+        records.append(ProblemRecord(question=question, answer=answer, line=lineno))
+    if not records:
+        raise DatasetError(f"dataset {str(p)!r} has no problems (the file is empty); add one JSON object like {_EXAMPLE} per line")
+    return records

@@ -1,0 +1,105 @@
+"""Game registry: one line per game and version, ``make("proposer_solver-v0", num_solvers=4)``.
+
+A registration also carries the game's scripted twins (role -> strategy name -> function of
+``(observation_text, rng) -> action_text``), so runners and tests can seat a scripted player
+for any role of any registered game without importing the game module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from cogym.envs.base import CogymEnv
+
+ScriptedFn = Callable[[str, np.random.Generator], str]
+_ID_RE = re.compile(r"[a-z][a-z0-9_]*-v[0-9]+")
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What ``register`` stored for one game id."""
+
+    id: str
+    entry_point: Callable[..., CogymEnv]
+    default_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    scripted: Mapping[str, Mapping[str, ScriptedFn]] = field(default_factory=dict)
+
+    def argument_names(self) -> list[str] | None:
+        """The keyword arguments the entry point takes, or None if it takes ``**kwargs``."""
+        params = inspect.signature(self.entry_point).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return None
+        return [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+
+_REGISTRY: dict[str, Registration] = {}
+
+
+def _check_arguments(reg: Registration, kwargs: Mapping[str, Any]) -> None:
+    names = reg.argument_names()
+    if names is None:
+        return
+    for key in kwargs:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"game {reg.id!r} has no argument {key!r}{hint} Its arguments are: {', '.join(names)}")
+
+
+def register(
+    id: str,
+    entry_point: Callable[..., CogymEnv],
+    *,
+    scripted: Mapping[str, Mapping[str, ScriptedFn]] | None = None,
+    **default_kwargs: Any,
+) -> None:
+    """Register a game under ``id`` (``name-vN``); ``default_kwargs`` are passed to every ``make``.
+
+    ``scripted`` maps each role to its scripted twins (name -> function).
+    """
+    if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
+        raise ValueError(f"game id must look like 'name-v0' (lowercase name, '-v', version number), got {id!r}")
+    if id in _REGISTRY:
+        raise ValueError(f"game {id!r} is already registered; bump the version (e.g. '{id.rsplit('-v', 1)[0]}-v{int(id.rsplit('-v', 1)[1]) + 1}') to change a game")
+    if not callable(entry_point):
+        raise TypeError(f"entry_point of {id!r} must be callable, got {type(entry_point).__name__}")
+    frozen_scripted = MappingProxyType({role: MappingProxyType(dict(fns)) for role, fns in (scripted or {}).items()})
+    reg = Registration(id=id, entry_point=entry_point, default_kwargs=MappingProxyType(dict(default_kwargs)), scripted=frozen_scripted)
+    _check_arguments(reg, default_kwargs)
+    _REGISTRY[id] = reg
+
+
+def _lookup(id: str) -> Registration:
+    if id not in _REGISTRY:
+        known = sorted(_REGISTRY)
+        close = difflib.get_close_matches(id, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}")
+    return _REGISTRY[id]
+
+
+def make(id: str, **kwargs: Any) -> CogymEnv:
+    """A new instance of game ``id``; ``kwargs`` override the registered defaults."""
+    reg = _lookup(id)
+    _check_arguments(reg, kwargs)
+    env = reg.entry_point(**{**reg.default_kwargs, **kwargs})
+    if not isinstance(env, CogymEnv):
+        raise TypeError(f"the entry point of {id!r} returned a {type(env).__name__}, not a CogymEnv")
+    return env
+
+
+def registered() -> dict[str, Registration]:
+    """Every registered game id and its registration (a copy: editing it changes nothing)."""
+    return dict(_REGISTRY)
+
+
+def scripted_strategies(id: str) -> dict[str, dict[str, ScriptedFn]]:
+    """The scripted twins of game ``id``: role -> strategy name -> ``fn(observation_text, rng)``."""
+    return {role: dict(fns) for role, fns in _lookup(id).scripted.items()}

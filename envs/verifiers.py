@@ -1,0 +1,256 @@
+"""Verifiers: small objects that say which of a group of responses are correct.
+
+``judge(question, reference, responses) -> list[bool]`` sees the whole group at once, so a
+label-free verifier (majority vote) and a reference-based one share one interface. Every check
+that reads model output is bounded in size and time, because model output is adversarial input:
+
+* ``ExactArithmetic`` reads at most ``MAX_ANSWER_CHARS`` characters per response (arithmetic.py).
+* ``MathVerify`` keeps the last ``max_chars`` characters of each input and runs ``math_verify``
+  in a child process with a sub-second timer per response, killed if the timer cannot interrupt
+  it. It is safe to call from any thread (math_verify's own timeout is signal based, main thread
+  only, with one-second resolution, and does not save you from ``9^9^9^9``). POSIX only: the
+  parent waits on the child's pipe with ``select``.
+* ``MajorityVote`` compares extracted answers by exact equality: no parsing beyond
+  ``extract_answer`` and a bounded prefix.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
+
+from cogym.envs.arithmetic import MAX_ANSWER_CHARS, Domain, extract_answer, is_strict_answer
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Correctness of each response to ``question``; ``reference`` is the gold answer, if any."""
+
+    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]: ...
+
+
+def _check_responses(responses: Sequence[str]) -> None:
+    # A bare string is a Sequence[str] too; judging its characters one by one is always a bug.
+    if isinstance(responses, str):
+        raise TypeError("responses must be a sequence of strings, got a single str; wrap it in a list")
+    for i, r in enumerate(responses):
+        if not isinstance(r, str):
+            raise TypeError(f"responses[{i}] must be a str, got {type(r).__name__}")
+
+
+class ExactArithmetic:
+    """Correct when the response's last integer (``extract_answer``) equals the integer answer.
+
+    ``reference`` is the answer as an integer string; when it is None the answer is computed from
+    ``question`` with ``domain.parse`` (a question it cannot read is a ``ValueError``).
+    """
+
+    name = "exact"
+
+    def __init__(self, domain: Domain | None = None) -> None:
+        # The default reads any two-operand problem: the reference computation must not reject
+        # a problem just because it is outside one game's sampling range.
+        self.domain = domain if domain is not None else Domain(max_operand=999_999)
+
+    def target(self, question: str, reference: str | None) -> int:
+        if reference is None:
+            problem = self.domain.parse(question)
+            if problem is None:
+                raise ValueError(f"ExactArithmetic needs a reference answer, or a question like '37+45' to compute it from; got question {question[:40]!r}")
+            return problem.answer
+        if not is_strict_answer(reference):
+            raise ValueError(f"ExactArithmetic needs an integer reference answer (e.g. '-18'), got {reference[:40]!r}; use the 'math_verify' verifier for other answers")
+        return int(reference)
+
+    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
+        _check_responses(responses)
+        target = self.target(question, reference)
+        return [extract_answer(r) == target for r in responses]
+
+
+def majority_key(response: str) -> Hashable | None:
+    """The answer a response votes for: its last integer, else its normalized text, else None.
+
+    Text is read from a bounded prefix, whitespace-collapsed and case-folded. None (a blank
+    response) has no answer and agrees with nothing.
+    """
+    number = extract_answer(response)
+    if number is not None:
+        return number
+    text = " ".join(response[:MAX_ANSWER_CHARS].split()).casefold()
+    return text or None
+
+
+def majority_rewards(keys: Sequence[Hashable | None]) -> list[bool]:
+    """SeRL majority vote over answer keys (ALGORITHMS.md §8.3, vector V10).
+
+    ``E[i][j] = keys[i] == keys[j]``, ``count_i = sum_j E[i][j]``, ``k* = argmax count`` (first
+    index on ties), reward ``E[k*][i]``. Project decision: a response with no answer (key None)
+    is equivalent to nothing, itself included, so it is never rewarded (SeRL's ``E[i][i] = 1``
+    would reward the first blank of an all-blank group); V10 is unchanged by this.
+    """
+    if not keys:
+        return []
+    eq = [[a is not None and a == b for b in keys] for a in keys]
+    counts = [sum(row) for row in eq]
+    k = counts.index(max(counts))
+    return list(eq[k])
+
+
+class MajorityVote:
+    """Label-free (TTRL/SeRL): the group's majority answer is taken as the reference."""
+
+    name = "majority"
+
+    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
+        _check_responses(responses)
+        return majority_rewards([majority_key(r) for r in responses])
+
+
+# ------------------------------------------------------------------------------ math_verify
+_WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
+_STARTUP_TIMEOUT_S = 120.0
+# Extra time the parent waits beyond the child's own timer before it kills the child.
+_KILL_MARGIN_S = 0.25
+
+
+class _MathVerifyWorker:
+    """One child process per Python process, shared by every MathVerify; calls are serialized."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner_pid = os.getpid()
+        self._buffer = b""
+        self.kills = 0  # how many times a hung child had to be killed (a metric for tests/logs)
+
+    def start(self) -> None:
+        with self._lock:
+            self._ensure_started()
+
+    def check(self, gold: str, response: str, timeout_s: float) -> bool:
+        with self._lock:
+            proc = self._ensure_started()
+            request = json.dumps({"gold": gold, "response": response, "timeout_s": timeout_s}) + "\n"
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(request.encode())
+            except BrokenPipeError:
+                # The child died between calls (killed from outside); one fresh start, then retry.
+                self._kill()
+                proc = self._ensure_started()
+                assert proc.stdin is not None
+                proc.stdin.write(request.encode())
+            line = self._read_line(time.monotonic() + timeout_s + _KILL_MARGIN_S)
+            if line is None:
+                # The timer could not interrupt it (a long call inside C): not correct, and the
+                # child is replaced so the next answer starts from a clean process.
+                self._kill()
+                self.kills += 1
+                return False
+            return bool(json.loads(line)["ok"])
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._owner_pid != os.getpid():
+            # We are a forked copy: the child belongs to our parent, leave it alone.
+            self._proc, self._owner_pid, self._buffer = None, os.getpid(), b""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._proc = None
+        stderr = tempfile.TemporaryFile()
+        proc = subprocess.Popen(
+            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=stderr, bufsize=0,
+        )
+        self._proc, self._buffer = proc, b""
+        line = self._read_line(time.monotonic() + _STARTUP_TIMEOUT_S)
+        if line is None or not json.loads(line).get("ready"):
+            self._kill()
+            stderr.seek(0)
+            tail = stderr.read()[-2000:].decode(errors="replace").strip().replace("\n", " | ")
+            raise RuntimeError(f"the math_verify worker ({_WORKER_SCRIPT}) did not start; is math-verify installed in {sys.executable}? stderr: {tail}")
+        return proc
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One reply line, or None if the deadline passes or the child dies first."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # EOF: the child exited
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
+
+    def _kill(self) -> None:
+        proc, self._proc, self._buffer = self._proc, None, b""
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._owner_pid == os.getpid():
+                self._kill()
+
+
+_WORKER = _MathVerifyWorker()
+atexit.register(_WORKER.close)
+
+
+class MathVerify:
+    """Free-form math equivalence with ``math_verify`` (``"1/2"`` matches ``"0.5"``, ``"\\frac{1}{2}"``).
+
+    Each input keeps its last ``max_chars`` characters (a worked answer ends with its result);
+    each response gets ``timeout_s`` seconds of parse + verify, after which it is not correct.
+    The child process starts here, so a missing ``math-verify`` fails at construction.
+    """
+
+    name = "math_verify"
+
+    def __init__(self, max_chars: int = 1000, timeout_s: float = 0.3) -> None:
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        if not 0 < timeout_s <= 60:
+            raise ValueError(f"timeout_s must be in (0, 60] seconds, got {timeout_s}")
+        self.max_chars = max_chars
+        self.timeout_s = float(timeout_s)
+        _WORKER.start()
+
+    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
+        _check_responses(responses)
+        if reference is None:
+            raise ValueError("MathVerify needs a reference answer; use the 'majority' verifier for label-free rewards")
+        gold = reference[-self.max_chars:]
+        return [_WORKER.check(gold, r[-self.max_chars:], self.timeout_s) for r in responses]
+
+
+_VERIFIERS: dict[str, Callable[..., Verifier]] = {
+    "exact": ExactArithmetic,
+    "math_verify": MathVerify,
+    "majority": MajorityVote,
+}
+VERIFIER_NAMES: tuple[str, ...] = tuple(sorted(_VERIFIERS))
+
+
+def make_verifier(name: str, **options: object) -> Verifier:
+    """The verifier called ``name`` (``exact``, ``math_verify``, ``majority``), built with ``options``."""
+    if name not in _VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIER_NAMES)}")
+    return _VERIFIERS[name](**options)

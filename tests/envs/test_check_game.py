@@ -1,0 +1,116 @@
+"""check_game catches each kind of broken game (each broken game breaks one rule)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cogym.envs import register
+from cogym.envs.checks import check_game
+from cogym.envs.proposer_solver import SCRIPTED, ProposerSolverEnv
+
+
+class GlobalRandom(ProposerSolverEnv):
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        np.random.random()  # the bug: global numpy state
+        super().reset(seed=seed, options=options)
+
+
+class SharedRng(ProposerSolverEnv):
+    shared = np.random.default_rng(0)  # the bug: one generator for every copy, never reseeded
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        return SharedRng.shared
+
+
+class NarrowRange(ProposerSolverEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = dataclasses.replace(self.spec, reward_range=(-1.0, 0.5))
+
+
+class TooFewTurns(ProposerSolverEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = dataclasses.replace(self.spec, max_turns=2)
+
+
+class NotZeroSum(ProposerSolverEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = dataclasses.replace(self.spec, zero_sum=True)
+
+
+class LeakyObservation(ProposerSolverEnv):
+    def observe(self, agent: str) -> dict[str, Any]:
+        obs = super().observe(agent)
+        obs["observation"][1] = len(self._answers)  # the bug: ready seats see each other's progress
+        return obs
+
+
+class WrongReadyOrder(ProposerSolverEnv):
+    def ready_agents(self) -> list[str]:
+        return list(reversed(super().ready_agents()))
+
+
+class Crashy(ProposerSolverEnv):
+    def step(self, action: str) -> None:
+        if isinstance(action, str) and "(" in action:
+            raise RuntimeError("cannot handle parentheses")
+        super().step(action)
+
+
+class Unexplained(ProposerSolverEnv):
+    def _propose(self, proposal: str) -> None:
+        super()._propose(proposal)
+        self.infos["proposer"].pop("reason", None)
+
+
+@pytest.mark.parametrize(
+    "cls, kwargs, message",
+    [
+        (GlobalRandom, {}, "global random"),
+        (SharedRng, {"source": "dataset"}, "not deterministic|copies share RNG state|does not fully reset"),
+        (NarrowRange, {}, r"outside spec.reward_range \(-1.0, 0.5\)"),
+        (TooFewTurns, {}, "more than spec.max_turns = 2"),
+        (NotZeroSum, {}, "spec.zero_sum but the returns"),
+        (LeakyObservation, {}, "observation of ready seat .* changed when another ready seat acted"),
+        (WrongReadyOrder, {}, "must list distinct seats starting at agent_selection"),
+        (Crashy, {}, "the game raised RuntimeError: cannot handle parentheses"),
+        (Unexplained, {}, r"invalid move must be explained"),
+    ],
+)
+def test_check_game_catches(scratch_registry, heldout_path: str, cls: type, kwargs: dict, message: str) -> None:
+    if kwargs.get("source") == "dataset":
+        kwargs = {**kwargs, "dataset": heldout_path}
+    register("broken-v0", cls, scripted=SCRIPTED)
+    with pytest.raises(AssertionError, match=message):
+        check_game("broken-v0", {"num_solvers": 3, **kwargs}, episodes=12)
+
+
+def test_check_game_requires_a_scripted_twin_per_role(scratch_registry) -> None:
+    register("no_twins-v0", ProposerSolverEnv, scripted={"solver": SCRIPTED["solver"]})
+    with pytest.raises(AssertionError, match="role 'proposer' has no scripted twin"):
+        check_game("no_twins-v0")
+
+
+def test_check_game_passes_the_unbroken_game_and_validates_episodes() -> None:
+    check_game("proposer_solver-v0", {"num_solvers": 3}, episodes=12)
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        check_game("proposer_solver-v0", episodes=0)
+
+
+class BareTextObservation(ProposerSolverEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.observation_spaces = {a: space["text"] for a, space in self.observation_spaces.items()}
+
+
+def test_check_game_requires_the_dict_observation_contract(scratch_registry) -> None:
+    register("bare_text-v0", BareTextObservation, scripted=SCRIPTED)
+    with pytest.raises(AssertionError, match="must be a Dict with a Text 'text' entry"):
+        check_game("bare_text-v0")
