@@ -1,0 +1,227 @@
+"""Policy: loading by path, batched generation, behaviour log-probabilities (token-in/token-out)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from cogym.agents.errors import ModelLoadError
+from cogym.agents.policy import Policy, SamplingParams, tiny_model_path
+
+MESSAGES = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "37+45"}]
+
+
+def _prompts(policy: Policy) -> list[list[int]]:
+    """Prompts of different lengths, so the batch is left-padded."""
+    return [
+        policy.render(MESSAGES),
+        policy.render([{"role": "user", "content": "1+2"}]),
+        policy.render([{"role": "system", "content": "Propose."}, {"role": "user", "content": "Propose a problem."}]),
+        policy.render([{"role": "user", "content": "99*99"}]),
+    ]
+
+
+def _fresh_logprobs(policy: Policy, prompt: list[int], response: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """Log-probs of ``response`` after ``prompt`` from one unpadded forward pass."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids).logits[0].float() / temperature  # (P+R, V)
+    logp = torch.log_softmax(logits[len(prompt) - 1: len(prompt) + len(response) - 1], dim=-1)
+    return logp.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+
+
+# ------------------------------------------------------------------ loading
+def test_nonexistent_path_raises_model_load_error_naming_it(tmp_path):
+    missing = tmp_path / "no" / "such" / "model"
+    with pytest.raises(ModelLoadError, match="does not exist") as err:
+        Policy.from_pretrained(missing)
+    assert str(missing) in str(err.value)
+
+
+def test_file_instead_of_directory_raises(tmp_path):
+    f = tmp_path / "model.safetensors"
+    f.write_text("x")
+    with pytest.raises(ModelLoadError) as err:
+        Policy.from_pretrained(f)
+    assert str(f) in str(err.value)
+
+
+def test_directory_without_config_json_raises_naming_it(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match="config.json") as err:
+        Policy.from_pretrained(tmp_path)
+    assert str(tmp_path) in str(err.value)
+
+
+def test_model_load_error_is_a_value_error():
+    # The CLI turns ValueErrors into a one-line message and exit code 2.
+    assert issubclass(ModelLoadError, ValueError)
+
+
+def test_invalid_config_json_raises_model_load_error(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError) as err:
+        Policy.from_pretrained(tmp_path)
+    assert str(tmp_path) in str(err.value)
+
+
+def test_missing_weights_raise_model_load_error(tiny_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(ModelLoadError) as err:
+        Policy.from_pretrained(broken)
+    assert str(broken) in str(err.value)
+
+
+@pytest.mark.xfail(reason="BUG: agents/policy.py from_pretrained catches only (OSError, ValueError); a corrupt "
+                          "model.safetensors raises safetensors.SafetensorError, which escapes as a non-ModelLoadError "
+                          "(the CLI then prints a traceback)", strict=True)
+def test_corrupt_weights_raise_model_load_error(tiny_model_dir, tmp_path):
+    broken = tmp_path / "corrupt"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "model.safetensors").write_text("garbage")
+    with pytest.raises(ModelLoadError) as err:
+        Policy.from_pretrained(broken)
+    assert str(broken) in str(err.value)
+
+
+def test_tiny_names_the_embedded_model_directory():
+    path = tiny_model_path()
+    assert path.name == "tiny" and path.parent.name == "agents"
+
+
+def test_loaded_policy_matches_the_saved_model(tiny_model_dir):
+    from safetensors.torch import load_file
+
+    saved = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    p = Policy.from_pretrained(tiny_model_dir)
+    assert p.name == Path(tiny_model_dir).name
+    assert Policy.from_pretrained(tiny_model_dir, name="solver").name == "solver"
+    loaded = p.model.state_dict()
+    assert saved
+    for k, v in saved.items():
+        assert torch.equal(loaded[k], v), k
+    assert p.eos_ids == [p.tokenizer.eos_token_id]
+    assert p.tokenizer.padding_side == "left"
+    assert not p.model.training
+
+
+def test_save_then_load_round_trips_weights(policy, tmp_path):
+    with torch.no_grad():
+        for prm in policy.model.parameters():
+            prm.add_(0.01)
+    policy.save(tmp_path / "p")
+    again = Policy.from_pretrained(tmp_path / "p")
+    for (k, a), b in zip(policy.model.state_dict().items(), again.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert again.render(MESSAGES) == policy.render(MESSAGES)
+
+
+# ------------------------------------------------------------------ rendering
+def test_render_uses_the_chat_template(policy):
+    ids = policy.render(MESSAGES)
+    assert policy.tokenizer.decode(ids) == "<|system|>Solve.<|end|><|user|>37+45<|end|><|assistant|>"
+    assert all(isinstance(i, int) for i in ids)
+
+
+# ------------------------------------------------------------------ sampling params
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(temperature=-0.1), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+])
+def test_sampling_params_validate(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_temperature_zero_is_greedy():
+    assert SamplingParams(temperature=0).greedy and not SamplingParams(temperature=0.7).greedy
+
+
+# ------------------------------------------------------------------ generation
+def test_generate_empty_batch(policy):
+    assert policy.generate([], SamplingParams()) == []
+
+
+def test_generate_shapes_eos_and_logprobs(policy):
+    torch.manual_seed(0)
+    sampling = SamplingParams(max_new_tokens=40, temperature=1.0)
+    prompts = _prompts(policy) * 8
+    gens = policy.generate(prompts, sampling)
+    assert len(gens) == len(prompts)
+    eos = policy.tokenizer.eos_token_id
+    finished = [g for g in gens if g.finished]
+    unfinished = [g for g in gens if not g.finished]
+    # A random 103-token model stops within 40 tokens sometimes, not always (seeded: both happen).
+    assert finished and unfinished
+    for g, p in zip(gens, prompts):
+        assert g.prompt_ids == p
+        assert len(g.logprobs) == len(g.response_ids) >= 1
+        assert all(lp <= 0.0 for lp in g.logprobs)
+        assert all(isinstance(i, int) for i in g.response_ids)
+        assert eos not in g.response_ids[:-1], "generation must stop at the first end token"
+        assert g.text == policy.decode(g.response_ids)
+    for g in finished:
+        assert g.response_ids[-1] == eos
+    for g in unfinished:
+        assert len(g.response_ids) == sampling.max_new_tokens
+        assert g.response_ids[-1] != eos
+
+
+def test_greedy_generation_is_deterministic(policy):
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    prompts = _prompts(policy)
+    torch.manual_seed(1)
+    a = policy.generate(prompts, greedy)
+    torch.manual_seed(2)
+    b = policy.generate(prompts, greedy)
+    assert [g.response_ids for g in a] == [g.response_ids for g in b]
+    for x, y in zip(a, b):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-6)
+
+
+def test_greedy_batch_equals_one_prompt_at_a_time(policy):
+    # Left padding must not change what a prompt generates.
+    greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
+    prompts = _prompts(policy)
+    batched = policy.generate(prompts, greedy)
+    for p, g in zip(prompts, batched):
+        alone = policy.generate([p], greedy)[0]
+        assert alone.response_ids == g.response_ids
+        assert alone.logprobs == pytest.approx(g.logprobs, abs=1e-4)
+
+
+def test_greedy_picks_the_argmax(policy):
+    prompt = policy.render(MESSAGES)
+    g = policy.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))[0]
+    ids = torch.tensor([prompt + g.response_ids])
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids).logits[0]
+    argmax = logits[len(prompt) - 1: len(prompt) + len(g.response_ids) - 1].argmax(-1).tolist()
+    assert argmax == g.response_ids
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0, 0.5])
+def test_behaviour_logprobs_equal_a_fresh_forward_pass(policy, temperature):
+    torch.manual_seed(3)
+    prompts = _prompts(policy) * 2
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=10, temperature=temperature))
+    scale = 1.0 if temperature == 0.0 else temperature
+    for p, g in zip(prompts, gens):
+        fresh = _fresh_logprobs(policy, p, g.response_ids, temperature=scale)
+        torch.testing.assert_close(torch.tensor(g.logprobs), fresh, atol=1e-4, rtol=0)
+
+
+def test_generate_restores_training_mode(policy):
+    policy.model.train()
+    policy.generate([policy.render(MESSAGES)], SamplingParams(max_new_tokens=2))
+    assert policy.model.training
+    policy.model.eval()
+    policy.generate([policy.render(MESSAGES)], SamplingParams(max_new_tokens=2))
+    assert not policy.model.training

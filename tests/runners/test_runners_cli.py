@@ -1,0 +1,134 @@
+"""The ``cogym`` command: every subcommand has --help, and user errors are one line with exit code 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cogym.runners.cli import main
+
+COGYM = Path(sys.executable).with_name("cogym")
+
+
+def _fast_overrides(model_dir) -> list[str]:
+    """Both seats on the test model and the torch engine, so nothing depends on agents/tiny or DeepSpeed."""
+    return [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
+            "learners.proposer.engine=torch", "learners.solver.engine=torch"]
+
+
+def _one_line_error(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected a one-line error, got:\n{err}"
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["eval", "--help"], ["games", "--help"]])
+def test_help_exits_zero(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: cogym" in out
+
+
+def test_top_level_help_lists_the_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("train", "eval", "games"):
+        assert cmd in out
+
+
+def test_train_help_mentions_overrides_and_resume(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "overrides" in out and "--resume" in out and "--run-dir" in out
+
+
+def test_no_subcommand_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+
+
+def test_console_script_help():
+    assert COGYM.is_file(), f"console script not installed at {COGYM}"
+    proc = subprocess.run([str(COGYM), "--help"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: cogym" in proc.stdout
+
+
+def test_games_lists_the_registry(capsys):
+    assert main(["games"]) == 0
+    out = capsys.readouterr().out
+    assert "proposer_solver" in out
+    assert "proposer" in out and "solver" in out
+
+
+def test_train_typo_key_exits_2_with_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "learners.solver.lrr=1"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith("cogym train: error:")
+    assert "learners.solver.lrr" in line and "did you mean 'lr'" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_config_file_then_typo_override(capsys, tmp_path, monkeypatch):
+    from cogym.runners.config import default_config_path
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", str(default_config_path()), "run.iteratons=3"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "run.iteratons" in line and "did you mean 'iterations'" in line
+
+
+def test_train_missing_config_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "no_such.yaml"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "no_such.yaml" in line
+
+
+def test_train_missing_model_dir_exits_2_naming_the_path(capsys, tmp_path, monkeypatch, tiny_model_dir):
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--no-progress", "--run-dir", str(tmp_path / "run"), *_fast_overrides(tiny_model_dir),
+            "policies.solver.model=/no/such/dir"]
+    assert main(argv) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "/no/such/dir" in line
+    assert not (tmp_path / "run").exists(), "a run that cannot start leaves no run directory"
+
+
+def test_train_missing_model_dir_alone_exits_2(capsys, tmp_path, monkeypatch):
+    # Exactly the brief's command: whatever the proposer's default model is, the exit is a clean 2.
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--no-progress", "policies.proposer.model=/no/such/dir",
+                 "policies.solver.model=/no/such/dir"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "/no/such/dir" in line
+
+
+def test_train_resume_without_run_dir(capsys, tmp_path):
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "config.yaml" in line and str(tmp_path / "nothing") in line
+
+
+def test_eval_missing_model_exits_2(capsys, tmp_path):
+    assert main(["eval", "--model", str(tmp_path / "missing")]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert line.startswith("cogym eval: error:") and str(tmp_path / "missing") in line
+
+
+def test_eval_runs_on_a_model_dir(capsys, tiny_model_dir):
+    assert main(["eval", "--model", str(tiny_model_dir), "--size", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy" in out and "on 7 problems" in out

@@ -1,0 +1,277 @@
+"""The training loop on a tiny random model: run directory, checkpoints, resume, summary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cogym.runners import train as train_mod
+from cogym.runners.config import load_config
+from cogym.runners.train import iteration_seeds, last_checkpoint, rollout_metrics, train
+
+
+def _overrides(model_dir, iterations: int = 2, engine: str = "torch", extra: list[str] | None = None) -> list[str]:
+    return [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
+            f"learners.solver.engine={engine}", f"learners.proposer.engine={engine}",
+            f"run.iterations={iterations}", "game.num_games=2", "game.kwargs.num_solvers=2", "eval.size=20",
+            *(extra or [])]
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _iteration_rows(run_dir: Path) -> list[dict]:
+    return [r for r in _rows(run_dir) if "rollout_s" in r]
+
+
+@pytest.fixture(scope="module")
+def run2(tiny_model_dir, tmp_path_factory):
+    """One finished 2-iteration run (torch engine); tests that modify it work on a copy."""
+    cfg = load_config(None, _overrides(tiny_model_dir))
+    path = tmp_path_factory.mktemp("train") / "run"
+    summary = train(cfg, run_path=path, progress=False)
+    return cfg, path, summary
+
+
+def test_run_directory_layout(run2):
+    cfg, path, summary = run2
+    assert yaml.safe_load((path / "config.yaml").read_text()) == cfg.to_dict()
+    assert load_config(path / "config.yaml").to_dict() == cfg.to_dict()  # what --resume reloads
+    its = _iteration_rows(path)
+    assert [r["iteration"] for r in its] == [1, 2]
+    for r in its:
+        assert {"proposer/reward", "solver/reward", "tokens_per_s", "turns", "update_s"} <= set(r)
+        assert "proposer/loss" in r  # the proposer always moves, so its learner always updates
+    evals = [r for r in _rows(path) if "heldout_acc" in r]
+    assert [r["iteration"] for r in evals] == [0, 2]
+    assert all(0.0 <= r["heldout_acc"] <= 1.0 for r in evals)
+    events = list((path / "tb").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    png = path / "learning_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_checkpoint_contents(run2):
+    _, path, _ = run2
+    ckpts = sorted(p.name for p in (path / "checkpoints").iterdir())
+    assert ckpts == ["step_000002"]  # checkpoint_every=20 > iterations: only the final one, no temp dirs left
+    ck = path / "checkpoints" / "step_000002"
+    assert json.loads((ck / "trainer_state.json").read_text())["iteration"] == 2
+    for pid in ("proposer", "solver"):
+        for f in ("config.json", "model.safetensors", "tokenizer.json"):
+            assert (ck / "policies" / pid / f).is_file(), f"{pid}/{f}"
+        assert (ck / "learners" / pid / "optimizer.pt").is_file()
+    assert json.loads((ck / "learners" / "proposer" / "state.json").read_text())["steps"] == 2
+    assert last_checkpoint(path) == ck
+
+
+def test_checkpoint_loads_as_a_policy(run2):
+    from cogym.agents.policy import Policy
+
+    _, path, _ = run2
+    p = Policy.from_pretrained(path / "checkpoints" / "step_000002" / "policies" / "solver")
+    assert p.render([{"role": "user", "content": "1+1"}])
+
+
+def test_summary(run2):
+    _, path, summary = run2
+    on_disk = json.loads((path / "summary.json").read_text())
+    assert on_disk == summary
+    assert summary["engines"] == ["torch"]
+    assert summary["iterations"] == 2
+    assert summary["run_dir"] == str(path)
+    assert "heldout_acc_before" in summary and "heldout_acc_after" in summary
+    its = _iteration_rows(path)
+    assert summary["proposer_reward_last5"] == pytest.approx(sum(r["proposer/reward"] for r in its) / len(its))
+    assert summary["wall_s"] >= 0
+
+
+def test_resume_continues_from_the_last_checkpoint(run2, tmp_path, monkeypatch, tiny_model_dir):
+    _, src, _ = run2
+    path = tmp_path / "run"
+    shutil.copytree(src, path)
+    ck = path / "checkpoints" / "step_000002"
+    # Mark the checkpoint's weights so we can tell them from the config's model.
+    from safetensors.torch import load_file, save_file
+
+    weights_file = ck / "policies" / "solver" / "model.safetensors"
+    weights = load_file(str(weights_file))
+    weights["model.norm.weight"] = weights["model.norm.weight"] + 0.5
+    save_file(weights, str(weights_file), metadata={"format": "pt"})
+
+    seen = {}
+    real_build = train_mod.build
+
+    def spy_build(cfg, policy_dirs=None):
+        run = real_build(cfg, policy_dirs)
+        seen["policy_dirs"] = policy_dirs
+        seen["solver_norm"] = run.policies["solver"].model.state_dict()["model.norm.weight"].clone()
+        return run
+
+    monkeypatch.setattr(train_mod, "build", spy_build)
+    before = _rows(path)
+    cfg3 = load_config(path / "config.yaml", ["run.iterations=3"])
+    summary = train(cfg3, run_path=path, resume=True, progress=False)
+
+    assert seen["policy_dirs"] == {"proposer": ck / "policies" / "proposer", "solver": ck / "policies" / "solver"}
+    assert torch.equal(seen["solver_norm"], weights["model.norm.weight"])
+    after = _rows(path)
+    assert after[: len(before)] == before  # appended, not rewritten
+    new_its = [r for r in after[len(before):] if "rollout_s" in r]
+    assert [r["iteration"] for r in new_its] == [3]
+    assert [r["iteration"] for r in _iteration_rows(path)] == [1, 2, 3]
+    ck3 = path / "checkpoints" / "step_000003"
+    assert last_checkpoint(path) == ck3
+    assert json.loads((ck3 / "trainer_state.json").read_text())["iteration"] == 3
+    assert json.loads((ck3 / "learners" / "proposer" / "state.json").read_text())["steps"] == 3  # 2 restored + 1
+    assert summary["iterations"] == 3 and summary["engines"] == ["torch"]
+
+
+def test_resume_replays_the_same_iteration(run2, tmp_path, tiny_model_dir):
+    """2 iterations + resume to 3 gives the same iteration 3 as 3 iterations straight through."""
+    _, src, _ = run2
+    resumed = tmp_path / "resumed"
+    shutil.copytree(src, resumed)
+    train(load_config(resumed / "config.yaml", ["run.iterations=3"]), run_path=resumed, resume=True, progress=False)
+    straight = tmp_path / "straight"
+    train(load_config(None, _overrides(tiny_model_dir, iterations=3)), run_path=straight, progress=False)
+    a, b = _iteration_rows(resumed)[-1], _iteration_rows(straight)[-1]
+    for key in ("proposer/reward", "solver/reward", "turns", "proposer/response_tokens"):
+        assert a[key] == b[key], key
+
+
+def test_resume_without_checkpoint_fails(tmp_path, tiny_model_dir):
+    cfg = load_config(None, _overrides(tiny_model_dir))
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        train(cfg, run_path=tmp_path / "empty", resume=True, progress=False)
+
+
+def test_last_checkpoint_ignores_partial_and_temporary_dirs(tmp_path):
+    ck = tmp_path / "checkpoints"
+
+    def make(name: str, complete: bool = True) -> Path:
+        d = ck / name
+        (d / "policies").mkdir(parents=True)
+        if complete:
+            (d / "trainer_state.json").write_text(json.dumps({"iteration": 1}))
+        return d
+
+    assert last_checkpoint(tmp_path) is None
+    s2 = make("step_000002")
+    assert last_checkpoint(tmp_path) == s2
+    make(".tmp_step_000004")  # being written (has its trainer_state already): never picked
+    make("step_000003", complete=False)  # no trainer_state.json: incomplete
+    assert last_checkpoint(tmp_path) == s2
+    s10 = make("step_000010")
+    assert last_checkpoint(tmp_path) == s10  # numeric order, not a plain string race
+
+
+def test_iteration_seeds_are_a_pure_function():
+    assert iteration_seeds(0, 3, 4) == iteration_seeds(0, 3, 4)
+    assert iteration_seeds(0, 3, 4) != iteration_seeds(0, 4, 4)
+    assert iteration_seeds(0, 3, 4) != iteration_seeds(1, 3, 4)
+    assert len(set(iteration_seeds(0, 1, 16))) == 16
+
+
+def test_no_checkpoint_when_disabled(tmp_path, tiny_model_dir):
+    cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
+                                       extra=["run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false",
+                                              "eval.heldout=false"]))
+    summary = train(cfg, run_path=tmp_path / "r", progress=False)
+    assert not (tmp_path / "r" / "checkpoints").exists()
+    assert not (tmp_path / "r" / "tb").exists() and not (tmp_path / "r" / "learning_curve.png").exists()
+    assert "heldout_acc_before" not in summary
+    assert [r["iteration"] for r in _rows(tmp_path / "r")] == [1]
+
+
+def test_dataset_recipe_trains_the_solver_only(tmp_path, tiny_model_dir):
+    from importlib import resources
+
+    data = str(resources.files("cogym.envs").joinpath("data", "arithmetic_heldout.jsonl"))
+    cfg_file = tmp_path / "dataset.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "run": {"name": "ds", "iterations": 1, "checkpoint_every": 1, "tensorboard": False, "plot": False},
+        "game": {"id": "proposer_solver-v0", "num_games": 2,
+                 "kwargs": {"num_solvers": 3, "source": "dataset", "dataset": data}},
+        "seats": {"solver": "solver"},
+        "policies": {"solver": {"model": str(tiny_model_dir), "sampling": {"max_new_tokens": 4}}},
+        "learners": {"solver": {"algorithm": "rloo", "engine": "torch", "lr": 1e-3}},
+        "prompts": {"solver": {"system": "Solve."}},
+        "eval": {"size": 10},
+    }))
+    summary = train(load_config(cfg_file), run_path=tmp_path / "r", progress=False)
+    (row,) = _iteration_rows(tmp_path / "r")
+    assert row["turns"] == 6.0
+    assert 6 <= row["solver/response_tokens"] <= 6 * 4
+    assert summary["engines"] == ["torch"]
+    assert (tmp_path / "r" / "checkpoints" / "step_000001" / "policies" / "solver" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_summary_names_the_deepspeed_engine(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    cfg = load_config(None, _overrides(tiny_model_dir, iterations=1, engine="deepspeed",
+                                       extra=["run.tensorboard=false", "run.plot=false"]))
+    summary = train(cfg, run_path=tmp_path / "r", progress=False)
+    assert summary["engines"] == ["deepspeed"]
+    assert (tmp_path / "r" / "checkpoints" / "step_000001" / "learners" / "solver" / "optimizer.pt").is_file()
+
+
+def test_mixed_engines_are_all_named(tmp_path, tiny_model_dir):
+    cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
+                                       extra=["learners.proposer.algorithm=frozen", "run.tensorboard=false",
+                                              "run.plot=false", "run.checkpoint_every=0", "eval.heldout=false"]))
+    summary = train(cfg, run_path=tmp_path / "r", progress=False)
+    assert summary["engines"] == ["torch"]  # the frozen proposer has no engine
+    cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
+                                       extra=["learners.proposer.algorithm=frozen", "learners.solver.algorithm=frozen",
+                                              "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=0",
+                                              "eval.heldout=false"]))
+    assert train(cfg, run_path=tmp_path / "r2", progress=False)["engines"] == ["none (all frozen)"]
+
+
+# ------------------------------------------------------------------ bugs
+@pytest.mark.xfail(reason="BUG: runners/train.py rollout_metrics counts solvers that never answered (the proposal was "
+                          "invalid, info['correct'] is None) as wrong: bool(None) is False, so solver/correct is "
+                          "diluted by games the solvers never played", strict=True)
+def test_solver_accuracy_counts_only_solvers_that_answered():
+    from cogym.agents.scripted import ScriptedAgent
+    from cogym.envs import make, scripted_strategies
+    from cogym.runners.rollout import RolloutResult, rollout
+
+    twins = scripted_strategies("proposer_solver-v0")
+    oracle = ScriptedAgent(twins["solver"]["oracle"], name="oracle")
+
+    def play(proposer_twin):
+        proposer = ScriptedAgent(twins["proposer"][proposer_twin], name=proposer_twin)
+        agents = {"proposer": proposer, "solver": oracle}
+        return rollout([make("proposer_solver-v0", num_solvers=2) for _ in range(2)],
+                       lambda seat, role: (role, agents[role]), {}, seeds=[0, 1])
+
+    good, bad = play("random"), play("garbage")
+    mixed = RolloutResult(turns=[], returns=good.returns + bad.returns, infos=good.infos + bad.infos)
+    m = rollout_metrics(mixed, ("proposer", "solver"))
+    assert m["solver/correct"] == 1.0  # every solver that answered was right
+
+
+@pytest.mark.xfail(reason="BUG: runners/train.py resume appends to metrics.jsonl without dropping the lines logged "
+                          "after the checkpoint it resumes from (a crash between checkpoints), so replayed iterations "
+                          "appear twice in metrics.jsonl, the plot and TensorBoard (SummaryWriter has no purge_step)",
+                   strict=True)
+def test_resume_after_a_crash_between_checkpoints_has_no_duplicate_iterations(run2, tmp_path):
+    _, src, _ = run2
+    path = tmp_path / "run"
+    shutil.copytree(src, path)
+    # Simulate a crash after iteration 2 was logged but before its checkpoint: only step_1 exists.
+    ck = path / "checkpoints"
+    shutil.copytree(ck / "step_000002", ck / "step_000001")
+    (ck / "step_000001" / "trainer_state.json").write_text(json.dumps({"iteration": 1, "seed": 0}))
+    shutil.rmtree(ck / "step_000002")
+    train(load_config(path / "config.yaml", ["run.iterations=3"]), run_path=path, resume=True, progress=False)
+    assert [r["iteration"] for r in _iteration_rows(path)] == [1, 2, 3]
