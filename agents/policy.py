@@ -8,12 +8,14 @@ decode-then-re-encode in between).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors import SafetensorError
 
 from .errors import ModelLoadError
 
@@ -71,6 +73,8 @@ class Policy:
         if tokenizer.pad_token_id is None:
             raise ModelLoadError(f"tokenizer of policy {name!r} has no pad token; set one in its tokenizer_config.json")
         self.eos_ids = _eos_ids(model, tokenizer)
+        # Context that makes the full weights visible (a ZeRO-3 engine sets it to gather shards).
+        self.gather = contextlib.nullcontext
 
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
@@ -87,7 +91,7 @@ class Policy:
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
         tokenizer.padding_side = "left"
         model.eval()
@@ -126,8 +130,9 @@ class Policy:
                           top_k=sampling.top_k or None)
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                                  **kwargs)
+        with self.gather():
+            out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                      **kwargs)
         if was_training:
             self.model.train()
         new = out.sequences[:, width:].cpu()  # (B, T)
@@ -149,7 +154,8 @@ class Policy:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
+        with self.gather():
+            self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
 
 

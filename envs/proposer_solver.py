@@ -76,13 +76,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, OPS, Domain, is_strict_answer
+from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, OPS, PROPOSER_REQUEST, Domain, is_strict_answer
 from cogym.envs.base import CogymEnv, GameSpec, seat_names, text_space
 from cogym.envs.datasets import load_problems
 from cogym.envs.verifiers import VERIFIER_NAMES, make_verifier
 
 GAME_ID = "proposer_solver-v0"
-PROPOSER_REQUEST = "Propose a problem."
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
 MAX_MESSAGE_CHARS = 2048  # bound of the action space (random sampling); replies are read bounded anyway
 SOURCES = ("proposer", "dataset")

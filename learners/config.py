@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 
@@ -11,6 +11,9 @@ class LearnerConfig:
     """How one policy is trained (ALGORITHMS.md names and defaults)."""
 
     algorithm: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | frozen
+    # A policy shared by several roles may use a different estimator per role, e.g.
+    # {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two algorithms).
+    role_algorithms: dict = field(default_factory=dict)
     engine: str = "deepspeed"  # deepspeed | torch
     lr: float = 1e-4
     weight_decay: float = 0.0

@@ -22,9 +22,10 @@ from .config import LearnerConfig
 
 class Engine(Protocol):
     name: str
-    model: torch.nn.Module
+    model: torch.nn.Module  # the bare HF module (generation, saving)
+    train_module: torch.nn.Module  # what the training forward calls (the engine's own wrapper)
 
-    def backward(self, loss: torch.Tensor) -> None: ...
+    def backward(self, loss: torch.Tensor, last: bool = True) -> None: ...
 
     def step(self) -> dict[str, float]: ...
 
@@ -44,12 +45,12 @@ class TorchEngine:
     name = "torch"
 
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
-        self.model = model
+        self.model = self.train_module = model
         self.cfg = cfg
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                            weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, last: bool = True) -> None:
         loss.backward()
 
     def step(self) -> dict[str, float]:
@@ -83,6 +84,12 @@ def init_single_process_distributed() -> None:
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if os.environ["WORLD_SIZE"] == "1":
+        # DeepSpeed compiles a shared-memory all-reduce op (about a minute on 2 cores) when its
+        # CPU backend starts; one rank never all-reduces through it, so skip the build.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     deepspeed.init_distributed(dist_backend=backend, verbose=False)
 
@@ -127,22 +134,32 @@ class DeepSpeedEngine:
         self.ds, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params,
                                                              optimizer=optimizer, config=ds_cfg)
         self.model = self.ds.module
+        # The forward must run through the DeepSpeed engine: ZeRO-3 hooks and micro-step
+        # bookkeeping live there (a bare-module forward makes ZeRO-3 keep only the last
+        # micro-batch's gradient).
+        self.train_module = self.ds
         self._pending = 0
 
-    def backward(self, loss: torch.Tensor) -> None:
-        # Not a boundary until step(): gradients accumulate across micro-batches.
-        self.ds.set_gradient_accumulation_boundary(False)
+    def backward(self, loss: torch.Tensor, last: bool = True) -> None:
+        # Gradients accumulate locally across micro-batches; ZeRO reduces and partitions them in
+        # the backward of the last one, which must therefore be marked as the boundary.
+        self.ds.set_gradient_accumulation_boundary(last)
         self.ds.backward(loss, scale_wrt_gas=False)
         self._pending += 1
 
     def step(self) -> dict[str, float]:
         if self._pending == 0:
             return {}
-        self.ds.set_gradient_accumulation_boundary(True)
+        manual = None
+        if self.cfg.zero_stage == 0:
+            # Stage 0 with a client optimizer does not record the norm; measure it before the step.
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            manual = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
         self.ds.step()
         self._pending = 0
         norm = self.ds.get_global_grad_norm()
-        return {"grad_norm": float(norm)} if norm is not None else {}
+        norm = manual if norm is None else float(norm)
+        return {"grad_norm": norm} if norm is not None else {}
 
     def save(self, directory: Path) -> None:
         state = self.optimizer.state_dict()

@@ -72,12 +72,14 @@ class TokenBatch:
                           [self.group_keys[i] for i in ii])
 
 
-def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits (N, L, V) at the positions that predict each response token, and their log-probs (N, L)."""
+def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch,
+                             temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits / temperature (N, L, V) at the positions that predict each response token, and the
+    log-probs (N, L) of the response tokens under them (the distribution the rollout sampled)."""
     width = int(b.attention_mask.sum(1).max())
     logits = model(input_ids=b.input_ids[:, :width], attention_mask=b.attention_mask[:, :width]).logits
     idx = b.resp_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    resp_logits = logits.gather(1, idx).float()  # (N, L, V)
+    resp_logits = logits.gather(1, idx).float() / temperature  # (N, L, V)
     logp = torch.log_softmax(resp_logits, dim=-1).gather(-1, b.resp_ids.unsqueeze(-1)).squeeze(-1)
     return resp_logits, logp * b.mask
 
@@ -101,20 +103,28 @@ ADVANTAGES: dict[str, Callable] = {
 class Learner:
     """Trains one policy with one algorithm on an engine."""
 
-    def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None) -> None:
-        if cfg.algorithm not in ADVANTAGES:
-            raise ValueError(f"algorithm must be one of {', '.join(ADVANTAGES)}, got {cfg.algorithm!r}")
+    def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
+                 temperature: float = 1.0) -> None:
+        """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
+        the ratio against the behaviour log-probs is 1 on fresh samples."""
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+        for name in (cfg.algorithm, *cfg.role_algorithms.values()):
+            if name not in ADVANTAGES:
+                raise ValueError(f"algorithm must be one of {', '.join(ADVANTAGES)}, got {name!r}")
         self.policy = policy
         self.cfg = cfg
         needs_ref = cfg.kl_in_reward != "off" or cfg.kl_in_loss != "off"
         self.ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if needs_ref else None
         policy.model.train()
         self.engine = engine or make_engine(policy.model, cfg)
+        policy.gather = self.engine.gathered_params
         self.steps = 0
 
     @torch.no_grad()
     def _ref_logp(self, b: TokenBatch) -> torch.Tensor:
-        return response_logits_and_logp(self.ref_model, b)[1]
+        return response_logits_and_logp(self.ref_model, b, self.temperature)[1]
 
     @torch.no_grad()
     def advantages(self, b: TokenBatch, ref_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
@@ -126,8 +136,8 @@ class Learner:
             token_rewards = adv_fns.apply_kl_in_reward(token_rewards, kl, b.mask, self.cfg.kl_reward_coef)
             metrics["kl_reward"] = float((kl.sum(1) / b.mask.sum(1).clamp(min=1)).mean())
         out = torch.zeros_like(b.mask)
-        fn = ADVANTAGES[self.cfg.algorithm]
         for role in sorted(set(b.roles)):
+            fn = ADVANTAGES[self.cfg.role_algorithms.get(role, self.cfg.algorithm)]
             idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role])
             groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()])
             out[idx] = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups).to(out.dtype)
@@ -146,12 +156,13 @@ class Learner:
         n_tok = float(b.mask.sum())
         n_seq = float(len(turns)) if cfg.loss_agg == "dr_grpo" else float((b.mask.sum(1) > 0).sum())
         sums: dict[str, float] = {}
-        model = self.engine.model
+        model = self.engine.train_module
         model.train()
+        chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
         for _ in range(cfg.epochs):
-            for ix in torch.arange(len(turns)).split(cfg.micro_batch_size):
+            for k, ix in enumerate(chunks):
                 mb = b.rows(ix)
-                logits, logp = response_logits_and_logp(model, mb)
+                logits, logp = response_logits_and_logp(model, mb, self.temperature)
                 pg, pg_metrics = clipped_policy_loss(logp, mb.logp_old, adv[ix], mb.mask, clip_low=cfg.clip_low,
                                                      clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
                 agg = dict(num_tokens=n_tok, num_seqs=n_seq, norm_const=cfg.norm_const)
@@ -166,7 +177,7 @@ class Learner:
                     ent = aggregate(entropy_from_logits(logits), mb.mask, cfg.loss_agg, **agg)
                     loss = loss - cfg.entropy_coef * ent
                     sums["entropy"] = sums.get("entropy", 0.0) + float(ent.detach())
-                self.engine.backward(loss)
+                self.engine.backward(loss, last=k == len(chunks) - 1)
                 sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
                 with torch.no_grad():
                     drift = ((logp - mb.logp_old).abs() * mb.mask).sum() / n_tok

@@ -57,7 +57,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
         s = pc.sampling
         agents[pid] = LLMAgent(policies[pid], SamplingParams(s.max_new_tokens, s.temperature, s.top_p, s.top_k), name=pid)
         if cfg.learners[pid].algorithm != "frozen":
-            learners[pid] = Learner(policies[pid], cfg.learners[pid])
+            learners[pid] = Learner(policies[pid], cfg.learners[pid], temperature=s.temperature)
     twins = scripted_strategies(cfg.game.id)
     for seat_or_role, pid in cfg.seats.items():
         if pid.startswith(SCRIPTED_PREFIX):

@@ -63,8 +63,9 @@ def _batch(examples, pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return ids, attn, labels
 
 
-def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.40, target_high: float = 0.55,
+def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high: float = 0.55,
           max_steps: int = 6000, batch_size: int = 128, lr: float = 2e-3, eval_every: int = 100,
+          eval_every_close: int = 25,
           hidden: int = 128, layers: int = 4, quiet: bool = False) -> dict:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -97,7 +98,8 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.40, target_high
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % eval_every == 0:
+        # Accuracy rises steeply once the model "gets" carries, so evaluate often near the band.
+        if step % (eval_every_close if acc >= 0.1 else eval_every) == 0:
             acc = heldout_accuracy(policy, heldout, prompts["solver"])
             history.append({"step": step, "loss": float(loss.detach()), "heldout_acc": acc, "t": time.time() - t0})
             if not quiet:
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cogym build-tiny-model", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=tiny_model_path(), help="output directory (default: the embedded model's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--target-low", type=float, default=0.40, help="stop once greedy held-out accuracy reaches this")
+    ap.add_argument("--target-low", type=float, default=0.35, help="stop once greedy held-out accuracy reaches this")
     ap.add_argument("--target-high", type=float, default=0.55, help="fail if accuracy overshoots this")
     ap.add_argument("--max-steps", type=int, default=6000)
     ap.add_argument("--eval-every", type=int, default=100)

@@ -225,11 +225,19 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.iterations must be >= 1, got {cfg.run.iterations}")
     if cfg.run.checkpoint_every < 0:
         raise ConfigError(f"run.checkpoint_every must be >= 0 (0 disables), got {cfg.run.checkpoint_every}")
+    if cfg.run.eval_every < 0:
+        raise ConfigError(f"run.eval_every must be >= 0 (0: only before and after), got {cfg.run.eval_every}")
+    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1:
+        raise ConfigError(f"eval.size and eval.max_new_tokens must be >= 1, got {cfg.eval.size} and {cfg.eval.max_new_tokens}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
     if not cfg.seats:
         raise ConfigError("seats is empty; map each role to a policy, e.g. seats: {solver: solver}")
     for seat, pid in cfg.seats.items():
+        if not isinstance(pid, str):
+            raise ConfigError(f"seats.{seat} must be a policy id (a string), got {pid!r}")
+        if pid.startswith("scripted:"):
+            continue  # a scripted twin of the game's role; checked against the game when built
         if pid not in cfg.policies:
             raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "
                               f"(defined: {', '.join(cfg.policies) or 'none'})")
@@ -238,6 +246,9 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"policy {pid!r} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
         if pol.sampling.max_new_tokens < 1:
             raise ConfigError(f"policies.{pid}.sampling.max_new_tokens must be >= 1, got {pol.sampling.max_new_tokens}")
+        if not 0 < pol.sampling.top_p <= 1 or pol.sampling.top_k < 0:
+            raise ConfigError(f"policies.{pid}.sampling: top_p must be in (0, 1] and top_k >= 0 (0 = off), "
+                              f"got {pol.sampling.top_p} and {pol.sampling.top_k}")
         if pol.sampling.temperature <= 0:
             raise ConfigError(f"policies.{pid}.sampling.temperature must be > 0 for training rollouts, "
                               f"got {pol.sampling.temperature}")
@@ -246,6 +257,8 @@ def validate(cfg: Config) -> None:
         if pid not in cfg.policies:
             raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
         _check_choice(lc.algorithm, ALGORITHMS, f"{where}.algorithm")
+        for role, name in lc.role_algorithms.items():
+            _check_choice(name, tuple(a for a in ALGORITHMS if a != "frozen"), f"{where}.role_algorithms.{role}")
         _check_choice(lc.engine, ENGINES, f"{where}.engine")
         _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
         if lc.kl_in_loss == "k1":

@@ -40,12 +40,15 @@ def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
 def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
     m: dict[str, float] = {}
     for role in roles:
-        rs = [r for g, ret in enumerate(res.returns) for seat, r in ret.items() if _role(res, g, seat) == role]
+        # Seats whose info says correct=None never answered (the game ended before their turn).
+        rs = [r for g, ret in enumerate(res.returns) for seat, r in ret.items()
+              if _role(res, g, seat) == role and res.infos[g].get(seat, {}).get("correct", True) is not None]
         if rs:
             m[f"{role}/reward"] = float(np.mean(rs))
         infos = [i for g in res.infos for s, i in g.items() if i.get("role") == role]
-        if infos and any("correct" in i for i in infos):
-            m[f"{role}/correct"] = float(np.mean([bool(i.get("correct")) for i in infos]))
+        answered = [i["correct"] for i in infos if i.get("correct") is not None]
+        if answered:
+            m[f"{role}/correct"] = float(np.mean(answered))
         if infos and any("invalid" in i for i in infos):
             m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for i in infos]))
     m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
@@ -61,16 +64,30 @@ def _role(res: RolloutResult, g: int, seat: str) -> str | None:
 class RunDir:
     """The run directory: resolved config, metrics (JSONL + TensorBoard), checkpoints, plots."""
 
-    def __init__(self, path: Path, cfg: Config, tensorboard: bool) -> None:
+    def __init__(self, path: Path, cfg: Config, tensorboard: bool, start_iteration: int = 1) -> None:
+        """On resume (``start_iteration > 1``) rows logged after the checkpoint are dropped, so
+        replayed iterations appear once in metrics.jsonl and TensorBoard."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        self.metrics_file = open(path / "metrics.jsonl", "a")
+        metrics = path / "metrics.jsonl"
+        if start_iteration > 1 and metrics.is_file():
+            keep = [line for line in metrics.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("iteration", 0) < start_iteration]
+            metrics.write_text("".join(line + "\n" for line in keep))
+        self.metrics_file = open(metrics, "a")
         self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(path / "tb"))
+            self.tb = SummaryWriter(str(path / "tb"), purge_step=start_iteration if start_iteration > 1 else None)
+
+    def first(self, key: str):
+        """The first logged value of ``key`` (e.g. held-out accuracy before training), or None."""
+        for line in (self.path / "metrics.jsonl").read_text().splitlines():
+            if line.strip() and key in (row := json.loads(line)):
+                return row[key]
+        return None
 
     def log(self, record: dict) -> None:
         self.metrics_file.write(json.dumps(record) + "\n")
@@ -125,10 +142,7 @@ def _heldout(run: Run) -> float | None:
         return None
     records = load_heldout()[: cfg.eval.size]
     system = cfg.prompts.get("solver").system if "solver" in cfg.prompts else ""
-    pid = cfg.seats.get("solver")
-    ctx = run.learners[pid].engine.gathered_params() if pid in run.learners else torch.no_grad()
-    with ctx:
-        return heldout_accuracy(policy, records, system, max_new_tokens=cfg.eval.max_new_tokens)
+    return heldout_accuracy(policy, records, system, max_new_tokens=cfg.eval.max_new_tokens)
 
 
 def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -> None:
@@ -180,14 +194,15 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         for pid, learner in run.learners.items():
             learner.engine.load(ckpt / "learners" / pid)
             learner.steps = json.loads((ckpt / "learners" / pid / "state.json").read_text())["steps"]
-    rd = RunDir(run_path, cfg, cfg.run.tensorboard)
+    rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     history: list[dict] = []
     summary: dict = {"run_dir": str(run_path), "engines": engines}
     try:
-        acc0 = _heldout(run)
+        acc0 = _heldout(run) if start_it == 1 else rd.first("heldout_acc")
         if acc0 is not None:
-            rd.log({"iteration": start_it - 1, "heldout_acc": acc0})
+            if start_it == 1:
+                rd.log({"iteration": 0, "heldout_acc": acc0})
             summary["heldout_acc_before"] = acc0
         from tqdm.auto import tqdm
 

@@ -77,9 +77,6 @@ def test_missing_weights_raise_model_load_error(tiny_model_dir, tmp_path):
     assert str(broken) in str(err.value)
 
 
-@pytest.mark.xfail(reason="BUG: agents/policy.py from_pretrained catches only (OSError, ValueError); a corrupt "
-                          "model.safetensors raises safetensors.SafetensorError, which escapes as a non-ModelLoadError "
-                          "(the CLI then prints a traceback)", strict=True)
 def test_corrupt_weights_raise_model_load_error(tiny_model_dir, tmp_path):
     broken = tmp_path / "corrupt"
     shutil.copytree(tiny_model_dir, broken)

@@ -268,15 +268,11 @@ def test_config_error_is_a_value_error():
 
 
 # ------------------------------------------------------------------ gaps (bugs)
-@pytest.mark.xfail(reason="BUG: runners/config.py validate() requires every seats value to be under policies, "
-                          "so build.py's 'scripted:<twin>' seats (SCRIPTED_PREFIX) can never be configured", strict=True)
 def test_scripted_seat_is_accepted():
     cfg = load_config(None, ["seats.proposer=scripted:random"])
     assert cfg.seats["proposer"] == "scripted:random"
 
 
-@pytest.mark.xfail(reason="BUG: runners/config.py validate() does not check eval/sampling values; they pass load_config "
-                          "and fail (or silently misbehave) later", strict=True)
 @pytest.mark.parametrize("override", [
     "eval.size=-5",  # load_heldout()[:-5] silently evaluates 495 problems
     "eval.max_new_tokens=0",  # SamplingParams raises only when the held-out eval runs

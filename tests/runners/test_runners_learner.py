@@ -206,7 +206,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(policy, tiny_model_di
         name = "recording"
 
         def __init__(self, model):
-            self.model = model
+            self.model = self.train_module = model
             self.grads = None
 
         def backward(self, loss, last=True):
@@ -282,13 +282,12 @@ def test_entropy_bonus_is_reported(policy):
     assert metrics["entropy"] > 0
 
 
-@pytest.mark.xfail(reason="BUG: learners/learner.py response_logits_and_logp ignores the sampling temperature, while "
-                          "Policy.generate stores logprobs of logits/temperature: for temperature != 1 the PPO ratio is "
-                          "not 1 on on-policy data (logprob_drift ~0.1 at T=0.5)", strict=True)
 def test_on_policy_ratio_is_one_at_any_sampling_temperature(policy):
     turns = _turns(policy, temperature=0.5)
-    metrics = _learner(policy, lr=1e-8).update(turns)
+    metrics = Learner(policy, LearnerConfig(engine="torch", lr=1e-8), temperature=0.5).update(turns)
     assert metrics["logprob_drift"] < 1e-4
+    # and the learner must be told: at temperature 1 the same turns are off-policy
+    assert Learner(policy, LearnerConfig(engine="torch", lr=1e-8)).update(turns)["logprob_drift"] > 1e-3
 
 
 # ------------------------------------------------------------------ DeepSpeed engine
@@ -310,17 +309,10 @@ def test_deepspeed_update_changes_every_parameter(ds_cpu, policy):
     assert metrics["adv_abs_mean"] > 0 and learner.steps == 1
 
 
-_ZERO3_ACCUMULATION_BUG = pytest.mark.xfail(
-    reason="BUG: learners/learner.py runs the training forward on the bare module (engine.model), never through the "
-           "DeepSpeed engine, so ZeRO-3's clear_backward_seen_flag() never runs, micro_step_id stays 0 and each "
-           "micro-batch's gradient partition overwrites the previous one: only the last micro-batch is trained on",
-    strict=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("zero_stage, mbs", [
     (0, 256), (0, 3), (1, 3), (2, 3), (3, 256),
-    pytest.param(3, 3, marks=_ZERO3_ACCUMULATION_BUG),
+    (3, 3),
 ])
 def test_deepspeed_and_torch_take_the_same_step(ds_cpu, tiny_model_dir, zero_stage, mbs):
     # The learner does not know which engine it has: same batch, same weights after one step,
@@ -351,8 +343,6 @@ def test_deepspeed_optimizer_state_round_trips(ds_cpu, policy, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="BUG: learners/engines.py DeepSpeedEngine.step reports no grad_norm at ZeRO stage 0 "
-                          "(ds.get_global_grad_norm() is None there), so metrics differ by engine", strict=True)
 def test_deepspeed_reports_grad_norm_like_torch(ds_cpu, policy):
     metrics = Learner(policy, LearnerConfig(engine="deepspeed", lr=1e-3)).update(_turns(policy))
     assert "grad_norm" in metrics
