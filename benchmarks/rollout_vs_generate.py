@@ -1,14 +1,14 @@
 """Benchmark: cogym's batched rollout against a bare ``model.generate`` on the same work.
 
-For each repeat, one rollout of the default game (16 games of proposer_solver-v0, 8 solvers
-each, the embedded tiny model at both seats) is timed end to end: game resets, prompt
+For each repeat, one rollout of the default game (the default config's 32 games of
+proposer_solver-v0, 8 solvers each, the embedded tiny model at both seats) is timed end to end: game resets, prompt
 rendering, batched generation, behaviour log-probabilities, game steps and Turn records. Then
 the exact prompts the rollout generated for are replayed through a bare ``model.generate`` call
 per batch, with the same batch sizes, sampling settings and left padding. Both sides count
 generated tokens (up to and including the end token). The script prints tokens/s of each and
 their ratio (rollout / bare); the acceptance bar is a ratio of at least 0.7.
 
-    python benchmarks/rollout_vs_generate.py [--repeats 7] [--games 16]
+    python benchmarks/rollout_vs_generate.py [--repeats 15] [--games N]
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def bare_generate(policy: Policy, prompts: list[list[int]], sampling: SamplingPa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--games", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--games", type=int, default=None, help="games per rollout (default: the default config's)")
     args = ap.parse_args()
     torch.manual_seed(0)
     cfg = load_config(None)
@@ -71,7 +71,7 @@ def main() -> None:
     s = cfg.policies["solver"].sampling
     sampling = SamplingParams(s.max_new_tokens, s.temperature, s.top_p, s.top_k)
     agent = RecordingAgent(policy, sampling)
-    games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(args.games)]
+    games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(args.games or cfg.game.num_games)]
     system = {role: p.system for role, p in cfg.prompts.items()}
     ratios, r_tps, b_tps = [], [], []
     for rep in range(args.repeats + 1):  # the first repeat warms up and is not counted

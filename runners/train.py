@@ -159,7 +159,10 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
         xs = [r["iteration"] for r in its if f"{role}/reward" in r]
         ys = [r[f"{role}/reward"] for r in its if f"{role}/reward" in r]
         if xs:
-            ax.plot(xs, ys, label=f"{role} reward", alpha=0.8)
+            line, = ax.plot(xs, ys, alpha=0.25)
+            k = max(1, len(ys) // 40)  # moving average so the trend shows through sampling noise
+            smooth = np.convolve(ys, np.ones(k) / k, mode="valid")
+            ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
     if evals:
         ax.plot([r["iteration"] for r in evals], [r["heldout_acc"] for r in evals], "ko--",
                 label="held-out solver accuracy (greedy)")
