@@ -85,18 +85,24 @@ def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch,
 
 
 def _outcome(fn: Callable) -> Callable:
+    """Adapt an outcome estimator: its score is the sum of the (possibly KL-shaped) token rewards."""
     def run(cfg: LearnerConfig, scores, token_rewards, mask, groups):
         return fn(cfg, token_rewards.sum(1), mask, groups)
     return run
 
 
+def _reinforce_pp(cfg: LearnerConfig, scores, token_rewards, mask, groups):
+    return adv_fns.reinforce_pp_advantages(token_rewards, mask, gamma=cfg.gamma, whiten_mode=cfg.whiten)[0], {}
+
+
+# name -> fn(cfg, scores (N,), token_rewards (N, L), mask (N, L), groups (N,)) -> (adv (N, L), stats)
 ADVANTAGES: dict[str, Callable] = {
-    "grpo": _outcome(lambda c, s, m, g: adv_fns.grpo_advantages(s, m, g, eps=c.grpo_eps)[0]),
-    "dr_grpo": _outcome(lambda c, s, m, g: adv_fns.grpo_advantages(s, m, g, eps=c.grpo_eps, norm_by_std=False)[0]),
-    "rloo": _outcome(lambda c, s, m, g: adv_fns.rloo_advantages(s, m, g)[0]),
+    "grpo": _outcome(lambda c, s, m, g: adv_fns.grpo_advantages(s, m, g, eps=c.grpo_eps)),
+    "dr_grpo": _outcome(lambda c, s, m, g: adv_fns.grpo_advantages(s, m, g, eps=c.grpo_eps, norm_by_std=False)),
+    "rloo": _outcome(lambda c, s, m, g: adv_fns.rloo_advantages(s, m, g)),
     "reinforce_pp_baseline": _outcome(
-        lambda c, s, m, g: adv_fns.reinforce_pp_baseline_advantages(s, m, g, whiten_mode=c.whiten)[0]),
-    "reinforce_pp": lambda c, s, r, m, g: adv_fns.reinforce_pp_advantages(r, m, gamma=c.gamma, whiten_mode=c.whiten)[0],
+        lambda c, s, m, g: adv_fns.reinforce_pp_baseline_advantages(s, m, g, whiten_mode=c.whiten)),
+    "reinforce_pp": _reinforce_pp,
 }
 
 
@@ -140,7 +146,10 @@ class Learner:
             fn = ADVANTAGES[self.cfg.role_algorithms.get(role, self.cfg.algorithm)]
             idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role])
             groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()])
-            out[idx] = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups).to(out.dtype)
+            adv, stats = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups)
+            out[idx] = adv.to(out.dtype)
+            # frac_zero_std, singleton_groups, ... per role (ALGORITHMS.md §2.9: reported, not hidden)
+            metrics.update({f"{role}/{name}": float(value) for name, value in stats.items()})
         return out, metrics
 
     def update(self, turns: Sequence[Turn]) -> dict[str, float]:
@@ -182,8 +191,8 @@ class Learner:
                 with torch.no_grad():
                     drift = ((logp - mb.logp_old).abs() * mb.mask).sum() / n_tok
                 sums["logprob_drift"] = sums.get("logprob_drift", 0.0) + float(drift)
-                for k, v in pg_metrics.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * share
+                for name, value in pg_metrics.items():
+                    sums[name] = sums.get(name, 0.0) + float(value) * share
             metrics.update(self.engine.step())
             self.steps += 1
         metrics.update({k: v / cfg.epochs for k, v in sums.items()})
