@@ -57,6 +57,20 @@ def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, flo
     return m
 
 
+def retokenize_mismatch(policy, turns) -> float:
+    """Fraction of turns whose decoded text does not re-encode to the generated ids.
+
+    Training always uses the generated ids (token-in, token-out); this only measures how far a
+    decode-then-re-encode pipeline would have drifted.
+    """
+    eos = set(policy.eos_ids)
+    bad = 0
+    for t in turns:
+        ids = [i for i in t.response_ids if i not in eos]
+        bad += policy.tokenizer.encode(t.text, add_special_tokens=False) != ids
+    return bad / len(turns)
+
+
 def _role(res: RolloutResult, g: int, seat: str) -> str | None:
     return res.infos[g].get(seat, {}).get("role")
 
@@ -220,6 +234,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             t_up = time.perf_counter()
             for pid, learner in run.learners.items():
                 turns = [t for t in res.turns if t.policy_id == pid]
+                if turns:
+                    rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
                 for k, v in learner.update(turns).items():
                     rec[f"{pid}/{k}"] = v
             rec["update_s"] = time.perf_counter() - t_up

@@ -37,7 +37,7 @@ def test_shipped_default_loads():
     assert all(isinstance(p, PolicyConfig) for p in cfg.policies.values())
     assert all(isinstance(lc, LearnerConfig) for lc in cfg.learners.values())
     assert cfg.learners["solver"].algorithm == "grpo" and cfg.learners["proposer"].algorithm == "reinforce_pp"
-    assert cfg.learners["solver"].lr == 5e-4 and isinstance(cfg.learners["solver"].lr, float)
+    assert cfg.learners["solver"].lr == 5e-5 and isinstance(cfg.learners["solver"].lr, float)
     assert cfg.prompts["solver"].system == "Solve."
     assert cfg.game.kwargs["num_solvers"] == 8
 
