@@ -70,16 +70,26 @@ class Policy:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
-        if tokenizer.pad_token_id is None:
-            raise ModelLoadError(f"tokenizer of policy {name!r} has no pad token; set one in its tokenizer_config.json")
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ModelLoadError(f"the tokenizer of policy {name!r} has no chat template; prompts are chat messages, "
+                                 "so add one (tokenizer_config.json 'chat_template' or chat_template.jinja)")
         self.eos_ids = _eos_ids(model, tokenizer)
+        if tokenizer.pad_token_id is None:
+            # Many causal LMs ship without a pad token. Padding positions are always masked
+            # (attention mask in generation, loss mask in training), so the eos id is safe here.
+            tokenizer.pad_token = tokenizer.eos_token
         # Context that makes the full weights visible (a ZeRO-3 engine sets it to gather shards).
         self.gather = contextlib.nullcontext
 
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
-                        device: str = "cpu") -> "Policy":
-        """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model)."""
+                        device: str = "auto") -> "Policy":
+        """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model).
+
+        ``device="auto"`` takes the GPU when torch sees one, else the CPU.
+        """
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = tiny_model_path() if str(path) == "tiny" else Path(path)

@@ -65,6 +65,11 @@ class TokenBatch:
         return cls(input_ids, attn, resp_ids, resp_index, mask, logp_old, scores,
                    [t.role for t in turns], [t.group_key for t in turns])
 
+    def to(self, device: torch.device) -> "TokenBatch":
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.resp_ids.to(device),
+                          self.resp_index.to(device), self.mask.to(device), self.logp_old.to(device),
+                          self.scores.to(device), self.roles, self.group_keys)
+
     def rows(self, idx: torch.Tensor) -> "TokenBatch":
         ii = idx.tolist()
         return TokenBatch(self.input_ids[idx], self.attention_mask[idx], self.resp_ids[idx], self.resp_index[idx],
@@ -144,8 +149,8 @@ class Learner:
         out = torch.zeros_like(b.mask)
         for role in sorted(set(b.roles)):
             fn = ADVANTAGES[self.cfg.role_algorithms.get(role, self.cfg.algorithm)]
-            idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role])
-            groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()])
+            idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role], device=b.mask.device)
+            groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()]).to(b.mask.device)
             adv, stats = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups)
             out[idx] = adv.to(out.dtype)
             # frac_zero_std, singleton_groups, ... per role (ALGORITHMS.md §2.9: reported, not hidden)
@@ -157,7 +162,7 @@ class Learner:
         if not turns:
             return {}
         cfg = self.cfg
-        b = TokenBatch.from_turns(turns, self.policy.tokenizer.pad_token_id)
+        b = TokenBatch.from_turns(turns, self.policy.tokenizer.pad_token_id).to(self.policy.device)
         ref_logp = None
         if self.ref_model is not None:
             ref_logp = torch.cat([self._ref_logp(b.rows(ix)) for ix in torch.arange(len(turns)).split(cfg.micro_batch_size)])

@@ -1,0 +1,30 @@
+"""Loading HF models that differ from the embedded one: no pad token, no chat template."""
+
+from __future__ import annotations
+
+import pytest
+
+from cogym.agents.errors import ModelLoadError
+from cogym.agents.policy import Policy, SamplingParams
+
+from conftest import make_tiny_model
+
+
+def test_missing_pad_token_uses_eos_and_generation_still_pads(tmp_path):
+    model, tok = make_tiny_model()
+    tok.pad_token = None
+    assert tok.pad_token_id is None
+    policy = Policy(model, tok)
+    assert tok.pad_token_id == tok.eos_token_id
+    prompts = [policy.render([{"role": "user", "content": "1+1"}]), policy.render([{"role": "user", "content": "12+34"}])]
+    gens = policy.generate(prompts, SamplingParams(max_new_tokens=4, temperature=0.0))
+    # left padding with eos must not change a greedy answer
+    alone = policy.generate(prompts[:1], SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert gens[0].response_ids == alone[0].response_ids
+
+
+def test_missing_chat_template_is_a_load_error():
+    model, tok = make_tiny_model()
+    tok.chat_template = None
+    with pytest.raises(ModelLoadError, match="no chat template"):
+        Policy(model, tok, name="base-lm")
