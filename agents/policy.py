@@ -16,6 +16,7 @@ from typing import Sequence
 
 import torch
 from safetensors import SafetensorError
+from transformers import GenerationConfig
 
 from .errors import ModelLoadError
 
@@ -74,6 +75,13 @@ class Policy:
             raise ModelLoadError(f"the tokenizer of policy {name!r} has no chat template; prompts are chat messages, "
                                  "so add one (tokenizer_config.json 'chat_template' or chat_template.jinja)")
         self.eos_ids = _eos_ids(model, tokenizer)
+        # Sampling is cogym's (SamplingParams): a model's own generation defaults (repetition
+        # penalty, min_p, ...) would reshape the distribution it samples from while the behaviour
+        # log-probs and the learner see the plain one, so keep only the special-token ids.
+        old = getattr(model, "generation_config", None)
+        model.generation_config = GenerationConfig(
+            bos_token_id=getattr(old, "bos_token_id", None), eos_token_id=self.eos_ids,
+            pad_token_id=getattr(old, "pad_token_id", None))
         if tokenizer.pad_token_id is None:
             # Many causal LMs ship without a pad token. Padding positions are always masked
             # (attention mask in generation, loss mask in training), so the eos id is safe here.
@@ -137,7 +145,7 @@ class Policy:
             kwargs.update(do_sample=False)
         else:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k or None)
+                          top_k=sampling.top_k)  # 0 = no top-k (None would mean "the default, 50")
         was_training = self.model.training
         self.model.eval()
         with self.gather():

@@ -22,7 +22,7 @@ class ScriptedAgent:
     def __init__(self, strategy: Strategy, name: str, seed: int = 0) -> None:
         self.strategy = strategy
         self.name = name
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)  # the trainer reseeds it every iteration
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
         return [Action(text=self.strategy(r.messages[-1]["content"], self.rng)) for r in requests]

@@ -51,6 +51,7 @@ def bare_generate(policy: Policy, prompts: list[list[int]], sampling: SamplingPa
         ids[i, width - len(p):] = torch.tensor(p)
         attn[i, width - len(p):] = 1
     out = policy.model.generate(input_ids=ids, attention_mask=attn, do_sample=True, temperature=sampling.temperature,
+                                top_p=sampling.top_p, top_k=sampling.top_k,
                                 max_new_tokens=sampling.max_new_tokens, pad_token_id=tok.pad_token_id,
                                 eos_token_id=tok.eos_token_id)
     new = out[:, width:]

@@ -37,6 +37,7 @@ class Engine(Protocol):
 
 
 OPTIM_FILE = "optimizer.pt"
+DS_TAG = "deepspeed"
 
 
 class TorchEngine:
@@ -162,11 +163,22 @@ class DeepSpeedEngine:
         return {"grad_norm": norm} if norm is not None else {}
 
     def save(self, directory: Path) -> None:
-        state = self.optimizer.state_dict()
-        torch.save(state, Path(directory) / OPTIM_FILE)
+        if self.cfg.zero_stage == 0:
+            # A plain torch optimizer: tensors only, loaded back with weights_only=True.
+            torch.save(self.optimizer.state_dict(), Path(directory) / OPTIM_FILE)
+        else:
+            # ZeRO partitions optimizer state (and with stage 3 the weights): DeepSpeed's own
+            # checkpoint format is the one that restores it.
+            self.ds.save_checkpoint(str(directory), tag=DS_TAG)
 
     def load(self, directory: Path) -> None:
-        self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
+        if self.cfg.zero_stage == 0:
+            self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
+        else:
+            path, _ = self.ds.load_checkpoint(str(directory), tag=DS_TAG, load_optimizer_states=True,
+                                              load_lr_scheduler_states=False)
+            if path is None:
+                raise FileNotFoundError(f"no DeepSpeed checkpoint under {directory}/{DS_TAG}")
 
     def gathered_params(self) -> contextlib.AbstractContextManager:
         if self.cfg.zero_stage == 3:

@@ -115,9 +115,10 @@ class Learner:
     """Trains one policy with one algorithm on an engine."""
 
     def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
-                 temperature: float = 1.0) -> None:
+                 temperature: float = 1.0, reference: torch.nn.Module | None = None) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
-        the ratio against the behaviour log-probs is 1 on fresh samples."""
+        the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
+        frozen KL anchor (needed only with KL on); by default a copy of the policy as given."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
@@ -127,8 +128,11 @@ class Learner:
         self.policy = policy
         self.cfg = cfg
         needs_ref = cfg.kl_in_reward != "off" or cfg.kl_in_loss != "off"
-        self.ref_model = copy.deepcopy(policy.model).eval().requires_grad_(False) if needs_ref else None
-        policy.model.train()
+        if needs_ref:
+            self.ref_model = (reference if reference is not None else copy.deepcopy(policy.model)).eval()
+            self.ref_model.requires_grad_(False)
+        else:
+            self.ref_model = None
         self.engine = engine or make_engine(policy.model, cfg)
         policy.gather = self.engine.gathered_params
         self.steps = 0
@@ -171,7 +175,9 @@ class Learner:
         n_seq = float(len(turns)) if cfg.loss_agg == "dr_grpo" else float((b.mask.sum(1) > 0).sum())
         sums: dict[str, float] = {}
         model = self.engine.train_module
-        model.train()
+        # Eval mode: dropout off, so the training forward is the distribution that sampled
+        # (ratio 1 on fresh samples); gradients flow all the same.
+        model.eval()
         chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
         for _ in range(cfg.epochs):
             for k, ix in enumerate(chunks):

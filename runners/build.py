@@ -1,9 +1,15 @@
-"""Instantiate a config: games, policies, the agent behind every seat, and a learner per trained policy."""
+"""Instantiate a config: games, policies, the agent behind every seat, and a learner per trained policy.
+
+Everything that depends on the game (which roles and seats exist, which scripted twins it has)
+is checked here, before any run directory is written, with a one-line :class:`ConfigError`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy, SamplingParams
@@ -12,59 +18,88 @@ from cogym.agents.types import Agent
 from cogym.envs import make, scripted_strategies
 from cogym.learners.learner import Learner
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, _suggest
 
 SCRIPTED_PREFIX = "scripted:"
 
 
 @dataclass
 class Run:
-    """Everything a config builds: games, policies, agents, learners."""
+    """Everything a config builds: games, policies, agents, learners, and who sits where."""
 
     cfg: Config
     games: list
     policies: dict[str, Policy]
-    agents: dict[str, Agent]
     learners: dict[str, Learner]
     roles: tuple[str, ...]
-    seat_cache: dict = field(default_factory=dict)
+    seats: dict[str, tuple[str, Agent]]  # seat name -> (policy id, agent)
 
     def seat_map(self, seat: str, role: str) -> tuple[str, Agent]:
-        key = (seat, role)
-        if key not in self.seat_cache:
-            pid = self.cfg.seats.get(seat, self.cfg.seats.get(role))
-            if pid is None:
-                raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
-            self.seat_cache[key] = (pid, self.agents[pid])
-        return self.seat_cache[key]
+        return self.seats[seat]
 
     def policy_for_role(self, role: str) -> Policy | None:
         pid = self.cfg.seats.get(role)
         return self.policies.get(pid) if pid else None
 
+    def reseed_scripted(self, iteration: int) -> None:
+        """Scripted agents draw from a stream fixed by (run seed, iteration, seat), so an iteration
+        replays exactly on resume."""
+        for k, (seat, (_, agent)) in enumerate(sorted(self.seats.items())):
+            if isinstance(agent, ScriptedAgent):
+                agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k])
+
+
+def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
+    for role in cfg.prompts:
+        if role not in roles:
+            raise ConfigError(f"prompts.{role}: {cfg.game.id} has no role {role!r}{_suggest(role, roles)}")
+    for pid, lc in cfg.learners.items():
+        for role in lc.role_algorithms:
+            if role not in roles:
+                raise ConfigError(f"learners.{pid}.role_algorithms.{role}: {cfg.game.id} has no role {role!r}"
+                                  f"{_suggest(role, roles)}")
+
 
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
-    """Instantiate a config; ``policy_dirs`` overrides model paths (used by resume)."""
+    """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
+    models always come from the config's original ``policies.<id>.model``."""
     games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(cfg.game.num_games)]
-    roles = games[0].spec.roles
+    game = games[0]
+    roles = game.spec.roles
     for key in cfg.seats:
-        if key not in roles and key not in games[0].possible_agents:
+        if key not in roles and key not in game.possible_agents:
             raise ConfigError(f"seats.{key}: {cfg.game.id} has no role or seat {key!r} (roles: {', '.join(roles)})")
+    _check_role_keys(cfg, roles)
+    twins = scripted_strategies(cfg.game.id)
+    assignment: dict[str, tuple[str, str]] = {}  # seat -> (policy id, role)
+    for seat in game.possible_agents:
+        role = game.role_of(seat)
+        pid = cfg.seats.get(seat, cfg.seats.get(role))
+        if pid is None:
+            raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
+        if pid.startswith(SCRIPTED_PREFIX) and pid[len(SCRIPTED_PREFIX):] not in twins.get(role, {}):
+            raise ConfigError(f"seats: no scripted twin {pid[len(SCRIPTED_PREFIX):]!r} for role {role!r} of "
+                              f"{cfg.game.id} (available: {', '.join(twins.get(role, {})) or 'none'})")
+        assignment[seat] = (pid, role)
     policies, agents, learners = {}, {}, {}
     for pid, pc in cfg.policies.items():
         path = (policy_dirs or {}).get(pid, pc.model)
         policies[pid] = Policy.from_pretrained(path, name=pid)
         s = pc.sampling
         agents[pid] = LLMAgent(policies[pid], SamplingParams(s.max_new_tokens, s.temperature, s.top_p, s.top_k), name=pid)
-        if cfg.learners[pid].algorithm != "frozen":
-            learners[pid] = Learner(policies[pid], cfg.learners[pid], temperature=s.temperature)
-    twins = scripted_strategies(cfg.game.id)
-    for seat_or_role, pid in cfg.seats.items():
+        lc = cfg.learners[pid]
+        if lc.algorithm != "frozen":
+            needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
+            reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
+            learners[pid] = Learner(policies[pid], lc, temperature=s.temperature, reference=reference)
+    seats: dict[str, tuple[str, Agent]] = {}
+    for seat, (pid, role) in assignment.items():
         if pid.startswith(SCRIPTED_PREFIX):
-            role = seat_or_role if seat_or_role in roles else games[0].role_of(seat_or_role)
-            name = pid[len(SCRIPTED_PREFIX):]
-            if name not in twins.get(role, {}):
-                raise ConfigError(f"seats.{seat_or_role}: no scripted twin {name!r} for role {role!r} "
-                                  f"(available: {', '.join(twins.get(role, {})) or 'none'})")
-            agents[pid] = ScriptedAgent(twins[role][name], name=pid, seed=cfg.run.seed)
-    return Run(cfg, games, policies, agents, learners, roles)
+            # One agent per (twin, role): "scripted:random" is a different strategy for each role.
+            key = f"{pid}@{role}"
+            if key not in agents:
+                agents[key] = ScriptedAgent(twins[role][pid[len(SCRIPTED_PREFIX):]], name=key, seed=cfg.run.seed)
+            seats[seat] = (pid, agents[key])
+        else:
+            seats[seat] = (pid, agents[pid])
+    return Run(cfg, games, policies, learners, roles, seats)

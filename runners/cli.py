@@ -7,7 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors a user causes (bad config, model path, dataset, missing file): one line, exit 2.
+    Anything else is a bug and keeps its traceback."""
+    from cogym.agents.errors import ModelLoadError
+    from cogym.envs.errors import DatasetError
+
+    from .config import ConfigError
+
+    return (ConfigError, ModelLoadError, DatasetError, FileNotFoundError)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -89,6 +97,13 @@ def _build_tiny(args: argparse.Namespace) -> int:
     return build_main(args.rest)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cogym", description="LLM co-training setups as multi-agent games.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -104,7 +119,7 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
     e.add_argument("--model", default="tiny", help="HF model directory or 'tiny' (default)")
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
-    e.add_argument("--size", type=int, default=500)
+    e.add_argument("--size", type=_positive_int, default=500, help="how many held-out problems (1-500)")
     e.set_defaults(fn=_eval)
     g = sub.add_parser("games", help="list registered games")
     g.set_defaults(fn=_games)
@@ -126,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         args.config = None
     try:
         return args.fn(args)
-    except USER_ERRORS as exc:
+    except _user_errors() as exc:
         print(f"cogym {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,7 +20,11 @@ from typing import Any, Optional
 
 import yaml
 
+from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
+from cogym.learners.engines import ENGINES as ENGINE_CLASSES
+from cogym.learners.learner import ADVANTAGES
+from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
 
@@ -94,11 +99,13 @@ class Config:
 # Mappings whose values are themselves typed sections.
 _TYPED_MAPS = {"policies": PolicyConfig, "learners": LearnerConfig, "prompts": PromptConfig}
 
-ALGORITHMS = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "frozen")
-ENGINES = ("deepspeed", "torch")
-KL_REWARD = ("off", "k1", "k2", "k3", "abs")
-KL_LOSS = ("off", "k2", "k3", "k3+", "k1+")
-WHITEN = ("verl", "openrlhf")
+# Allowed values come from the learners package, so the two never disagree.
+ESTIMATORS = tuple(ADVANTAGES)
+ALGORITHMS = (*ESTIMATORS, "frozen")
+ENGINES = tuple(ENGINE_CLASSES)
+KL_REWARD = ("off", *(k for k in KL_KINDS if not k.endswith("+")))
+KL_LOSS = ("off", *(k for k in KL_KINDS if k not in ("k1", "abs")))  # k1/abs have no useful gradient in a loss
+WHITEN = WHITEN_MODES
 
 
 def _suggest(key: str, options) -> str:
@@ -221,6 +228,8 @@ def _check_choice(value: str, options: tuple, where: str) -> None:
 
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
+    if cfg.run.seed < 0:
+        raise ConfigError(f"run.seed must be >= 0, got {cfg.run.seed}")
     if cfg.run.iterations < 1:
         raise ConfigError(f"run.iterations must be >= 1, got {cfg.run.iterations}")
     if cfg.run.checkpoint_every < 0:
@@ -258,7 +267,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
         _check_choice(lc.algorithm, ALGORITHMS, f"{where}.algorithm")
         for role, name in lc.role_algorithms.items():
-            _check_choice(name, tuple(a for a in ALGORITHMS if a != "frozen"), f"{where}.role_algorithms.{role}")
+            _check_choice(name, ESTIMATORS, f"{where}.role_algorithms.{role}")
         _check_choice(lc.engine, ENGINES, f"{where}.engine")
         _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
         if lc.kl_in_loss == "k1":
@@ -266,6 +275,17 @@ def validate(cfg: Config) -> None:
                               "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
         _check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
         _check_choice(lc.whiten, WHITEN, f"{where}.whiten")
+        _check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")
+        for name in ("lr", "max_grad_norm", "clip_low", "clip_high", "kl_reward_coef", "kl_loss_coef",
+                     "entropy_coef", "grpo_eps", "gamma", "weight_decay"):
+            if not math.isfinite(getattr(lc, name)):
+                raise ConfigError(f"{where}.{name} must be a finite number, got {getattr(lc, name)}")
+        if lc.max_grad_norm <= 0:
+            raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
+        if lc.offload_optimizer and lc.zero_stage < 1:
+            raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
+        if lc.offload_params and lc.zero_stage != 3:
+            raise ConfigError(f"{where}.offload_params needs zero_stage: 3 (only ZeRO-3 partitions parameters)")
         if lc.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(f"{where}.zero_stage must be 0, 1, 2 or 3, got {lc.zero_stage}")
         if lc.engine == "torch" and (lc.zero_stage or lc.offload_optimizer or lc.offload_params):
@@ -276,8 +296,10 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
         if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
             raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
-        if lc.dual_clip is not None and lc.dual_clip <= 1:
+        if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
             raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
         if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
             raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
                               "set it to the maximum response length")
+        if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
+            raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")

@@ -228,6 +228,7 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         for it in bar:
             torch.manual_seed(cfg.run.seed * 100_003 + it)  # sampling stream, replayed exactly on resume
             seeds = iteration_seeds(cfg.run.seed, it, len(run.games))
+            run.reseed_scripted(it)
             system = {role: p.system for role, p in cfg.prompts.items()}
             res = rollout(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}

@@ -28,3 +28,21 @@ def test_missing_chat_template_is_a_load_error():
     tok.chat_template = None
     with pytest.raises(ModelLoadError, match="no chat template"):
         Policy(model, tok, name="base-lm")
+
+
+def test_a_models_own_sampling_defaults_do_not_reshape_sampling():
+    # e.g. a repetition penalty in generation_config.json: the behaviour log-probs are those of
+    # logits / temperature, so the sampler must use exactly that distribution.
+    model, tok = make_tiny_model()
+    model.generation_config.repetition_penalty = 5.0
+    model.generation_config.top_k = 5
+    policy = Policy(model, tok)
+    assert policy.model.generation_config.repetition_penalty in (None, 1.0)
+    import torch
+
+    prompt = policy.render([{"role": "user", "content": "12+34"}])
+    ids = torch.tensor([prompt])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=True,
+                         temperature=1.0, top_p=1.0, top_k=0, output_logits=True, output_scores=True,
+                         return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
+    assert torch.equal(torch.stack(out.scores), torch.stack(out.logits))
