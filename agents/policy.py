@@ -21,6 +21,9 @@ from transformers import GenerationConfig
 from .errors import ModelLoadError
 
 
+RENDER_CACHE_SIZE = 4096
+
+
 def tiny_model_path() -> Path:
     """Directory of the embedded char-level model that ships with cogym."""
     return Path(str(resources.files("cogym.agents").joinpath("tiny")))
@@ -88,6 +91,7 @@ class Policy:
             tokenizer.pad_token = tokenizer.eos_token
         # Context that makes the full weights visible (a ZeRO-3 engine sets it to gather shards).
         self.gather = contextlib.nullcontext
+        self._render_cache: dict[tuple, list[int]] = {}
 
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
@@ -120,9 +124,20 @@ class Policy:
         return next(self.model.parameters()).device
 
     def render(self, messages: Sequence[dict]) -> list[int]:
-        """Prompt token ids for chat ``messages``, ending with the assistant generation prompt."""
-        return list(self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
-                                                       tokenize=True, return_dict=False))
+        """Prompt token ids for chat ``messages``, ending with the assistant generation prompt.
+
+        Rendered prompts are cached: in a batched rollout many seats see the same messages (the
+        k solvers of one problem, every proposer), and the chat template is the slow part.
+        """
+        key = tuple((m["role"], m["content"]) for m in messages)
+        ids = self._render_cache.get(key)
+        if ids is None:
+            ids = list(self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+                                                          tokenize=True, return_dict=False))
+            if len(self._render_cache) >= RENDER_CACHE_SIZE:
+                self._render_cache.pop(next(iter(self._render_cache)))  # oldest first
+            self._render_cache[key] = ids
+        return list(ids)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
