@@ -69,8 +69,7 @@ def main() -> None:
     torch.manual_seed(0)
     cfg = load_config(None)
     policy = Policy.from_pretrained("tiny")
-    s = cfg.policies["solver"].sampling
-    sampling = SamplingParams(s.max_new_tokens, s.temperature, s.top_p, s.top_k)
+    sampling = cfg.policies["solver"].sampling
     agent = RecordingAgent(policy, sampling)
     games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(args.games or cfg.game.num_games)]
     system = {role: p.system for role, p in cfg.prompts.items()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
 from cogym.envs import make, scripted_strategies
@@ -44,7 +44,7 @@ class Run:
     def reseed_scripted(self, iteration: int) -> None:
         """Scripted agents draw from a stream fixed by (run seed, iteration, seat), so an iteration
         replays exactly on resume."""
-        for k, (seat, (_, agent)) in enumerate(sorted(self.seats.items())):
+        for k, (_, (_, agent)) in enumerate(sorted(self.seats.items())):
             if isinstance(agent, ScriptedAgent):
                 agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k])
 
@@ -85,13 +85,12 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
     for pid, pc in cfg.policies.items():
         path = (policy_dirs or {}).get(pid, pc.model)
         policies[pid] = Policy.from_pretrained(path, name=pid)
-        s = pc.sampling
-        agents[pid] = LLMAgent(policies[pid], SamplingParams(s.max_new_tokens, s.temperature, s.top_p, s.top_k), name=pid)
+        agents[pid] = LLMAgent(policies[pid], pc.sampling, name=pid)
         lc = cfg.learners[pid]
         if lc.algorithm != "frozen":
             needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
-            learners[pid] = Learner(policies[pid], lc, temperature=s.temperature, reference=reference)
+            learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference)
     seats: dict[str, tuple[str, Agent]] = {}
     for seat, (pid, role) in assignment.items():
         if pid.startswith(SCRIPTED_PREFIX):

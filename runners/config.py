@@ -16,10 +16,11 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
+from cogym.agents.policy import SamplingParams
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
@@ -34,19 +35,11 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class SamplingConfig:
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-
-@dataclass
 class PolicyConfig:
     """A model behind one or more seats. ``model`` is an HF directory path or ``tiny``."""
 
     model: str = "tiny"
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
 
 @dataclass
@@ -168,7 +161,13 @@ def _build(cls: type, data: Any, where: str) -> Any:
             kwargs[key] = {str(k): _build(_TYPED_MAPS[key], v, f"{path}.{k}") for k, v in value.items()}
         else:
             kwargs[key] = _coerce(value, hints[key], path)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # a section's own validation (e.g. SamplingParams)
+        msg = str(exc)
+        # "max_new_tokens must be >= 1" -> "policies.solver.sampling.max_new_tokens must be >= 1"
+        sep = "." if msg.split(" ", 1)[0] in names else ": "
+        raise ConfigError(f"{where or 'config'}{sep}{msg}") from exc
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from pathlib import Path
 
 import pytest
 import torch
