@@ -167,9 +167,10 @@ class Learner:
             return {}
         cfg = self.cfg
         b = TokenBatch.from_turns(turns, self.policy.tokenizer.pad_token_id).to(self.policy.device)
+        chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
         ref_logp = None
         if self.ref_model is not None:
-            ref_logp = torch.cat([self._ref_logp(b.rows(ix)) for ix in torch.arange(len(turns)).split(cfg.micro_batch_size)])
+            ref_logp = torch.cat([self._ref_logp(b.rows(ix)) for ix in chunks])
         adv, metrics = self.advantages(b, ref_logp)
         n_tok = float(b.mask.sum())
         n_seq = float(len(turns)) if cfg.loss_agg == "dr_grpo" else float((b.mask.sum(1) > 0).sum())
@@ -178,7 +179,6 @@ class Learner:
         # Eval mode: dropout off, so the training forward is the distribution that sampled
         # (ratio 1 on fresh samples); gradients flow all the same.
         model.eval()
-        chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
         for _ in range(cfg.epochs):
             for k, ix in enumerate(chunks):
                 mb = b.rows(ix)

@@ -40,17 +40,16 @@ def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
 def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
     m: dict[str, float] = {}
     for role in roles:
+        infos = [(g, seat, i) for g, seats in enumerate(res.infos) for seat, i in seats.items() if i.get("role") == role]
         # Seats whose info says correct=None never answered (the game ended before their turn).
-        rs = [r for g, ret in enumerate(res.returns) for seat, r in ret.items()
-              if _role(res, g, seat) == role and res.infos[g].get(seat, {}).get("correct", True) is not None]
-        if rs:
-            m[f"{role}/reward"] = float(np.mean(rs))
-        infos = [i for g in res.infos for s, i in g.items() if i.get("role") == role]
-        answered = [i["correct"] for i in infos if i.get("correct") is not None]
+        played = [(g, seat, i) for g, seat, i in infos if i.get("correct", True) is not None]
+        if played:
+            m[f"{role}/reward"] = float(np.mean([res.returns[g].get(seat, 0.0) for g, seat, _ in played]))
+        answered = [i["correct"] for _, _, i in played if "correct" in i]
         if answered:
             m[f"{role}/correct"] = float(np.mean(answered))
-        if infos and any("invalid" in i for i in infos):
-            m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for i in infos]))
+        if any("invalid" in i for _, _, i in infos):
+            m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for _, _, i in infos]))
     m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
     m["rollout_s"] = res.seconds
     m["turns"] = float(len(res.turns))
@@ -69,10 +68,6 @@ def retokenize_mismatch(policy, turns) -> float:
         ids = [i for i in t.response_ids if i not in eos]
         bad += policy.tokenizer.encode(t.text, add_special_tokens=False) != ids
     return bad / len(turns)
-
-
-def _role(res: RolloutResult, g: int, seat: str) -> str | None:
-    return res.infos[g].get(seat, {}).get("role")
 
 
 class RunDir:
@@ -225,11 +220,11 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
 
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not progress,
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
+        system = {role: p.system for role, p in cfg.prompts.items()}
         for it in bar:
             torch.manual_seed(cfg.run.seed * 100_003 + it)  # sampling stream, replayed exactly on resume
             seeds = iteration_seeds(cfg.run.seed, it, len(run.games))
             run.reseed_scripted(it)
-            system = {role: p.system for role, p in cfg.prompts.items()}
             res = rollout(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
             t_up = time.perf_counter()
@@ -249,9 +244,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
                 save_checkpoint(run, rd, it)
         bar.close()
-        if cfg.run.checkpoint_every and (last_checkpoint(run_path) is None
-                                         or not last_checkpoint(run_path).name.endswith(f"{cfg.run.iterations:06d}")):
-            save_checkpoint(run, rd, cfg.run.iterations)
+        if cfg.run.checkpoint_every and not (rd.checkpoints / f"step_{cfg.run.iterations:06d}").is_dir():
+            save_checkpoint(run, rd, cfg.run.iterations)  # the final state, when the cadence missed it
         acc1 = _heldout(run)
         if acc1 is not None:
             rd.log({"iteration": cfg.run.iterations, "heldout_acc": acc1})

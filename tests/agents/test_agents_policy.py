@@ -57,7 +57,7 @@ def test_directory_without_config_json_raises_naming_it(tmp_path):
 
 
 def test_model_load_error_is_a_value_error():
-    # The CLI turns ValueErrors into a one-line message and exit code 2.
+    # Callers that catch ValueError for bad input also catch a bad model path.
     assert issubclass(ModelLoadError, ValueError)
 
 
@@ -68,19 +68,14 @@ def test_invalid_config_json_raises_model_load_error(tmp_path):
     assert str(tmp_path) in str(err.value)
 
 
-def test_missing_weights_raise_model_load_error(tiny_model_dir, tmp_path):
-    broken = tmp_path / "broken"
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_broken_weights_raise_model_load_error(tiny_model_dir, tmp_path, damage):
+    broken = tmp_path / damage
     shutil.copytree(tiny_model_dir, broken)
-    (broken / "model.safetensors").unlink()
-    with pytest.raises(ModelLoadError) as err:
-        Policy.from_pretrained(broken)
-    assert str(broken) in str(err.value)
-
-
-def test_corrupt_weights_raise_model_load_error(tiny_model_dir, tmp_path):
-    broken = tmp_path / "corrupt"
-    shutil.copytree(tiny_model_dir, broken)
-    (broken / "model.safetensors").write_text("garbage")
+    if damage == "missing":
+        (broken / "model.safetensors").unlink()
+    else:
+        (broken / "model.safetensors").write_text("garbage")
     with pytest.raises(ModelLoadError) as err:
         Policy.from_pretrained(broken)
     assert str(broken) in str(err.value)
