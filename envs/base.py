@@ -134,6 +134,15 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
             return []
         return [agent]
 
+    def interrupt(self, agent: str, partial: str) -> bool:
+        """Token level: called after each token of ``agent``'s unfinished message with its text so far.
+
+        Return True to end the message at this token (the partial text is then stepped as the whole
+        message). Only a game in which token-level play matters overrides this; the default never
+        interrupts. It must not change what ``observe`` returns.
+        """
+        return False
+
     # ------------------------------------------------------ AEC bookkeeping
     def _start_episode(self, infos: Mapping[str, dict[str, Any]]) -> None:
         self.agents = list(self.possible_agents)

@@ -23,10 +23,11 @@ import random
 from typing import Any, Callable
 
 import numpy as np
-from gymnasium.spaces import Box, Dict, Text
+from gymnasium.spaces import Box, Dict, Discrete, Text
 
 from cogym.envs.base import CogymEnv, GameSpec
 from cogym.envs.registry import make, scripted_strategies
+from cogym.envs.token_level import GRANULARITIES, TokenLevelEnv
 
 # Adversarial messages every game must survive (and score in bounded time).
 PATHOLOGICAL: tuple[str, ...] = ("", "9**9**9**9", "(" * 10_000 + "1" + ")" * 10_000, "7" * 1_000_000, "\x00\u202e\U0001f600", " " * 100)
@@ -59,27 +60,38 @@ class _Episode:
         self.env, self.label, self.plan, self.scripted = env, label, plan, scripted
         self.rng = np.random.default_rng(seed)  # the players' RNG, never the game's
         self.trace: Trace = []
+        self.queues: dict[str, list[int]] = {}
         self.returns: dict[str, float] = {}
         self.turns = 0
 
     def fail(self, what: str) -> AssertionError:
         return AssertionError(f"{self.label} plan={self.plan}: {what}")
 
-    def action(self, agent: str, obs: Any) -> str:
+    def action(self, agent: str, obs: Any) -> Any:
         strategy = self.plan[self.env.role_of(agent)]
         if strategy == _SAMPLE:
             return self.env.action_space(agent).sample()
+        if not isinstance(self.env, TokenLevelEnv):
+            return self._message(agent, strategy, _text_of(obs))
+        # Token level: a scripted or pathological message is emitted one token per step.
+        queue = self.queues.setdefault(agent, [])
+        if not self.env.in_message(agent) and not queue:
+            text = self._message(agent, strategy, self.env.env.observe(agent)["text"])
+            queue.extend(self.env.codec.encode(text[: 4 * self.env.max_turn_tokens]) + [self.env.codec.eos_id])
+        return queue.pop(0)
+
+    def _message(self, agent: str, strategy: str, text: str) -> str:
         if strategy == _PATHOLOGICAL:
             return PATHOLOGICAL[int(self.rng.integers(len(PATHOLOGICAL)))]
-        return self.scripted[self.env.role_of(agent)][strategy](_text_of(obs), self.rng)
+        return self.scripted[self.env.role_of(agent)][strategy](text, self.rng)
 
-    def record(self, agent: str, action: str | None) -> None:
+    def record(self, agent: str, action: Any) -> None:
         env, (lo, hi) = self.env, self.env.spec.reward_range
         for a, r in env.rewards.items():
             if not lo - 1e-9 <= float(r) <= hi + 1e-9:
                 raise self.fail(f"seat {a} got reward {r} outside spec.reward_range {env.spec.reward_range}")
             self.returns[a] = self.returns.get(a, 0.0) + float(r)
-        short = action if action is None or len(action) <= 64 else action[:64] + f"...({len(action)} chars)"
+        short = action if not isinstance(action, str) or len(action) <= 64 else action[:64] + f"...({len(action)} chars)"
         self.trace.append((agent, short, _freeze(env.rewards), _freeze(env.terminations), _freeze(env.truncations), _freeze(env.infos)))
 
     def check_observation(self, agent: str, obs: Any) -> None:
@@ -148,11 +160,17 @@ def _global_rng_state() -> Any:
     return (random.getstate(), _freeze(np.random.get_state(legacy=False)))
 
 
-def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int = 20) -> None:
-    """Hold game ``env_id`` (built with ``kwargs``) to cogym's contract; ``AssertionError`` on failure."""
+def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int = 20, granularity: str = "turn") -> None:
+    """Hold game ``env_id`` (built with ``kwargs``, played at ``granularity``) to cogym's contract;
+    ``AssertionError`` on failure. At token level scripted and pathological messages are emitted one
+    token per step (cut to ``max_turn_tokens`` like any message) and random play draws token ids."""
     kwargs = dict(kwargs or {})
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if granularity == "token":
+        kwargs["granularity"] = "token"
     env = make(env_id, **kwargs)
     if not isinstance(getattr(env, "spec", None), GameSpec):
         raise AssertionError(f"{env_id}: env.spec must be a GameSpec, got {type(getattr(env, 'spec', None)).__name__}")
@@ -191,10 +209,18 @@ def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int 
             raise AssertionError(f"{label} plan={plan}: the game changed the global random / numpy.random state; use self.np_random")
 
 
-def _check_spaces(env_id: str, env: CogymEnv) -> None:
-    """cogym's space contract: Dict observation with a numeric "observation" and a Text "text"; Text actions."""
+def _check_spaces(env_id: str, env: CogymEnv | TokenLevelEnv) -> None:
+    """cogym's space contract: Dict observation with a numeric "observation" and a Text "text"; Text actions.
+    At token level: a numeric token-id "observation" and Discrete(vocab) actions."""
     for agent in env.possible_agents:
         obs_space, act_space = env.observation_space(agent), env.action_space(agent)
+        if isinstance(env, TokenLevelEnv):
+            ids = obs_space.spaces.get("observation") if isinstance(obs_space, Dict) else None
+            if not isinstance(ids, Box) or not np.issubdtype(ids.dtype, np.integer):
+                raise AssertionError(f"{env_id} (token level): observation_space({agent!r})['observation'] must be an integer Box of token ids, got {obs_space}")
+            if not isinstance(act_space, Discrete) or int(act_space.n) != env.codec.vocab_size:
+                raise AssertionError(f"{env_id} (token level): action_space({agent!r}) must be Discrete(vocab_size), got {act_space}")
+            continue
         if not isinstance(obs_space, Dict) or not isinstance(obs_space.spaces.get("text"), Text):
             raise AssertionError(f"{env_id}: observation_space({agent!r}) must be a Dict with a Text 'text' entry, got {obs_space}")
         numeric = obs_space.spaces.get("observation")

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from cogym.envs.base import CogymEnv
+from cogym.envs.token_level import Codec, TokenLevelEnv, wrap
 
 ScriptedFn = Callable[[str, np.random.Generator], str]
 _ID_RE = re.compile(r"[a-z][a-z0-9_]*-v[0-9]+")
@@ -85,14 +86,20 @@ def _lookup(id: str) -> Registration:
     return _REGISTRY[id]
 
 
-def make(id: str, **kwargs: Any) -> CogymEnv:
-    """A new instance of game ``id``; ``kwargs`` override the registered defaults."""
+def make(id: str, *, granularity: str = "turn", codec: Codec | None = None, max_turn_tokens: int | None = None,
+         **kwargs: Any) -> CogymEnv | TokenLevelEnv:
+    """A new instance of game ``id``; ``kwargs`` override the registered defaults.
+
+    ``granularity="token"`` returns the game wrapped in :class:`~cogym.envs.token_level.TokenLevelEnv`
+    (one token id per step; ``codec`` turns text into ids, a byte codec by default;
+    ``max_turn_tokens`` bounds one message).
+    """
     reg = _lookup(id)
     _check_arguments(reg, kwargs)
     env = reg.entry_point(**{**reg.default_kwargs, **kwargs})
     if not isinstance(env, CogymEnv):
         raise TypeError(f"the entry point of {id!r} returned a {type(env).__name__}, not a CogymEnv")
-    return env
+    return wrap(env, granularity, codec=codec, max_turn_tokens=max_turn_tokens)
 
 
 def registered() -> dict[str, Registration]:

@@ -6,6 +6,9 @@ is checked here, before any run directory is written, with a one-line :class:`Co
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +22,54 @@ from cogym.envs import make, scripted_strategies
 from cogym.learners.learner import Learner
 
 from .config import Config, ConfigError, _suggest
+from .token_rollout import ChatCodec
 
 SCRIPTED_PREFIX = "scripted:"
+
+
+def import_game_modules(modules: list[str]) -> None:
+    """Import the modules (dotted names or ``.py`` paths) that register a config's games; once each."""
+    for name in modules:
+        if name.endswith(".py"):
+            path = Path(name).resolve()
+            if not path.is_file():
+                raise ConfigError(f"game.modules: {name!r} is not a file (paths are relative to the working directory "
+                                  "or to the config file)")
+            mod_name = f"cogym_user_games.{path.stem}_{abs(hash(str(path))):x}"
+            if mod_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[mod_name]
+                raise
+        else:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                raise ConfigError(f"game.modules: cannot import {name!r} ({exc}); give a module on the Python path "
+                                  "or a .py file") from exc
+
+
+def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -> list:
+    """``num_games`` copies of the game; at token level each speaks the seats' tokenizer."""
+    if cfg.game.granularity == "turn":
+        return [make(cfg.game.id, **cfg.game.kwargs) for _ in range(cfg.game.num_games)]
+    llm = [pid for pid in sorted(seat_pids) if pid in policies]
+    if not llm:
+        raise ConfigError("game.granularity: token needs at least one model seat (every seat is scripted)")
+    first = policies[llm[0]]
+    for pid in llm[1:]:
+        if policies[pid].tokenizer.get_vocab() != first.tokenizer.get_vocab():
+            raise ConfigError(f"game.granularity: token needs every model seat to share one tokenizer; policies "
+                              f"{llm[0]!r} and {pid!r} differ (a token is an action, so the vocabularies must agree)")
+    codec = ChatCodec(first, {role: p.system for role, p in cfg.prompts.items()})
+    max_tokens = cfg.game.max_turn_tokens or max(cfg.policies[pid].sampling.max_new_tokens for pid in llm)
+    return [make(cfg.game.id, granularity="token", codec=codec, max_turn_tokens=max_tokens, **cfg.game.kwargs)
+            for _ in range(cfg.game.num_games)]
 
 
 @dataclass
@@ -63,8 +112,11 @@ def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``."""
-    games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(cfg.game.num_games)]
-    game = games[0]
+    import_game_modules(cfg.game.modules)
+    try:
+        game = make(cfg.game.id, **cfg.game.kwargs)
+    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
+        raise ConfigError(f"game: {exc}") from exc
     roles = game.spec.roles
     for key in cfg.seats:
         if key not in roles and key not in game.possible_agents:
@@ -91,6 +143,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
             needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference)
+    games = _make_games(cfg, policies, {pid for pid, _ in assignment.values()})
     seats: dict[str, tuple[str, Agent]] = {}
     for seat, (pid, role) in assignment.items():
         if pid.startswith(SCRIPTED_PREFIX):

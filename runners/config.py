@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from cogym.agents.policy import SamplingParams
+from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
@@ -54,6 +55,9 @@ class GameConfig:
     id: str = "proposer_solver-v0"
     num_games: int = 16  # games alive at once in one rollout
     kwargs: dict = field(default_factory=dict)
+    granularity: str = "turn"  # "turn": one message per step; "token": one token per step (KV caches reused)
+    max_turn_tokens: int = 0  # token level: longest message; 0 = the largest max_new_tokens of the game's policies
+    modules: list = field(default_factory=list)  # Python modules or .py files to import first (they register games)
 
 
 @dataclass
@@ -136,6 +140,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{where} must be a string, got {value!r} ({type(value).__name__})")
+    if tp is list or origin is list:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
     if tp is dict or origin is dict:
         if isinstance(value, dict):
             return dict(value)
@@ -216,6 +224,9 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         key, value = parse_override(text)
         _set_dotted(tree, key, value)
     cfg = _build(Config, tree, "")
+    # A game file named relative to the config is found next to it, wherever the command runs.
+    cfg.game.modules = [str(path.parent / m) if m.endswith(".py") and not Path(m).is_absolute()
+                        and not Path(m).exists() and (path.parent / m).exists() else m for m in cfg.game.modules]
     validate(cfg)
     return cfg
 
@@ -239,6 +250,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"eval.size and eval.max_new_tokens must be >= 1, got {cfg.eval.size} and {cfg.eval.max_new_tokens}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
+    _check_choice(cfg.game.granularity, GRANULARITIES, "game.granularity")
+    if cfg.game.max_turn_tokens < 0:
+        raise ConfigError(f"game.max_turn_tokens must be >= 0 (0: the policies' max_new_tokens), got {cfg.game.max_turn_tokens}")
+    if cfg.game.max_turn_tokens and cfg.game.granularity != "token":
+        raise ConfigError("game.max_turn_tokens only applies with game.granularity: token; at turn level "
+                          "policies.<id>.sampling.max_new_tokens bounds a message")
     if not cfg.seats:
         raise ConfigError("seats is empty; map each role to a policy, e.g. seats: {solver: solver}")
     for seat, pid in cfg.seats.items():

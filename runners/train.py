@@ -31,6 +31,7 @@ from .build import Run, build
 from .config import Config
 from .evaluate import heldout_accuracy
 from .rollout import RolloutResult, rollout
+from .token_rollout import token_rollout
 
 def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
     """Game seeds of one iteration: a pure function of (run seed, iteration), so resume replays them."""
@@ -50,9 +51,20 @@ def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, flo
             m[f"{role}/correct"] = float(np.mean(answered))
         if any("invalid" in i for _, _, i in infos):
             m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for _, _, i in infos]))
+        # Game-declared end-of-game metrics: infos[seat]["metrics"] = {name: float | bool | None};
+        # None means "not defined for this episode" and is left out of the mean.
+        values: dict[str, list[float]] = {}
+        for _, _, i in infos:
+            for key, v in (i.get("metrics") or {}).items():
+                if v is not None:
+                    values.setdefault(key, []).append(float(v))
+        for key, vs in values.items():
+            m[f"{role}/{key}"] = float(np.mean(vs))
     m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
     m["rollout_s"] = res.seconds
     m["turns"] = float(len(res.turns))
+    for key, value in res.stats.items():  # e.g. token level: ids the models read, cache restarts
+        m[f"rollout/{key}"] = float(value)
     return m
 
 
@@ -221,11 +233,12 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not progress,
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
         system = {role: p.system for role, p in cfg.prompts.items()}
+        play = token_rollout if cfg.game.granularity == "token" else rollout
         for it in bar:
             torch.manual_seed(cfg.run.seed * 100_003 + it)  # sampling stream, replayed exactly on resume
             seeds = iteration_seeds(cfg.run.seed, it, len(run.games))
             run.reseed_scripted(it)
-            res = rollout(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
+            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
             t_up = time.perf_counter()
             for pid, learner in run.learners.items():

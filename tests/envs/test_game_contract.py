@@ -1,4 +1,4 @@
-"""Every registered game passes PettingZoo's api_test (unmodified) and cogym's check_game."""
+"""Every registered game passes PettingZoo's api_test (unmodified) and cogym's check_game, at turn and token level."""
 
 from __future__ import annotations
 
@@ -22,9 +22,19 @@ def test_api_test_dataset_source(heldout_path: str, verifier: str) -> None:
     api_test(make("proposer_solver-v0", num_solvers=3, source="dataset", dataset=heldout_path, verifier=verifier), num_cycles=200)
 
 
+GRANULARITIES = ["turn", "token"]
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("env_id", sorted(registered()))
-def test_check_game_every_registered_game(env_id: str) -> None:
-    check_game(env_id)
+def test_api_test_every_registered_game(env_id: str, granularity: str) -> None:
+    api_test(make(env_id, granularity=granularity), num_cycles=200)
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("env_id", sorted(registered()))
+def test_check_game_every_registered_game(env_id: str, granularity: str) -> None:
+    check_game(env_id, granularity=granularity)
 
 
 @pytest.mark.parametrize(
