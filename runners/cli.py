@@ -78,15 +78,26 @@ def _games(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from cogym.envs import make, registered
+    from cogym.envs import make, registered, scripted_strategies
 
-    table = Table(title="registered games")
-    for col in ("id", "roles", "zero-sum", "reward range", "max turns"):
-        table.add_column(col)
+    from .build import import_game_modules
+
+    import_game_modules(args.module or [])
+    versions: dict[str, list[str]] = {}
     for gid in sorted(registered()):
-        spec = make(gid).spec
-        table.add_row(gid, ", ".join(spec.roles), "yes" if spec.zero_sum else "no",
-                      f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]", str(spec.max_turns))
+        name, version = gid.rsplit("-v", 1)
+        versions.setdefault(name, []).append(version)
+    table = Table(title="registered games", caption="Every game also plays one token per step: "
+                  "make(id, granularity='token') or game.granularity: token in a config.")
+    for col in ("game", "versions", "roles (scripted twins)", "zero-sum", "reward range", "max turns", "description"):
+        table.add_column(col)
+    for name, vs in versions.items():
+        latest = f"{name}-v{max(vs, key=int)}"
+        spec = make(latest).spec
+        twins = scripted_strategies(latest)
+        roles = "\n".join(f"{r} ({', '.join(twins.get(r, {})) or '-'})" for r in spec.roles)
+        table.add_row(latest, ", ".join(f"v{v}" for v in sorted(vs, key=int)), roles, "yes" if spec.zero_sum else "no",
+                      f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]", str(spec.max_turns), spec.description)
     Console().print(table)
     return 0
 
@@ -121,7 +132,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
     e.add_argument("--size", type=_positive_int, default=500, help="how many held-out problems (1-500)")
     e.set_defaults(fn=_eval)
-    g = sub.add_parser("games", help="list registered games")
+    g = sub.add_parser("games", help="list registered games: roles, scripted twins, zero-sum, reward range, versions")
+    g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
+                   help="import a module or .py file that registers games first (repeatable)")
     g.set_defaults(fn=_games)
     b = sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model (see its --help)", add_help=False)
     b.add_argument("rest", nargs=argparse.REMAINDER)

@@ -77,6 +77,7 @@ class RunConfig:
     eval_every: int = 0  # 0: held-out accuracy only before and after training
     tensorboard: bool = True
     plot: bool = True
+    threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
 
 
 @dataclass
@@ -240,6 +241,8 @@ def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
     if cfg.run.seed < 0:
         raise ConfigError(f"run.seed must be >= 0, got {cfg.run.seed}")
+    if cfg.run.threads < 0:
+        raise ConfigError(f"run.threads must be >= 0 (0: automatic), got {cfg.run.threads}")
     if cfg.run.iterations < 1:
         raise ConfigError(f"run.iterations must be >= 1, got {cfg.run.iterations}")
     if cfg.run.checkpoint_every < 0:

@@ -213,6 +213,11 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
         policy_dirs = {pid: ckpt / "policies" / pid for pid in cfg.policies}
+    threads = cfg.run.threads or (1 if cfg.game.granularity == "token" else 0)
+    if threads:
+        # Token-level play is many batch-one forwards: splitting each across threads costs more than it
+        # saves, and under CPU contention OpenMP's spin-waits make it tens of times slower.
+        torch.set_num_threads(threads)
     run = build(cfg, policy_dirs)
     if ckpt is not None:
         for pid, learner in run.learners.items():

@@ -65,11 +65,32 @@ def test_console_script_help():
     assert "usage: cogym" in proc.stdout
 
 
-def test_games_lists_the_registry(capsys):
+def test_games_lists_the_registry(capsys, monkeypatch):
+    from cogym.envs import make, registered
+
+    monkeypatch.setenv("COLUMNS", "300")  # rich wraps cells to the terminal width
     assert main(["games"]) == 0
     out = capsys.readouterr().out
-    assert "proposer_solver" in out
-    assert "proposer" in out and "solver" in out
+    for gid in registered():
+        row = next(line for line in out.splitlines() if f" {gid} " in line)
+        spec = make(gid).spec
+        assert "v0" in row and ("yes" if spec.zero_sum else "no") in row
+        assert f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]" in row
+        assert spec.roles[0] in row
+
+
+def test_games_imports_a_users_game_file(capsys, monkeypatch, tmp_path):
+    from cogym.envs import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setenv("COLUMNS", "300")
+    game = tmp_path / "my_games.py"
+    game.write_text("from cogym.envs import register\nfrom cogym.envs.interruptible_verifier import InterruptibleVerifierEnv, SCRIPTED\n"
+                    "register('my_copy-v3', InterruptibleVerifierEnv, scripted=SCRIPTED, num_solvers=2)\n")
+    assert main(["games", "--module", str(game)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if " my_copy-v3 " in line)
+    assert "v3" in row and "solver" in row
+    assert main(["games", "--module", str(tmp_path / "missing.py")]) == 2
 
 
 def test_train_typo_key_exits_2_with_one_line(capsys, tmp_path, monkeypatch):
