@@ -109,6 +109,28 @@ def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
                                   f"{_suggest(role, roles)}")
 
 
+GROUPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # estimators whose baseline is a group (episode, role)
+
+
+def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
+    """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
+    moves in one episode, which all share its return, so every advantage is 0."""
+    for role in game.spec.roles:
+        seats = [s for s, (_, r) in assignment.items() if r == role]
+        pids = {assignment[s][0] for s in seats}
+        for pid in pids:
+            lc = cfg.learners.get(pid)
+            if lc is None or lc.algorithm == "frozen":
+                continue
+            estimator = lc.role_algorithms.get(role, lc.algorithm)
+            if estimator in GROUPED and len(seats) == 1:
+                raise ConfigError(
+                    f"learners.{pid}: {estimator} groups turns by (episode, role), and {cfg.game.id} has one "
+                    f"{role!r} seat per game, so every group has one return and every advantage is 0. Use "
+                    f"reinforce_pp (a batch baseline) for this role (learners.{pid}.role_algorithms.{role}: "
+                    "reinforce_pp), or a game argument that seats several players of the role")
+
+
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``."""
@@ -133,6 +155,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
             raise ConfigError(f"seats: no scripted twin {pid[len(SCRIPTED_PREFIX):]!r} for role {role!r} of "
                               f"{cfg.game.id} (available: {', '.join(twins.get(role, {})) or 'none'})")
         assignment[seat] = (pid, role)
+    _check_groups(cfg, game, assignment)
     policies, agents, learners = {}, {}, {}
     for pid, pc in cfg.policies.items():
         path = (policy_dirs or {}).get(pid, pc.model)

@@ -46,10 +46,12 @@ def print_summary(summary: dict) -> None:
     before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
     if before is not None and after is not None:
         table.add_row("solver held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
-    for key, label in (("proposer", "proposer reward"), ("solver", "solver reward")):
-        first, last = summary.get(f"{key}_reward_first5"), summary.get(f"{key}_reward_last5")
-        if last is not None:
-            table.add_row(f"{label} (first 5 -> last 5 iterations)", f"{first:.3f} -> {last:.3f}")
+    for key in summary:
+        if key.endswith("_reward_last5"):
+            role = key[: -len("_reward_last5")]
+            first, last = summary.get(f"{role}_reward_first5"), summary[key]
+            shown = f"{first:.3f} -> {last:.3f}" if first is not None else f"{last:.3f}"
+            table.add_row(f"{role} reward (first 5 -> last 5 iterations)", shown)
     if summary.get("tokens_per_s"):
         table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
     table.add_row("engine", ", ".join(summary.get("engines", [])))

@@ -83,3 +83,13 @@ def test_training_the_solver_against_a_scripted_proposer(tiny_model_dir, tmp_pat
     assert row["solver/response_tokens"] >= 6
     assert "proposer/loss" not in row  # no proposer turns reach its learner
     assert summary["engines"] == ["torch"]
+
+
+def test_a_grouped_estimator_on_a_one_seat_role_is_rejected(tiny_model_dir):
+    # One proposer per game: its GRPO group is its own single return, so it could never learn.
+    with pytest.raises(ConfigError, match=r"learners.proposer: grpo .* one 'proposer' seat per game") as err:
+        build(_cfg(tiny_model_dir, "learners.proposer.algorithm=grpo"))
+    assert "reinforce_pp" in str(err.value)
+    build(_cfg(tiny_model_dir, "learners.proposer.algorithm=grpo", "learners.proposer.role_algorithms={proposer: reinforce_pp}"))
+    with pytest.raises(ConfigError, match="unknown game 'no_such-v0'"):
+        build(_cfg(tiny_model_dir, "game.id=no_such-v0"))

@@ -153,3 +153,14 @@ def test_eval_runs_on_a_model_dir(capsys, tiny_model_dir):
     assert main(["eval", "--model", str(tiny_model_dir), "--size", "7"]) == 0
     out = capsys.readouterr().out
     assert "held-out greedy accuracy" in out and "on 7 problems" in out
+
+
+def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
+    from cogym.runners.cli import print_summary
+
+    monkeypatch.setenv("COLUMNS", "200")
+    print_summary({"chooser_reward_first5": -0.5, "chooser_reward_last5": 0.25, "judge_reward_first5": None,
+                   "judge_reward_last5": 0.75, "engines": ["torch"], "iterations": 3, "wall_s": 1.0, "run_dir": "runs/x"})
+    out = capsys.readouterr().out
+    assert "chooser reward" in out and "-0.500 -> 0.250" in out
+    assert "judge reward" in out and "0.750" in out
