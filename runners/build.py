@@ -157,7 +157,10 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
         assignment[seat] = (pid, role)
     _check_groups(cfg, game, assignment)
     policies, agents, learners = {}, {}, {}
+    used = {pid for pid, _ in assignment.values()}
     for pid, pc in cfg.policies.items():
+        if pid not in used:
+            continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
         path = (policy_dirs or {}).get(pid, pc.model)
         policies[pid] = Policy.from_pretrained(path, name=pid)
         agents[pid] = LLMAgent(policies[pid], pc.sampling, name=pid)
@@ -166,7 +169,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
             needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference)
-    games = _make_games(cfg, policies, {pid for pid, _ in assignment.values()})
+    games = _make_games(cfg, policies, used)
     seats: dict[str, tuple[str, Agent]] = {}
     for seat, (pid, role) in assignment.items():
         if pid.startswith(SCRIPTED_PREFIX):

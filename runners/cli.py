@@ -149,7 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training bar
-    args = parser().parse_args(argv)
+    ap = parser()
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        # `cogym train cfg.yaml --run-dir d a=b`: overrides after an option are still overrides.
+        if args.command == "train" and all("=" in x and not x.startswith("-") for x in extra):
+            args.overrides.extend(extra)
+        else:
+            ap.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "train" and args.config and "=" in args.config:
         # `cogym train key=value`: the first positional is an override, not a file.
         args.overrides.insert(0, args.config)

@@ -93,3 +93,8 @@ def test_a_grouped_estimator_on_a_one_seat_role_is_rejected(tiny_model_dir):
     build(_cfg(tiny_model_dir, "learners.proposer.algorithm=grpo", "learners.proposer.role_algorithms={proposer: reinforce_pp}"))
     with pytest.raises(ConfigError, match="unknown game 'no_such-v0'"):
         build(_cfg(tiny_model_dir, "game.id=no_such-v0"))
+
+
+def test_a_policy_no_seat_uses_is_not_loaded(tiny_model_dir):
+    run = build(_cfg(tiny_model_dir, "seats.proposer=scripted:random"))
+    assert set(run.policies) == {"solver"} == set(run.learners)

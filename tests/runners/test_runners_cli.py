@@ -164,3 +164,14 @@ def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "chooser reward" in out and "-0.500 -> 0.250" in out
     assert "judge reward" in out and "0.750" in out
+
+
+def test_overrides_may_follow_options(monkeypatch, tmp_path):
+    from cogym.runners import cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "_train", lambda args: seen.update(config=args.config, overrides=args.overrides, run_dir=args.run_dir) or 0)
+    assert main(["train", "cfg.yaml", "a.b=1", "--run-dir", str(tmp_path), "c.d=2"]) == 0
+    assert seen == {"config": "cfg.yaml", "overrides": ["a.b=1", "c.d=2"], "run_dir": str(tmp_path)}
+    with pytest.raises(SystemExit):
+        main(["train", "cfg.yaml", "--run-dir", str(tmp_path), "--bogus"])

@@ -327,7 +327,7 @@ def test_deepspeed_and_torch_take_the_same_step(ds_cpu, tiny_model_dir, zero_sta
         with learner.engine.gathered_params():
             after[key] = _snapshot(p.model)
     for n, v in after["deepspeed"].items():
-        torch.testing.assert_close(v, after["torch"][n], atol=1e-5, rtol=0, msg=lambda m: f"{n}: {m}")
+        torch.testing.assert_close(v, after["torch"][n], atol=1e-5, rtol=0, msg=lambda m, n=n: f"{n}: {m}")
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_scripted_and_llm_seats_share_a_token_level_game(policy) -> None:
     res = token_rollout(games, seat_map, SYSTEM, seeds=[0, 1, 2])
     assert {t.role for t in res.turns} == {"solver"}  # scripted moves are not training data
     assert len(res.turns) == 3 * 2
-    for g, env in enumerate(games):
+    for g in range(len(games)):
         assert res.infos[g]["proposer"]["invalid"] is False  # the random twin's problem arrived whole, token by token
         assert res.infos[g]["solver_0"]["problem"] == next(t.info["problem"] for t in res.turns if t.game_index == g)
 

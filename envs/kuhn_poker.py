@@ -1,0 +1,400 @@
+"""``kuhn_poker-v0``: Kuhn poker as text, the smallest poker with bluffing.
+
+A three-card deck, ``J < Q < K``. Each player antes 1 chip and gets one card from the game's
+own RNG; the third card is never seen. One betting round with bets of 1 chip.
+
+Roles and seats
+    ``"player_0"`` (role ``first``: acts first) and ``"player_1"`` (role ``second``). The two
+    positions play different strategies in equilibrium, so they are different roles: a config
+    can give them one policy (``seats: {first: p, second: p}``) and still get per-role metrics.
+
+Turn order (the standard betting tree; at most 3 acting turns)
+    ``player_0``: ``check`` or ``bet``.
+    After ``check``, ``player_1``: ``check`` (showdown for 1) or ``bet``; after ``check bet``,
+    ``player_0``: ``call`` (showdown for 2) or ``fold``.
+    After ``bet``, ``player_1``: ``call`` (showdown for 2) or ``fold``.
+
+Observation (``gymnasium.spaces.Dict``)
+    ``"observation"``: int64 ``[node, seat, card]``; node 0 = nothing played, 1 = after
+    ``check``, 2 = after ``bet``, 3 = after ``check bet``, 4 = game over; seat 0 or 1; card
+    0/1/2 = J/Q/K (0 before the first ``reset``).
+    ``"text"`` (at most ``MAX_OBSERVATION_CHARS`` printable ASCII characters: the embedded
+    char-level model reads every character as a token):
+
+    * the seat to move: ``"card K; history: check bet; moves: 1=fold 2=call"``; the history is
+      ``none`` before the first move; move 1 is always the passive one (check / fold), move 2
+      the aggressive one (bet / call);
+    * the other seat: ``"card Q; history: check; opponent to move"``;
+    * game over: ``"card K; history: bet call; opponent J; result +2"`` (the opponent's card
+      only after a showdown; ``"invalid move by you; "`` / ``"invalid move by opponent; "``
+      before ``result`` when the game ended on an invalid move);
+    * before the first ``reset``: ``""``.
+
+    The text holds everything a strategy may use (own card, history); the scripted twins read
+    nothing else. The seat follows from the history's length.
+
+Action (``gymnasium.spaces.Text``, one whole message)
+    The move is the reply's **first word**, as at a real table, where the first declared action
+    binds: leading whitespace and punctuation are skipped, the first run of ASCII letters and
+    digits is read case-insensitively, and anything after it is ignored. The word is a legal
+    move name (``check``/``bet`` before any bet, ``fold``/``call`` facing one) or its number in
+    the observation (``1`` = passive, ``2`` = aggressive; the embedded tiny model writes digits
+    long before it could spell words). Only the first ``MAX_REPLY_CHARS`` characters are
+    looked at, so any ``str`` (a megabyte of digits, ``9**9**9**9``) is judged in microseconds;
+    a non-``str`` raises ``TypeError``.
+
+Rewards (given when the game ends; 0 on every earlier turn) -- zero-sum
+    Showdown: the higher card wins the pot, a net ``+1`` (``check check``) or ``+2`` (a called
+    bet) for the winner and the opposite for the loser. Fold: the folder loses its 1 chip in the
+    pot. Reward range ``[-2, 2]``. With equilibrium play the value of the game is ``-1/18`` for
+    ``player_0``.
+
+Invalid action
+    A reply whose first word is not a legal move (no word at all, ``raise``, ``call`` when no bet
+    was made, ``3``, ...) counts as a fold and ends the game at once: the mover, who always has
+    exactly 1 chip in the pot when it acts, gets ``-1`` and the opponent ``+1`` (zero-sum kept).
+    It is recorded in ``"history"`` as ``fold``; ``infos[mover]["invalid"]`` is True and
+    ``["reason"]`` says what was wrong; the opponent's ``"reason"`` says the game ended on the
+    opponent's invalid move.
+
+Infos at the end, every seat: ``"role"``; ``"cards"``: ``(player_0's card, player_1's card)``;
+``"history"``: tuple of move words; ``"invalid"``: whether this seat's move was invalid;
+``"reason"`` (both seats, only after an invalid move); ``"metrics"``, averaged per role by the
+trainer (``None`` = not defined this hand, skipped):
+
+    ``won``        1.0 if this seat's reward is positive, else 0.0.
+    ``showdown``   whether the hand ended in a showdown.
+    ``folded``     whether this seat made a legal fold (invalid moves are counted by ``invalid``).
+    ``bluffed``    holding J with ``bet`` legal: 1.0 if it bet, 0.0 if it checked; else None.
+    ``aggression`` fraction of this seat's legal moves that were aggressive (bet / call); None
+                   if it made none.
+
+Before the end only ``"role"``.
+
+Options
+    ``reset(options={"cards": ("J", "Q")})`` deals ``player_0`` the first card and
+    ``player_1`` the second (two different cards of ``J``, ``Q``, ``K``), without drawing from
+    the RNG; used for exact enumeration over the six deals. A malformed deal raises
+    ``ValueError``; other keys are ignored (PettingZoo's ``api_test`` passes arbitrary ones).
+
+Scripted twins (both roles; ``SCRIPTED``): ``random`` (uniform over the two legal moves),
+``nash`` (``player_0``: the equilibrium family at ``alpha = 1/3``, i.e. bet J 1/3, always bet
+K, check Q and call a bet with it 2/3; ``player_1``: the unique equilibrium), ``always_bet``
+(bet, or call a bet), ``always_check`` (check, or fold to a bet), ``calling_station`` (check, or
+call a bet) and ``invalid`` (always ``"raise"``: an invalid move). Each is a behaviour strategy
+table (``STRATEGIES``): information set ``(card, history)`` -> probability of the aggressive
+move, played by :func:`strategy_player` from the observation text alone.
+
+Arguments
+    render_mode=None    None or "ansi" (``render()`` returns a text summary).
+
+Version history
+    v0: first version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from cogym.envs.base import CogymEnv, GameSpec, text_space
+from gymnasium.spaces import Box, Dict
+
+GAME_ID = "kuhn_poker-v0"
+CARDS: tuple[str, ...] = ("J", "Q", "K")
+RANK = {card: i for i, card in enumerate(CARDS)}
+SEATS: tuple[str, str] = ("player_0", "player_1")
+ROLES: tuple[str, str] = ("first", "second")
+MOVES: frozenset[str] = frozenset({"check", "bet", "call", "fold"})
+AGGRESSIVE: frozenset[str] = frozenset({"bet", "call"})
+NODE_START, NODE_CHECK, NODE_BET, NODE_CHECK_BET, NODE_OVER = 0, 1, 2, 3, 4
+MAX_REPLY_CHARS = 64  # only this prefix of a reply is read
+MAX_OBSERVATION_CHARS = 96  # the longest text has 68 characters; a test checks every state fits
+MAX_ACTION_CHARS = 64  # bound of the action space (random sampling only)
+
+History = tuple[str, ...]
+_NODES: dict[History, int] = {(): NODE_START, ("check",): NODE_CHECK, ("bet",): NODE_BET, ("check", "bet"): NODE_CHECK_BET}
+_SHOWDOWNS: frozenset[History] = frozenset({("check", "check"), ("bet", "call"), ("check", "bet", "call")})
+
+
+# ------------------------------------------------------------------------------ pure rules
+def legal_moves(history: Sequence[str]) -> tuple[str, str] | tuple[()]:
+    """``(passive, aggressive)`` for the seat to move, or ``()`` once the hand is over."""
+    history = tuple(history)
+    if history not in _NODES:
+        return ()
+    return ("fold", "call") if history[-1:] == ("bet",) else ("check", "bet")
+
+
+def is_over(history: Sequence[str]) -> bool:
+    """A fold (legal or not) or a showdown ends the hand."""
+    history = tuple(history)
+    return history[-1:] == ("fold",) or history in _SHOWDOWNS
+
+
+def to_move(history: Sequence[str]) -> int:
+    """Index of the seat to move: the players alternate, ``player_0`` first."""
+    return len(history) % 2
+
+
+def payoff(cards: Sequence[str], history: Sequence[str]) -> float:
+    """``player_0``'s net chips at the end of the hand (``player_1`` gets the opposite)."""
+    history = tuple(history)
+    if not is_over(history):
+        raise ValueError(f"history {history} is not a finished hand")
+    if history[-1] == "fold":
+        folder = (len(history) - 1) % 2  # the folder always has exactly its ante in the pot
+        return -1.0 if folder == 0 else 1.0
+    stake = 2.0 if "bet" in history else 1.0
+    return stake if RANK[cards[0]] > RANK[cards[1]] else -stake
+
+
+_FIRST_WORD = re.compile(r"[^A-Za-z0-9]*([A-Za-z0-9]+)")
+
+
+def parse_move(reply: str, legal: Sequence[str]) -> tuple[str | None, str | None]:
+    """``(move, None)`` for a legal first word, else ``(None, reason)``; reads a bounded prefix."""
+    options = f"{legal[0]} or {legal[1]} (or 1, 2)"
+    match = _FIRST_WORD.match(reply[:MAX_REPLY_CHARS])
+    if match is None:
+        return None, f"no move in the reply's first {MAX_REPLY_CHARS} characters; reply with {options}"
+    word = match.group(1).lower()
+    if word in ("1", "2"):
+        return legal[int(word) - 1], None
+    if word in legal:
+        return word, None
+    if word in MOVES:
+        return None, f"{word!r} is not a legal move here; reply with {options}"
+    shown = word if len(word) <= 20 else word[:20] + "..."
+    return None, f"{shown!r} is not a move; reply with {options}"
+
+
+def _history_text(history: History) -> str:
+    return " ".join(history) if history else "none"
+
+
+def turn_text(card: str, history: Sequence[str]) -> str:
+    """What the seat to move sees: its card, the history, the numbered legal moves."""
+    passive, aggressive = legal_moves(history)
+    return f"card {card}; history: {_history_text(tuple(history))}; moves: 1={passive} 2={aggressive}"
+
+
+_TURN_TEXT = re.compile(r"card ([JQK]); history: ([a-z ]+); moves: ")
+
+
+def read_turn_text(text: str) -> tuple[str, History] | None:
+    """``(card, history)`` from a :func:`turn_text`, or None for any other text."""
+    match = _TURN_TEXT.match(text[:MAX_OBSERVATION_CHARS])
+    if match is None:
+        return None
+    words = match.group(2).split()
+    history = () if words == ["none"] else tuple(words)
+    return (match.group(1), history) if history in _NODES else None
+
+
+# ------------------------------------------------------------------------------ scripted twins
+Strategy = Mapping[tuple[str, str], float]  # (card, history text) -> P(aggressive move)
+
+
+def nash_first(alpha: float = 1 / 3) -> dict[tuple[str, str], float]:
+    """``player_0``'s equilibrium family (Kuhn 1950): bet J with ``alpha``, K with ``3 alpha``,
+    never Q; facing ``check bet`` fold J, call Q with ``alpha + 1/3``, call K."""
+    if not 0.0 <= alpha <= 1 / 3:
+        raise ValueError(f"alpha must be in [0, 1/3], got {alpha}")
+    return {("J", ""): alpha, ("Q", ""): 0.0, ("K", ""): min(1.0, 3 * alpha),
+            ("J", "check bet"): 0.0, ("Q", "check bet"): alpha + 1 / 3, ("K", "check bet"): 1.0}
+
+
+# player_1's unique equilibrium. After a check: bet K, bet J 1/3 (a bluff), check Q. Facing a
+# bet: call K, call Q 1/3, fold J.
+NASH_SECOND: dict[tuple[str, str], float] = {
+    ("J", "check"): 1 / 3, ("Q", "check"): 0.0, ("K", "check"): 1.0,
+    ("J", "bet"): 0.0, ("Q", "bet"): 1 / 3, ("K", "bet"): 1.0,
+}
+
+
+def _constant(p: float) -> dict[tuple[str, str], float]:
+    return {(card, " ".join(h)): p for card in CARDS for h in _NODES}
+
+
+def _calling_station() -> dict[tuple[str, str], float]:
+    return {(card, " ".join(h)): (1.0 if legal_moves(h)[1] == "call" else 0.0) for card in CARDS for h in _NODES}
+
+
+# The information sets of the two positions never overlap, so one table serves both roles.
+STRATEGIES: dict[str, dict[tuple[str, str], float]] = {
+    "random": _constant(0.5),
+    "nash": {**nash_first(1 / 3), **NASH_SECOND},
+    "always_bet": _constant(1.0),
+    "always_check": _constant(0.0),
+    "calling_station": _calling_station(),
+}
+
+
+def strategy_player(table: Strategy) -> Callable[[str, np.random.Generator], str]:
+    """A scripted twin playing behaviour strategy ``table`` from the observation text alone."""
+
+    def play(observation: str, rng: np.random.Generator) -> str:
+        state = read_turn_text(observation)
+        if state is None:
+            return "check"  # not a turn text: nothing sensible to play
+        card, history = state
+        passive, aggressive = legal_moves(history)
+        p = table.get((card, " ".join(history)), 0.5)
+        return aggressive if rng.random() < p else passive
+
+    return play
+
+
+def _invalid(observation: str, rng: np.random.Generator) -> str:
+    return "raise"
+
+
+_PLAYERS = {name: strategy_player(table) for name, table in STRATEGIES.items()} | {"invalid": _invalid}
+SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {role: dict(_PLAYERS) for role in ROLES}
+
+
+# ------------------------------------------------------------------------------ the game
+def _check_options(options: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The fixed deal of ``options`` (validated), or None to deal from the RNG."""
+    if options is None:
+        return None
+    if not isinstance(options, Mapping):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    cards = options.get("cards")  # other keys are ignored, as PettingZoo's api_test expects
+    if cards is None:
+        return None
+    if (isinstance(cards, (str, bytes)) or not isinstance(cards, Sequence) or len(cards) != 2
+            or not all(isinstance(c, str) and c in RANK for c in cards) or cards[0] == cards[1]):
+        raise ValueError(f"options['cards'] must be two different cards of {CARDS} (player_0's, player_1's), got {cards!r}")
+    return (cards[0], cards[1])
+
+
+class KuhnPokerEnv(CogymEnv):
+    """See the module docstring: it is this game's documentation page."""
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "kuhn_poker_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__(render_mode=render_mode)
+        self.possible_agents = list(SEATS)
+        self._seat_roles = dict(zip(SEATS, ROLES))
+        self._seat_index = {a: i for i, a in enumerate(SEATS)}
+        # One space object per seat: api_test wants a stable object per seat, and seeding one
+        # seat's space must not shift another's samples.
+        self.observation_spaces = {
+            a: Dict({
+                "observation": Box(low=np.array([NODE_START, 0, 0]), high=np.array([NODE_OVER, 1, len(CARDS) - 1]), dtype=np.int64),
+                "text": text_space(MAX_OBSERVATION_CHARS),
+            })
+            for a in SEATS
+        }
+        self.action_spaces = {a: text_space(MAX_ACTION_CHARS) for a in SEATS}
+        self.spec = GameSpec(
+            id=GAME_ID,
+            roles=ROLES,
+            reward_range=(-2.0, 2.0),
+            zero_sum=True,
+            max_turns=3,
+            description="Kuhn poker: J/Q/K, ante 1, one bet of 1; player_0 acts first.",
+        )
+        self._cards: tuple[str, str] | None = None
+        self._history: History = ()
+        self._invalid_seat: str | None = None
+        self._result = 0.0  # player_0's payoff once the hand is over
+
+    # ------------------------------------------------------------------ AEC API
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Deal a new hand; ``options={"cards": ("J", "Q")}`` fixes the deal (see the docstring)."""
+        fixed = _check_options(options)
+        self._seed(seed)
+        if fixed is None:
+            first, second = self.np_random.choice(len(CARDS), size=2, replace=False)
+            fixed = (CARDS[int(first)], CARDS[int(second)])
+        self._cards = fixed
+        self._history = ()
+        self._invalid_seat = None
+        self._result = 0.0
+        self._start_episode({a: {"role": self._seat_roles[a]} for a in SEATS})
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        self._check_seat(agent)
+        seat = self._seat_index[agent]
+        if self._cards is None:
+            return {"observation": np.array([NODE_OVER, seat, 0], dtype=np.int64), "text": ""}
+        card = self._cards[seat]
+        over = is_over(self._history)
+        node = NODE_OVER if over else _NODES[self._history]
+        if over:
+            text = self._end_text(seat)
+        elif to_move(self._history) == seat:
+            text = turn_text(card, self._history)
+        else:
+            text = f"card {card}; history: {_history_text(self._history)}; opponent to move"
+        return {"observation": np.array([node, seat, RANK[card]], dtype=np.int64), "text": text}
+
+    def step(self, action: str) -> None:
+        agent = self._begin_turn(action)
+        if agent is None:
+            return
+        move, reason = parse_move(action, legal_moves(self._history))
+        if move is None:
+            self._invalid_seat = agent
+            move = "fold"
+        self._history = self._history + (move,)
+        if is_over(self._history):
+            self._finish(reason)
+        else:
+            self.agent_selection = SEATS[to_move(self._history)]
+            self._accumulate_rewards()
+
+    # ------------------------------------------------------------------ rules
+    def _finish(self, reason: str | None) -> None:
+        assert self._cards is not None
+        self._result = payoff(self._cards, self._history)
+        rewards = {SEATS[0]: self._result, SEATS[1]: -self._result}
+        showdown = self._history in _SHOWDOWNS
+        for i, agent in enumerate(SEATS):
+            info: dict[str, Any] = {"role": self._seat_roles[agent], "cards": self._cards, "history": self._history,
+                                    "invalid": agent == self._invalid_seat}
+            if self._invalid_seat is not None:
+                info["reason"] = reason if agent == self._invalid_seat else f"game over: the opponent's move was invalid ({reason})"
+            info["metrics"] = self._metrics(i, rewards[agent], showdown)
+            self.infos[agent] = info
+        self._end_game(rewards)
+
+    def _metrics(self, seat: int, reward: float, showdown: bool) -> dict[str, float | bool | None]:
+        assert self._cards is not None
+        mine = [(self._history[:k], m) for k, m in enumerate(self._history) if k % 2 == seat]
+        if self._invalid_seat == SEATS[seat]:
+            mine = mine[:-1]  # the recorded "fold" was an invalid move, not a decision
+        bluffed = None
+        if self._cards[seat] == "J":
+            chances = [m for h, m in mine if legal_moves(h)[1] == "bet"]
+            bluffed = float(chances[0] == "bet") if chances else None
+        return {
+            "won": 1.0 if reward > 0 else 0.0,
+            "showdown": showdown,
+            "folded": any(m == "fold" for _, m in mine),
+            "bluffed": bluffed,
+            "aggression": float(np.mean([m in AGGRESSIVE for _, m in mine])) if mine else None,
+        }
+
+    def _end_text(self, seat: int) -> str:
+        assert self._cards is not None
+        parts = [f"card {self._cards[seat]}", f"history: {_history_text(self._history)}"]
+        if self._history in _SHOWDOWNS:
+            parts.append(f"opponent {self._cards[1 - seat]}")
+        if self._invalid_seat is not None:
+            parts.append("invalid move by " + ("you" if self._invalid_seat == SEATS[seat] else "opponent"))
+        result = self._result if seat == 0 else -self._result
+        parts.append(f"result {int(result):+d}")
+        return "; ".join(parts)
+
+    def _render_text(self) -> str:
+        if self._cards is None:
+            return f"[{GAME_ID}] not dealt; call reset()"
+        state = f"result player_0 {int(self._result):+d}" if is_over(self._history) else f"to move: {SEATS[to_move(self._history)]}"
+        return f"[{GAME_ID}] cards player_0={self._cards[0]} player_1={self._cards[1]} history: {_history_text(self._history)}; {state}"
