@@ -23,6 +23,7 @@ import numpy as np
 MAX_PROBLEM_CHARS = 32
 MAX_ANSWER_CHARS = 64
 OPS = ("+", "-", "*")
+MAX_OPERAND = 999_999  # operands are read with at most 6 digits
 # What the proposer seat is asked; the tiny model is trained on exactly this request.
 PROPOSER_REQUEST = "Propose a problem."
 
@@ -66,8 +67,9 @@ class Domain:
     mul_max_operand: int = 12
 
     def __post_init__(self) -> None:
-        if self.max_operand < 1:
-            raise ValueError(f"max_operand must be >= 1, got {self.max_operand}")
+        if isinstance(self.max_operand, bool) or not isinstance(self.max_operand, int) or not 1 <= self.max_operand <= MAX_OPERAND:
+            raise ValueError(f"max_operand must be an int in [1, {MAX_OPERAND}] (operands are read with at most 6 digits), "
+                             f"got {self.max_operand!r}")
         if not self.ops or any(op not in OPS for op in self.ops):
             raise ValueError(f"ops must be a non-empty string over {''.join(OPS)!r}, got {self.ops!r}")
 
@@ -114,6 +116,17 @@ def heldout_problems(n: int = 500, seed: int = 20261121, domain: Domain | None =
             seen.add(p.text)
             out.append(p)
     return out
+
+
+# Every problem the parser can read, whatever a game's own domain: what oracles and verifiers use
+# to recompute an answer from a problem's text.
+ANY_PROBLEM = Domain(max_operand=MAX_OPERAND, ops="".join(OPS))
+
+
+def answer_of(text: str) -> int | None:
+    """The value of the problem written in ``text`` (any operands up to 6 digits), or None."""
+    problem = ANY_PROBLEM.parse(text)
+    return problem.answer if problem is not None else None
 
 
 HELDOUT_FILE = "arithmetic_heldout.jsonl"

@@ -57,6 +57,37 @@ class GameSpec:
             raise ValueError(f"GameSpec {self.id!r}: max_turns must be >= 1, got {self.max_turns}")
 
 
+def seed_spaces(env: Any, entropy: int | list[int]) -> None:
+    """Seed every seat's action and observation space of ``env`` from its own child of ``entropy``."""
+    children = np.random.SeedSequence(entropy).spawn(2 * len(env.possible_agents))
+    for i, agent in enumerate(env.possible_agents):
+        env.action_space(agent).seed(int(children[2 * i].generate_state(1)[0]))
+        env.observation_space(agent).seed(int(children[2 * i + 1].generate_state(1)[0]))
+
+
+def int_arg(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]`` (no upper bound when ``high`` is None), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an int {bound}, got {value!r}")
+    return int(value)
+
+
+def finite_arg(name: str, value: Any) -> float:
+    """``value`` as a finite float, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def penalty_arg(name: str, value: Any) -> float:
+    """A penalty: a finite number <= 0, else ValueError."""
+    value = finite_arg(name, value)
+    if value > 0:
+        raise ValueError(f"{name} must be <= 0 (it is a penalty), got {value}")
+    return value
+
+
 def text_space(max_length: int, extra_chars: str | frozenset[str] = "") -> Text:
     """A Text space of printable ASCII plus ``extra_chars``, empty string allowed."""
     return Text(max_length=max_length, min_length=0, charset=PRINTABLE_CHARSET | frozenset(extra_chars))
@@ -102,10 +133,7 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
         self._np_random = np.random.default_rng(int(seed))
         # The spaces get their own streams (children of the seed) so that sampling random
         # actions never shifts the game's draws, and api_test's samples are reproducible.
-        children = np.random.SeedSequence(int(seed)).spawn(2 * len(self.possible_agents))
-        for i, agent in enumerate(self.possible_agents):
-            self.action_space(agent).seed(int(children[2 * i].generate_state(1)[0]))
-            self.observation_space(agent).seed(int(children[2 * i + 1].generate_state(1)[0]))
+        seed_spaces(self, int(seed))
 
     # -------------------------------------------------------------- seats
     def _check_seat(self, agent: str) -> None:
@@ -139,7 +167,9 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
 
         Return True to end the message at this token (the partial text is then stepped as the whole
         message). Only a game in which token-level play matters overrides this; the default never
-        interrupts. It must not change what ``observe`` returns.
+        interrupts. It must not change what ``observe`` returns. ``partial`` is the codec's decoding
+        of the tokens so far, so a character cut between tokens (a multi-byte character half
+        written) may show as U+FFFD until its last token arrives.
         """
         return False
 

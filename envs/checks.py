@@ -75,9 +75,9 @@ class _Episode:
             return self._message(agent, strategy, _text_of(obs))
         # Token level: a scripted or pathological message is emitted one token per step.
         queue = self.queues.setdefault(agent, [])
-        if not self.env.in_message(agent) and not queue:
-            text = self._message(agent, strategy, self.env.env.observe(agent)["text"])
-            queue.extend(self.env.codec.encode(text[: 4 * self.env.max_turn_tokens]) + [self.env.codec.eos_id])
+        if not self.env.in_message(agent):
+            # A new message; what is left of the last one (cut by max_turn_tokens or the game) is dropped.
+            queue[:] = self.env.encode_message(self._message(agent, strategy, self.env.env.observe(agent)["text"]))
         return queue.pop(0)
 
     def _message(self, agent: str, strategy: str, text: str) -> str:

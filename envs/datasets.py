@@ -74,3 +74,13 @@ def load_problems(path: str | os.PathLike[str], integer_answers_for: str | None 
     if not records:
         raise DatasetError(f"dataset {str(p)!r} has no problems (the file is empty); add one JSON object like {_EXAMPLE} per line")
     return records
+
+
+def check_source(source: str, dataset: object, sources: tuple[str, ...], needs: str = "") -> None:
+    """Validate a game's (source, dataset) pair: ``sources[0]`` generates problems, ``"dataset"`` reads a file."""
+    if source not in sources:
+        raise ValueError(f"source must be one of {sources}, got {source!r}")
+    if source == "dataset" and dataset is None:
+        raise ValueError(f"source='dataset' needs dataset=<path of a JSONL file of {{\"question\", \"answer\"}} lines{needs}>")
+    if source != "dataset" and dataset is not None:
+        raise ValueError(f"dataset={str(dataset)!r} is only read with source='dataset'; pass source='dataset' or drop dataset")

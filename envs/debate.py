@@ -114,7 +114,6 @@ Version history
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import string
@@ -122,9 +121,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from cogym.envs.arithmetic import OPS, Domain
-from cogym.envs.base import PRINTABLE_CHARSET, CogymEnv, GameSpec, text_space
-from cogym.envs.datasets import load_problems
+from cogym.envs.arithmetic import Domain, answer_of
+from cogym.envs.base import PRINTABLE_CHARSET, CogymEnv, GameSpec, int_arg, penalty_arg, text_space
+from cogym.envs.datasets import check_source, load_problems
 from gymnasium.spaces import Box, Dict
 
 GAME_ID = "debate-v0"
@@ -142,7 +141,6 @@ WRONG_OFFSETS = (-10, -2, -1, 1, 2, 10)
 JUDGE_CUE = "Judge:"
 _ANSWER_SLOT_CHARS = 14  # a shown answer: sign + up to 13 digits (a 12-digit reference + 10)
 _HEADER_EXTRA_CHARS = 2 * (len(" A=") + _ANSWER_SLOT_CHARS)  # " A=<answer> B=<answer>" = 34
-_ANY_PROBLEM = Domain(max_operand=999_999, ops="".join(OPS))
 
 _SHOWN = frozenset(string.printable) - frozenset(string.whitespace) | {" "}
 _FIRST_INT_RE = re.compile(r"-?\d{1,12}")
@@ -240,11 +238,6 @@ def _int_or_none(text: str) -> int | None:
     return int(text) if re.fullmatch(r"-?\d{1,13}", text) else None
 
 
-def _true_answer(question: str) -> int | None:
-    problem = _ANY_PROBLEM.parse(question)
-    return problem.answer if problem is not None else None
-
-
 # ------------------------------------------------------------------------------ scripted twins
 _RANDOM_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
@@ -253,7 +246,7 @@ def _own(text: str) -> tuple[str, int | None, int | None, int, list[tuple[str, s
     """(question, own answer, true answer, own side index, transcript) as a debater sees them."""
     question, answers, transcript, cue = read_view(text)
     side = SIDES.index(cue) if cue in SIDES else 0
-    return question, _int_or_none(answers[side]), _true_answer(question), side, transcript
+    return question, _int_or_none(answers[side]), answer_of(question), side, transcript
 
 
 def _honest(text: str, rng: np.random.Generator) -> str:
@@ -301,7 +294,7 @@ def _oracle_judge(text: str, rng: np.random.Generator) -> str:
     """Computes the answer from the question and names the side whose answer is closest to it:
     the side defending it when one does; A on a tie or when the question is not arithmetic."""
     question, answers, _, _ = read_view(text)
-    true = _true_answer(question)
+    true = answer_of(question)
     a, b = (_int_or_none(x) for x in answers)
     if true is None or b is None:
         return "A"
@@ -310,7 +303,7 @@ def _oracle_judge(text: str, rng: np.random.Generator) -> str:
 
 def _solver_judge(text: str, rng: np.random.Generator) -> str:
     """Replies with the answer it computes: names the side defending it, or no one (invalid)."""
-    true = _true_answer(read_view(text)[0])
+    true = answer_of(read_view(text)[0])
     return str(true) if true is not None else "?"
 
 
@@ -339,12 +332,6 @@ SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {
 
 
 # ------------------------------------------------------------------------------ the game
-def _int_arg(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return int(value)
-
-
 class DebateEnv(CogymEnv):
     """See the module docstring: it is this game's documentation page."""
 
@@ -363,24 +350,14 @@ class DebateEnv(CogymEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
-        self.rounds = _int_arg("rounds", rounds, 1, MAX_ROUNDS)
+        self.rounds = int_arg("rounds", rounds, 1, MAX_ROUNDS)
         if answers not in ANSWER_MODES:
             raise ValueError(f"answers must be one of {ANSWER_MODES}, got {answers!r}")
-        self.max_argument_chars = _int_arg("max_argument_chars", max_argument_chars, 1, MAX_ARGUMENT_CHARS)
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if source == "dataset" and dataset is None:
-            raise ValueError("source='dataset' needs dataset=<path of a JSONL file of {\"question\", \"answer\"} lines with integer answers>")
-        if source == "arithmetic" and dataset is not None:
-            raise ValueError(f"dataset={str(dataset)!r} is only read with source='dataset'; pass source='dataset' or drop dataset")
-        _int_arg("max_operand", max_operand, 1, 999_999)
-        if isinstance(invalid_penalty, bool) or not isinstance(invalid_penalty, (int, float)) or not math.isfinite(invalid_penalty):
-            raise ValueError(f"invalid_penalty must be a finite number, got {invalid_penalty!r}")
-        if invalid_penalty > 0:
-            raise ValueError(f"invalid_penalty must be <= 0 (it is a penalty), got {invalid_penalty}")
-        self.invalid_penalty = float(invalid_penalty)
+        self.max_argument_chars = int_arg("max_argument_chars", max_argument_chars, 1, MAX_ARGUMENT_CHARS)
+        check_source(source, dataset, SOURCES, needs=" with integer answers")
+        self.invalid_penalty = penalty_arg("invalid_penalty", invalid_penalty)
         self.answer_mode, self.source = answers, source
-        self.domain = Domain(max_operand=int(max_operand), ops=ops)  # validates ops
+        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self._records = []
         if dataset is not None:
             self._records = load_problems(dataset, integer_answers_for=f"{GAME_ID} (debaters defend integer answers)")

@@ -88,7 +88,6 @@ Version history
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -97,8 +96,8 @@ import numpy as np
 from gymnasium.spaces import Box, Dict
 
 from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, Domain
-from cogym.envs.base import CogymEnv, GameSpec, text_space
-from cogym.envs.datasets import load_problems
+from cogym.envs.base import CogymEnv, GameSpec, penalty_arg, text_space
+from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.proposer_solver import MAX_MESSAGE_CHARS
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
 from cogym.envs.verdicts import SHOWN_ANSWER_CHARS, oracle_accepts, parse_verdict, show_answer
@@ -186,12 +185,7 @@ class GeneratorVerifierEnv(CogymEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if source == "dataset" and dataset is None:
-            raise ValueError("source='dataset' needs dataset=<path of a JSONL file of {\"question\", \"answer\"} lines>")
-        if source == "domain" and dataset is not None:
-            raise ValueError(f"dataset={str(dataset)!r} is only read with source='dataset'; pass source='dataset' or drop dataset")
+        check_source(source, dataset, SOURCES)
         if verifier not in GROUND_TRUTHS:
             raise ValueError(f"verifier must be one of {GROUND_TRUTHS} (the ground truth of one answer), got {verifier!r}")
         if generator_reward not in GENERATOR_REWARDS:
@@ -203,13 +197,8 @@ class GeneratorVerifierEnv(CogymEnv):
             raise ValueError(f"mix_weight must be a number in [0, 1], got {mix_weight!r}")
         if critique is not True and critique is not False:
             raise ValueError(f"critique must be True or False, got {critique!r}")
-        if isinstance(invalid_penalty, bool) or not isinstance(invalid_penalty, (int, float)) or not math.isfinite(invalid_penalty):
-            raise ValueError(f"invalid_penalty must be a finite number, got {invalid_penalty!r}")
-        if invalid_penalty > 0:
-            raise ValueError(f"invalid_penalty must be <= 0 (it is a penalty), got {invalid_penalty}")
-        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999_999:
-            raise ValueError(f"max_operand must be an int in [1, 999999] (operands are read with at most 6 digits), got {max_operand!r}")
-        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates ops
+        invalid_penalty = penalty_arg("invalid_penalty", invalid_penalty)
+        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self.source, self.verifier_name, self.generator_reward = source, verifier, generator_reward
         self.mix_weight, self.critique, self.invalid_penalty = float(weight), critique, float(invalid_penalty)
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []

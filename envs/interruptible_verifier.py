@@ -58,14 +58,14 @@ Version history
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
 from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, Domain
-from cogym.envs.base import CogymEnv, GameSpec, seat_names, text_space
+from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, seat_names, text_space
+from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
 
 GAME_ID = "interruptible_verifier-v0"
 PHASE_SOLVE, PHASE_OVER = 2, 3
@@ -119,35 +119,23 @@ def solver_reward(message: str, reference: str, partial_credit: float) -> float:
 
 
 # ------------------------------------------------------------------------------ scripted twins
-_ANY = Domain(max_operand=999_999)
-
-
-def _answer(text: str) -> str:
-    problem = _ANY.parse(text)
-    return str(problem.answer) if problem is not None else "0"
-
-
-def _oracle(text: str, rng: np.random.Generator) -> str:
-    return _answer(text)
+_oracle = _PROPOSER_SOLVER_SCRIPTED["solver"]["oracle"]
 
 
 def _last_digit_wrong(text: str, rng: np.random.Generator) -> str:
     """Right up to the last digit: the verifier stops it there, with all but one digit matched."""
-    ans = _answer(text)
+    ans = _oracle(text, rng)
     return ans[:-1] + str((int(ans[-1]) + 1) % 10) + " because I checked twice"
 
 
 def _rambler(text: str, rng: np.random.Generator) -> str:
     """The right answer followed by chatter: in error at the first character of the chatter."""
-    return _answer(text) + " is what I think"
-
-
-def _random(text: str, rng: np.random.Generator) -> str:
-    return str(int(rng.integers(-10_000, 10_001)))
+    return _oracle(text, rng) + " is what I think"
 
 
 SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {
-    "solver": {"oracle": _oracle, "last_digit_wrong": _last_digit_wrong, "rambler": _rambler, "random": _random},
+    "solver": {"oracle": _oracle, "last_digit_wrong": _last_digit_wrong, "rambler": _rambler,
+               "random": _PROPOSER_SOLVER_SCRIPTED["solver"]["random"]},
 }
 
 
@@ -160,15 +148,12 @@ class InterruptibleVerifierEnv(CogymEnv):
     def __init__(self, num_solvers: int = 8, partial_credit: float = 0.0, max_operand: int = 99, ops: str = "+-*",
                  render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
-        if isinstance(num_solvers, bool) or not isinstance(num_solvers, int) or num_solvers < 1:
-            raise ValueError(f"num_solvers must be an int >= 1, got {num_solvers!r}")
-        if isinstance(partial_credit, bool) or not isinstance(partial_credit, (int, float)) or not math.isfinite(partial_credit) \
-                or not 0.0 <= partial_credit < 1.0:
-            raise ValueError(f"partial_credit must be a number in [0, 1) (a right answer gets 1), got {partial_credit!r}")
-        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999_999:
-            raise ValueError(f"max_operand must be an int in [1, 999999], got {max_operand!r}")
-        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates ops
-        self.num_solvers, self.partial_credit = num_solvers, float(partial_credit)
+        num_solvers = int_arg("num_solvers", num_solvers, 1)
+        partial_credit = finite_arg("partial_credit", partial_credit)
+        if not 0.0 <= partial_credit < 1.0:
+            raise ValueError(f"partial_credit must be in [0, 1) (a right answer gets 1), got {partial_credit}")
+        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
+        self.num_solvers, self.partial_credit = num_solvers, partial_credit
         self.possible_agents = list(seat_names("solver", num_solvers))
         self._seat_roles = {a: "solver" for a in self.possible_agents}
         self._seat_index = {a: i for i, a in enumerate(self.possible_agents)}

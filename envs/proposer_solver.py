@@ -67,7 +67,6 @@ Version history
 
 from __future__ import annotations
 
-import math
 import os
 import string
 from fractions import Fraction
@@ -76,9 +75,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, OPS, PROPOSER_REQUEST, Domain, is_strict_answer
-from cogym.envs.base import CogymEnv, GameSpec, seat_names, text_space
-from cogym.envs.datasets import load_problems
+from cogym.envs.arithmetic import ANY_PROBLEM, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, answer_of, is_strict_answer
+from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg, seat_names, text_space
+from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.verifiers import VERIFIER_NAMES, make_verifier
 
 GAME_ID = "proposer_solver-v0"
@@ -87,7 +86,6 @@ MAX_MESSAGE_CHARS = 2048  # bound of the action space (random sampling); replies
 SOURCES = ("proposer", "dataset")
 PROPOSER_REWARDS = ("learnability", "band")
 _EDGE_DENOMINATOR = 10**6  # far above any group size, so only float noise is rounded away
-_ANY_PROBLEM = Domain(max_operand=999_999, ops="".join(OPS))
 
 
 # ------------------------------------------------------------------------------ pure rules
@@ -132,7 +130,7 @@ def invalid_reason(proposal: str, domain: Domain) -> str:
     """Why ``proposal`` is not a problem of ``domain`` (called only when ``domain.parse`` failed)."""
     if len(proposal) > MAX_PROBLEM_CHARS:
         return f"proposal has {len(proposal)} characters; a problem has at most {MAX_PROBLEM_CHARS}"
-    if _ANY_PROBLEM.parse(proposal) is not None:
+    if ANY_PROBLEM.parse(proposal) is not None:
         return f"proposal {proposal!r} is outside the domain: operands 0..{domain.max_operand}, operators {domain.ops!r}"
     return f"proposal {proposal!r} is not a problem of the form '<a><op><b>' such as '37+45'"
 
@@ -152,8 +150,8 @@ def _garbage_proposal(observation: str, rng: np.random.Generator) -> str:
 
 
 def _oracle_answer(observation: str, rng: np.random.Generator) -> str:
-    problem = _ANY_PROBLEM.parse(observation)
-    return str(problem.answer) if problem is not None else "0"
+    answer = answer_of(observation)
+    return str(answer) if answer is not None else "0"
 
 
 def _wrong_answer(observation: str, rng: np.random.Generator) -> str:
@@ -171,12 +169,6 @@ SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {
 
 
 # ------------------------------------------------------------------------------ the game
-def _finite(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class ProposerSolverEnv(CogymEnv):
     """See the module docstring: it is this game's documentation page."""
 
@@ -197,32 +189,22 @@ class ProposerSolverEnv(CogymEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
-        if isinstance(num_solvers, bool) or not isinstance(num_solvers, int) or num_solvers < 1:
-            raise ValueError(f"num_solvers must be an int >= 1, got {num_solvers!r}")
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if source == "dataset" and dataset is None:
-            raise ValueError("source='dataset' needs dataset=<path of a JSONL file of {\"question\", \"answer\"} lines>")
-        if source == "proposer" and dataset is not None:
-            raise ValueError(f"dataset={str(dataset)!r} is only read with source='dataset'; pass source='dataset' or drop dataset")
+        num_solvers = int_arg("num_solvers", num_solvers, 1)
+        check_source(source, dataset, SOURCES)
         if verifier not in VERIFIER_NAMES:
             raise ValueError(f"verifier must be one of {VERIFIER_NAMES}, got {verifier!r}")
         if proposer_reward not in PROPOSER_REWARDS:
             raise ValueError(f"proposer_reward must be one of {PROPOSER_REWARDS}, got {proposer_reward!r}")
         if isinstance(band, (str, bytes)) or not isinstance(band, Sequence) or len(band) != 2:
             raise ValueError(f"band must be a pair (low, high), got {band!r}")
-        low, high = _finite("band low", band[0]), _finite("band high", band[1])
+        low, high = finite_arg("band low", band[0]), finite_arg("band high", band[1])
         if not 0.0 <= low <= high <= 1.0:
             raise ValueError(f"band must satisfy 0 <= low <= high <= 1, got {tuple(band)}")
-        self.format_bonus = _finite("format_bonus", format_bonus)
+        self.format_bonus = finite_arg("format_bonus", format_bonus)
         if self.format_bonus < 0:
             raise ValueError(f"format_bonus must be >= 0 (it is a bonus), got {format_bonus}")
-        self.invalid_penalty = _finite("invalid_penalty", invalid_penalty)
-        if self.invalid_penalty > 0:
-            raise ValueError(f"invalid_penalty must be <= 0 (it is a penalty), got {invalid_penalty}")
-        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999_999:
-            raise ValueError(f"max_operand must be an int in [1, 999999] (operands are read with at most 6 digits), got {max_operand!r}")
-        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates ops
+        self.invalid_penalty = penalty_arg("invalid_penalty", invalid_penalty)
+        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self.num_solvers, self.source, self.verifier_name = num_solvers, source, verifier
         self.proposer_reward, self.band = proposer_reward, (low, high)
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []

@@ -96,7 +96,7 @@ import numpy as np
 from gymnasium.spaces import Box, Dict
 
 from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, extract_answer
-from cogym.envs.base import CogymEnv, GameSpec, text_space
+from cogym.envs.base import CogymEnv, GameSpec, penalty_arg, text_space
 from cogym.envs.proposer_solver import MAX_MESSAGE_CHARS, band_reward, invalid_reason
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
 from cogym.envs.verdicts import MAX_SCORE, SHOWN_ANSWER_CHARS, oracle_accepts, parse_score, show_answer
@@ -194,13 +194,8 @@ class ProposerSolverJudgeEnv(CogymEnv):
         low, high = float(band[0]), float(band[1])
         if not 0.0 <= low <= high <= 1.0:
             raise ValueError(f"band must satisfy 0 <= low <= high <= 1, got {tuple(band)}")
-        if isinstance(invalid_penalty, bool) or not isinstance(invalid_penalty, (int, float)) or not math.isfinite(invalid_penalty):
-            raise ValueError(f"invalid_penalty must be a finite number, got {invalid_penalty!r}")
-        if invalid_penalty > 0:
-            raise ValueError(f"invalid_penalty must be <= 0 (it is a penalty), got {invalid_penalty}")
-        if isinstance(max_operand, bool) or not isinstance(max_operand, int) or not 1 <= max_operand <= 999_999:
-            raise ValueError(f"max_operand must be an int in [1, 999999] (operands are read with at most 6 digits), got {max_operand!r}")
-        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates ops
+        invalid_penalty = penalty_arg("invalid_penalty", invalid_penalty)
+        self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self.proposer_reward, self.band, self.invalid_penalty = proposer_reward, (low, high), float(invalid_penalty)
         self._truth = ExactArithmetic()  # metrics only, never a reward
 

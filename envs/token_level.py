@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 from pettingzoo import AECEnv
 
-from cogym.envs.base import CogymEnv, GameSpec
+from cogym.envs.base import CogymEnv, GameSpec, seed_spaces
 
 GRANULARITIES = ("turn", "token")
 DEFAULT_MAX_TURN_TOKENS = 64
@@ -166,6 +166,11 @@ class TokenLevelEnv(AECEnv):
         """Whether ``agent`` has emitted tokens of a message it has not finished."""
         return bool(self._message.get(agent))
 
+    def encode_message(self, text: str) -> list[int]:
+        """The tokens that emit ``text`` as one message: its ids (of a prefix long enough to fill
+        ``max_turn_tokens``) and the end-of-message id. What a scripted seat plays at token level."""
+        return self.codec.encode(text[: 4 * self.max_turn_tokens]) + [self.codec.eos_id]
+
     def message_tokens(self, agent: str) -> list[int]:
         """The tokens ``agent`` has emitted so far in its current message."""
         return list(self._message.get(agent, []))
@@ -174,11 +179,7 @@ class TokenLevelEnv(AECEnv):
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.env.reset(seed=seed, options=options)
         if seed is not None:
-            # Own streams for the token spaces, apart from the ones the game gave its text spaces.
-            children = np.random.SeedSequence([int(seed), 1]).spawn(2 * len(self.possible_agents))
-            for i, agent in enumerate(self.possible_agents):
-                self.action_spaces[agent].seed(int(children[2 * i].generate_state(1)[0]))
-                self.observation_spaces[agent].seed(int(children[2 * i + 1].generate_state(1)[0]))
+            seed_spaces(self, [int(seed), 1])  # own streams, apart from the ones the game gave its text spaces
         self._message, self._prompt = {}, {}
 
     def context_ids(self, agent: str) -> list[int]:
@@ -216,7 +217,8 @@ class TokenLevelEnv(AECEnv):
         done = token == self.codec.eos_id
         if not done:
             message.append(token)
-            done = len(message) >= self.max_turn_tokens or self.env.interrupt(agent, self.codec.decode(message))
+            # The game sees every token, the last one a message may have included.
+            done = self.env.interrupt(agent, self.codec.decode(message)) or len(message) >= self.max_turn_tokens
         if done:
             text = self.codec.decode(message)
             self._message[agent] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from cogym.envs.arithmetic import MAX_ANSWER_CHARS, OPS, Domain, extract_answer
+from cogym.envs.arithmetic import ANY_PROBLEM, MAX_ANSWER_CHARS, extract_answer
 from cogym.envs.base import PRINTABLE_CHARSET
 
 ACCEPT_WORDS: frozenset[str] = frozenset({"yes", "correct", "true"})
@@ -32,7 +32,6 @@ SHOWN_ANSWER_CHARS = MAX_ANSWER_CHARS
 SEPARATOR = "="
 
 _SCORE_RE = re.compile(r"(10|[0-9])(?:/10)?")
-_ANY_PROBLEM = Domain(max_operand=999_999, ops="".join(OPS))
 
 
 def _normalise(text: str) -> str:
@@ -124,5 +123,5 @@ def oracle_accepts(observation: str) -> bool:
     (``37+45``); anything else is rejected. The answer is read like ``ExactArithmetic`` reads it.
     """
     head, sep, tail = observation.partition(SEPARATOR)
-    problem = _ANY_PROBLEM.parse(head) if sep else None
+    problem = ANY_PROBLEM.parse(head) if sep else None
     return problem is not None and extract_answer(tail) == problem.answer

@@ -6,6 +6,7 @@ is checked here, before any run directory is written, with a one-line :class:`Co
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -19,6 +20,7 @@ from cogym.agents.policy import Policy
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
 from cogym.envs import make, scripted_strategies
+from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners.learner import Learner
 
 from .config import Config, ConfigError, _suggest
@@ -35,7 +37,8 @@ def import_game_modules(modules: list[str]) -> None:
             if not path.is_file():
                 raise ConfigError(f"game.modules: {name!r} is not a file (paths are relative to the working directory "
                                   "or to the config file)")
-            mod_name = f"cogym_user_games.{path.stem}_{abs(hash(str(path))):x}"
+            # A name fixed by the path, the same in every process (workers can unpickle its classes).
+            mod_name = f"cogym_user_games.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
             if mod_name in sys.modules:
                 continue
             spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -50,6 +53,8 @@ def import_game_modules(modules: list[str]) -> None:
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError as exc:
+                if exc.name is not None and not name.startswith(exc.name):
+                    raise  # the module exists but needs a package that is missing: its own error says which
                 raise ConfigError(f"game.modules: cannot import {name!r} ({exc}); give a module on the Python path "
                                   "or a .py file") from exc
 
@@ -63,11 +68,15 @@ def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -
         raise ConfigError("game.granularity: token needs at least one model seat (every seat is scripted)")
     first = policies[llm[0]]
     for pid in llm[1:]:
-        if policies[pid].tokenizer.get_vocab() != first.tokenizer.get_vocab():
-            raise ConfigError(f"game.granularity: token needs every model seat to share one tokenizer; policies "
-                              f"{llm[0]!r} and {pid!r} differ (a token is an action, so the vocabularies must agree)")
+        other = policies[pid].tokenizer
+        if other.get_vocab() != first.tokenizer.get_vocab() or other.chat_template != first.tokenizer.chat_template:
+            raise ConfigError(f"game.granularity: token needs every model seat to share one tokenizer and chat template; "
+                              f"policies {llm[0]!r} and {pid!r} differ (a token is an action, and one codec renders "
+                              "every seat's prompt)")
     codec = ChatCodec(first, {role: p.system for role, p in cfg.prompts.items()})
-    max_tokens = cfg.game.max_turn_tokens or max(cfg.policies[pid].sampling.max_new_tokens for pid in llm)
+    # The game's bound on a message; each policy's own max_new_tokens is enforced by the rollout, and
+    # scripted seats (whose moves may be longer than a model's) get at least the default bound.
+    max_tokens = cfg.game.max_turn_tokens or max(DEFAULT_MAX_TURN_TOKENS, *(cfg.policies[pid].sampling.max_new_tokens for pid in llm))
     return [make(cfg.game.id, granularity="token", codec=codec, max_turn_tokens=max_tokens, **cfg.game.kwargs)
             for _ in range(cfg.game.num_games)]
 
@@ -116,12 +125,12 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
     """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
     moves in one episode, which all share its return, so every advantage is 0."""
     for role in game.spec.roles:
-        seats = [s for s, (_, r) in assignment.items() if r == role]
-        pids = {assignment[s][0] for s in seats}
-        for pid in pids:
+        for pid in {p for p, r in assignment.values() if r == role}:
             lc = cfg.learners.get(pid)
             if lc is None or lc.algorithm == "frozen":
                 continue
+            # Groups form inside one policy's batch: count the seats of the role this policy plays.
+            seats = [s for s, (p, r) in assignment.items() if r == role and p == pid]
             estimator = lc.role_algorithms.get(role, lc.algorithm)
             if estimator in GROUPED and len(seats) == 1:
                 raise ConfigError(

@@ -56,7 +56,7 @@ class GameConfig:
     num_games: int = 16  # games alive at once in one rollout
     kwargs: dict = field(default_factory=dict)
     granularity: str = "turn"  # "turn": one message per step; "token": one token per step (KV caches reused)
-    max_turn_tokens: int = 0  # token level: longest message; 0 = the largest max_new_tokens of the game's policies
+    max_turn_tokens: int = 0  # token level: longest message; 0 = max(64, the policies' max_new_tokens)
     modules: list = field(default_factory=list)  # Python modules or .py files to import first (they register games)
 
 

@@ -35,6 +35,11 @@ class RolloutResult:
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
 
 
+def chat_messages(system: str | None, text: str) -> list[dict]:
+    """What a seat is asked: the role's system message (when it has one), then the game's text."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+
 def _skip_dead(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
     """Step finished seats with None (the AEC protocol) until a live seat or no seat is left."""
     while env.agents:
@@ -88,11 +93,7 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[s
             for seat in ready:
                 role = env.role_of(seat)
                 policy_id, agent = seat_map(seat, role)
-                obs = env.observe(seat)
-                messages = []
-                if system_prompts.get(role):
-                    messages.append({"role": "system", "content": system_prompts[role]})
-                messages.append({"role": "user", "content": obs["text"]})
+                messages = chat_messages(system_prompts.get(role), env.observe(seat)["text"])
                 slot = by_agent.setdefault(id(agent), (agent, []))
                 slot[1].append((g, len(pending[g]), Request(messages=messages, role=role, seat=seat)))
                 pending[g].append((seat, role, policy_id))

@@ -2,11 +2,15 @@
 
 Every LLM seat of every game keeps a :class:`~cogym.agents.kv_session.KVSession`: at each step it
 reads only the ids its context gained since its last step (usually the one token it just emitted),
-so the cost of a token does not grow with the transcript. A scripted seat answers its whole
-message from the turn-level text and emits it one token per step. A seat's message becomes one
-:class:`Turn` (prompt ids, the ids it emitted, their behaviour log-probs) when the message ends:
-at end of message, at ``max_turn_tokens``, or when the game interrupts it (``finished`` is then
-False). The result has the same shape as the turn-level rollout's, so training is unchanged.
+so within a message the cost of a token does not grow with the transcript; each new message
+starts with one prefill of its (re-rendered) prompt, and the session is dropped when the message
+ends. A scripted seat answers its whole message from the turn-level text and emits it one token
+per step. A model seat's message becomes one :class:`Turn` (prompt ids, the ids it emitted, their
+behaviour log-probs) when the message ends: at its end-of-message token (``finished`` True), when
+the game interrupts it, at the game's ``max_turn_tokens``, or at the policy's own
+``max_new_tokens`` (the rollout then ends the message with the end id, which is not part of the
+response: the model did not choose it). The result has the same shape as the turn-level
+rollout's, so training is unchanged.
 
 Seats step one at a time, each LLM step a batch-one forward on its own cache; the turn-level
 rollout (one batched generate per policy per step) is the fast path for games that do not need
@@ -23,10 +27,11 @@ from typing import Sequence
 from cogym.agents.kv_session import KVSession, sample_token
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
+from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Request, Turn
 from cogym.envs.token_level import TokenLevelEnv
 
-from .rollout import RolloutResult, SeatMap, _collect, _skip_dead
+from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages
 
 
 class ChatCodec:
@@ -42,10 +47,6 @@ class ChatCodec:
         self.eos_id = int(policy.eos_ids[0])
         self.eos_ids = frozenset(int(e) for e in policy.eos_ids)
 
-    def messages(self, role: str, text: str) -> list[dict]:
-        system = self.system_prompts.get(role)
-        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-
     def encode(self, text: str) -> list[int]:
         return list(self.policy.tokenizer.encode(text, add_special_tokens=False))
 
@@ -53,7 +54,7 @@ class ChatCodec:
         return self.policy.decode([i for i in ids if i not in self.eos_ids])
 
     def prompt_ids(self, role: str, text: str) -> list[int]:
-        return self.policy.render(self.messages(role, text))
+        return self.policy.render(chat_messages(self.system_prompts.get(role), text))
 
     def max_prompt_tokens(self, role: str, max_chars: int) -> int:
         # A tokenizer never needs more ids than UTF-8 bytes (byte fallback is the worst case).
@@ -66,6 +67,7 @@ class _Open:
 
     policy_id: str
     prompt_ids: list[int]
+    session: KVSession
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -83,7 +85,7 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
     infos: list[dict[str, dict]] = [dict() for _ in games]
     seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
     episode_ids = [f"{episode_prefix}-{g}" for g in range(len(games))]
-    sessions: dict[tuple[int, str], KVSession] = {}
+    stats = {"fed_tokens": 0, "prefills": 0}
     queues: dict[tuple[int, str], list[int]] = {}
     open_: dict[tuple[int, str], _Open] = {}
     gen_tokens, gen_seconds, steps = 0, 0.0, 0
@@ -93,6 +95,8 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
 
     def close(g: int, seat: str, role: str, finished: bool) -> None:
         msg = open_.pop((g, seat))
+        stats["fed_tokens"] += msg.session.fed_tokens  # the cache is freed with the message
+        stats["prefills"] += msg.session.prefills
         text = games[g].codec.decode(msg.response_ids)
         seat_turns[g][seat].append(Turn(
             game_index=g, episode_id=episode_ids[g], seat=seat, role=role, policy_id=msg.policy_id,
@@ -116,33 +120,35 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
             policy_id, agent = seat_map(seat, role)
             key = (g, seat)
             if isinstance(agent, LLMAgent):
-                context = env.context_ids(seat)
-                if key not in open_:
-                    open_[key] = _Open(policy_id, list(context))
-                session = sessions.get(key)
-                if session is None:
-                    session = sessions[key] = KVSession(agent.policy)
-                tg = time.perf_counter()
-                token, logprob = sample_token(session.next_logits(context), agent.sampling)
-                gen_seconds += time.perf_counter() - tg
-                gen_tokens += 1
-                msg = open_[key]
-                msg.response_ids.append(token)
-                msg.logprobs.append(logprob)
-                is_eos = token in getattr(env.codec, "eos_ids", (env.codec.eos_id,))
-                env.step(env.codec.eos_id if is_eos else token)
-                if not env.in_message(seat):
-                    close(g, seat, role, finished=is_eos)
-            else:
+                msg = open_.get(key)
+                if msg is not None and len(msg.response_ids) >= agent.sampling.max_new_tokens:
+                    # The policy's own length limit: end the message with an id the model did not choose.
+                    env.step(env.codec.eos_id)
+                    close(g, seat, role, finished=False)
+                else:
+                    context = env.context_ids(seat)
+                    if msg is None:
+                        msg = open_[key] = _Open(policy_id, list(context), KVSession(agent.policy))
+                    tg = time.perf_counter()
+                    token, logprob = sample_token(msg.session.next_logits(context), agent.sampling)
+                    gen_seconds += time.perf_counter() - tg
+                    gen_tokens += 1
+                    msg.response_ids.append(token)
+                    msg.logprobs.append(logprob)
+                    is_eos = token in getattr(env.codec, "eos_ids", (env.codec.eos_id,))
+                    env.step(env.codec.eos_id if is_eos else token)
+                    if not env.in_message(seat):
+                        close(g, seat, role, finished=is_eos)
+            elif isinstance(agent, ScriptedAgent):
                 queue = queues.setdefault(key, [])
-                if not queue:
-                    text = env.env.observe(seat)["text"]
-                    request = Request(messages=[{"role": "user", "content": text}], role=role, seat=seat)
-                    reply = agent.act([request])[0].text
-                    queue.extend(env.codec.encode(reply[: 4 * env.max_turn_tokens]) + [env.codec.eos_id])
+                if not env.in_message(seat):  # a new message; the tail of a cut one is dropped
+                    request = Request(messages=chat_messages(system_prompts.get(role), env.env.observe(seat)["text"]),
+                                      role=role, seat=seat)
+                    queue[:] = env.encode_message(agent.act([request])[0].text)
                 env.step(queue.pop(0))
-                if not env.in_message(seat):
-                    queue.clear()  # the message ended (eos, length or interruption): drop what is left
+            else:
+                raise TypeError(f"token-level play drives LLMAgent and ScriptedAgent seats; seat {seat!r} has a "
+                                f"{type(agent).__name__}")
             _collect(env, returns[g], infos[g])
             _skip_dead(env, returns[g], infos[g])
     turns: list[Turn] = []
@@ -152,6 +158,5 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
                 t.reward = returns[g].get(seat, 0.0)
                 t.info = infos[g].get(seat, {})
             turns.extend(ts)
-    stats = {"fed_tokens": sum(s.fed_tokens for s in sessions.values()), "prefills": sum(s.prefills for s in sessions.values())}
     return RolloutResult(turns=turns, returns=returns, infos=infos, generated_tokens=gen_tokens,
                          generate_seconds=gen_seconds, seconds=time.perf_counter() - t0, stats=stats)

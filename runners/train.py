@@ -214,10 +214,19 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
         policy_dirs = {pid: ckpt / "policies" / pid for pid in cfg.policies}
     threads = cfg.run.threads or (1 if cfg.game.granularity == "token" else 0)
+    threads_before = torch.get_num_threads()
     if threads:
         # Token-level play is many batch-one forwards: splitting each across threads costs more than it
         # saves, and under CPU contention OpenMP's spin-waits make it tens of times slower.
         torch.set_num_threads(threads)
+    try:
+        return _train(cfg, run_path, start_it, policy_dirs, ckpt, t_start, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None, ckpt: Path | None, t_start: float,
+           progress: bool) -> dict:
     run = build(cfg, policy_dirs)
     if ckpt is not None:
         for pid, learner in run.learners.items():

@@ -114,3 +114,18 @@ def test_check_game_requires_the_dict_observation_contract(scratch_registry) -> 
     register("bare_text-v0", BareTextObservation, scripted=SCRIPTED)
     with pytest.raises(AssertionError, match="must be a Dict with a Text 'text' entry"):
         check_game("bare_text-v0")
+
+
+def test_token_level_checker_starts_every_message_afresh() -> None:
+    # A message cut at max_turn_tokens must not leave its tail to open the seat's next message.
+    from cogym.envs import make, scripted_strategies
+    from cogym.envs.checks import _Episode
+
+    env = make("debate-v0", granularity="token", rounds=2, max_turn_tokens=4)
+    twins = scripted_strategies("debate-v0")
+    _Episode(env, "t", {"debater": "honest", "judge": "oracle"}, twins, seed=0).play(seed=0)
+    by_side: dict[int, list[str]] = {}
+    for side, message in env.env._transcript:
+        by_side.setdefault(side, []).append(message)
+    for messages in by_side.values():
+        assert len(messages) == 2 and messages[0] == messages[1], messages  # both rounds open the same way

@@ -493,7 +493,7 @@ def test_step_outside_an_episode_and_non_text_actions() -> None:
         ({"source": "web"}, "source must be one of ('arithmetic', 'dataset'), got 'web'"),
         ({"source": "dataset"}, "source='dataset' needs dataset="),
         ({"dataset": "x.jsonl"}, "only read with source='dataset'"),
-        ({"max_operand": 0}, "max_operand must be an int in [1, 999999], got 0"),
+        ({"max_operand": 0}, "max_operand must be an int in [1, 999999] (operands are read with at most 6 digits), got 0"),
         ({"max_operand": 10**6}, "max_operand must be an int in [1, 999999]"),
         ({"ops": "/"}, "ops must be a non-empty string"),
         ({"ops": ""}, "ops must be a non-empty string"),

@@ -23,7 +23,8 @@ import pytest
 from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.checks import PATHOLOGICAL, check_game
 from cogym.runners.build import import_game_modules
-from cogym.runners.cli import parser
+from cogym.runners import build as build_module
+from cogym.runners.cli import main, parser
 from cogym.runners.config import load_config
 from cogym.runners.train import train
 from pettingzoo.test import api_test
@@ -253,3 +254,20 @@ def test_guide_cogym_commands_parse_and_load(game, monkeypatch):
         elif args.command == "games":
             assert all((ROOT / m).is_file() for m in args.module)
     assert trains >= 6
+
+
+def test_guide_console_blocks_show_the_errors_cogym_prints(game, monkeypatch, capsys):
+    """A ``console`` block shows a command and the one-line error it gets: both must stay true."""
+    monkeypatch.chdir(ROOT)
+    blocks = _blocks("console")
+    assert blocks, "the guide shows the error for a group estimator on a one-seat role"
+    for block in blocks:
+        command, expected = block.strip().split("\n", 1)
+        assert command.startswith("$ cogym ")
+        monkeypatch.setattr(build_module.Policy, "from_pretrained", _no_model_load)
+        assert main(shlex.split(command[2:])[1:]) == 2
+        assert capsys.readouterr().err.strip() == expected.strip()
+
+
+def _no_model_load(*args, **kwargs):
+    raise AssertionError("the config must be refused before any model is loaded")

@@ -32,7 +32,7 @@ def test_build_instantiates_the_config(tiny_model_dir):
 
 
 def test_seat_name_overrides_role(tiny_model_dir):
-    cfg = _cfg(tiny_model_dir)
+    cfg = _cfg(tiny_model_dir, "game.kwargs.num_solvers=3")  # two solvers stay on the GRPO policy: groups of two
     cfg.seats["solver_0"] = "proposer"  # one solver seat played by the proposer's policy
     run = build(cfg)
     assert run.seat_map("solver_0", "solver")[0] == "proposer"
@@ -98,3 +98,21 @@ def test_a_grouped_estimator_on_a_one_seat_role_is_rejected(tiny_model_dir):
 def test_a_policy_no_seat_uses_is_not_loaded(tiny_model_dir):
     run = build(_cfg(tiny_model_dir, "seats.proposer=scripted:random"))
     assert set(run.policies) == {"solver"} == set(run.learners)
+
+
+def test_groups_are_counted_per_policy(tiny_model_dir):
+    # Two solvers, each on its own policy: within each policy's batch a GRPO group has one member.
+    cfg = _cfg(tiny_model_dir, "seats.solver_1=proposer", "learners.proposer.role_algorithms={proposer: reinforce_pp}")
+    cfg.learners["proposer"].role_algorithms["solver"] = "grpo"
+    with pytest.raises(ConfigError, match="one 'solver' seat per game"):
+        build(cfg)
+
+
+def test_a_missing_dependency_inside_a_game_module_keeps_its_own_error(tmp_path):
+    from cogym.runners.build import import_game_modules
+
+    (tmp_path / "needs_dep.py").write_text("import no_such_dependency_xyz\n")
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        import_game_modules([str(tmp_path / "needs_dep.py")])
+    with pytest.raises(ConfigError, match="cannot import 'no_such_module_abc'"):
+        import_game_modules(["no_such_module_abc"])

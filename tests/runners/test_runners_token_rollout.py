@@ -154,3 +154,23 @@ def test_token_level_config_errors(tmp_path: Path, tiny_model_dir: Path) -> None
         _token_config(tmp_path, tiny_model_dir, ["game.granularity=char"])
     with pytest.raises(ConfigError, match="max_turn_tokens only applies"):
         _token_config(tmp_path, tiny_model_dir, ["game.granularity=turn", "game.max_turn_tokens=4"])
+
+
+def test_each_policy_keeps_its_own_max_new_tokens_at_token_level(policy) -> None:
+    torch.manual_seed(1)
+    agent = LLMAgent(policy, SamplingParams(max_new_tokens=2, temperature=1.0), name="p")
+    games = _games(policy, "interruptible_verifier-v0", 3, max_turn_tokens=8, num_solvers=3)
+    res = token_rollout(games, lambda s, r: ("p", agent), SYSTEM, seeds=[0, 1, 2])
+    assert len(res.turns) == 9 and all(1 <= len(t.response_ids) <= 2 for t in res.turns)
+    for t in res.turns:
+        # The end id the rollout sent at the limit is not part of the response: the model never chose it.
+        assert t.finished == (t.response_ids[-1] in policy.eos_ids)
+    assert res.stats["fed_tokens"] == sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
+
+
+def test_token_rollout_refuses_agents_it_cannot_drive(policy) -> None:
+    class Remote:
+        name = "remote"
+
+    with pytest.raises(TypeError, match="LLMAgent and ScriptedAgent"):
+        token_rollout(_games(policy, "interruptible_verifier-v0", 1, num_solvers=1), lambda s, r: ("x", Remote()), SYSTEM, [0])
