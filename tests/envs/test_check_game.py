@@ -129,3 +129,18 @@ def test_token_level_checker_starts_every_message_afresh() -> None:
         by_side.setdefault(side, []).append(message)
     for messages in by_side.values():
         assert len(messages) == 2 and messages[0] == messages[1], messages  # both rounds open the same way
+
+
+def test_testing_helpers_refuse_a_seat_out_of_turn_and_an_unfinished_game() -> None:
+    from cogym.envs import make
+    from cogym.envs.testing import drain, step_as
+
+    env = make("kuhn_poker-v0")
+    env.reset(seed=0)
+    with pytest.raises(AssertionError, match="not the seat to move"):
+        step_as(env, "player_1", "check")
+    with pytest.raises(AssertionError, match="still playing"):
+        drain(env)
+    assert step_as(env, "player_0", "check") == {"player_0": 0.0, "player_1": 0.0}
+    final = step_as(env, "player_1", "check")
+    assert sorted(final.values()) == [-1.0, 1.0] and drain(env) == final and env.agents == []

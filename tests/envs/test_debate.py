@@ -27,6 +27,8 @@ from cogym.envs.debate import (
     stated_answer,
     wrong_answer,
 )
+from cogym.envs.testing import drain
+from cogym.envs.testing import step_as as act
 from pettingzoo.test import api_test
 
 # api_test recommends Box/Discrete spaces and numpy observations; text games use Dict/Text on purpose.
@@ -34,25 +36,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 SEATS = ["debater_0", "debater_1", "judge"]
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "debate.yaml"
-
-
-def act(env: DebateEnv, agent: str, action: str) -> dict[str, float]:
-    """Step ``agent`` (which must be the one to move) and return this step's rewards."""
-    assert env.agent_selection == agent
-    env.step(action)
-    return dict(env.rewards)
-
-
-def drain(env: DebateEnv) -> dict[str, float]:
-    """Step every finished seat with None (AEC removal); returns what each saw in last()."""
-    seen = {}
-    while env.agents:
-        agent = env.agent_selection
-        _, reward, terminated, truncated, _ = env.last()
-        assert terminated and not truncated
-        seen[agent] = reward
-        env.step(None)
-    return seen
 
 
 ZERO = {"debater_0": 0.0, "debater_1": 0.0, "judge": 0.0}

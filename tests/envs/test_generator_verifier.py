@@ -28,6 +28,7 @@ from cogym.envs.verdicts import (
     parse_verdict,
     show_answer,
 )
+from cogym.envs.testing import drain
 
 GAME = "generator_verifier-v0"
 RNG = np.random.default_rng(0)
@@ -47,17 +48,6 @@ def play(env: GeneratorVerifierEnv, answer: str, verdict: str, seed: int = 0) ->
     env.step(verdict)
     assert all(env.terminations.values())
     return dict(env.rewards)
-
-
-def drain(env: GeneratorVerifierEnv) -> dict[str, float]:
-    seen = {}
-    while env.agents:
-        agent = env.agent_selection
-        _, reward, terminated, _, _ = env.last()
-        assert terminated
-        seen[agent] = reward
-        env.step(None)
-    return seen
 
 
 def problem_of(env: GeneratorVerifierEnv, seed: int) -> tuple[str, str]:

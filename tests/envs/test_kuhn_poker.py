@@ -36,6 +36,8 @@ from cogym.envs.kuhn_poker import (
     read_turn_text,
     turn_text,
 )
+from cogym.envs.testing import drain
+from cogym.envs.testing import step_as as act
 from pettingzoo.test import api_test
 
 # api_test recommends Box/Discrete spaces and numpy observations; text games use Dict/Text on purpose.
@@ -51,25 +53,6 @@ def new_game(cards: tuple[str, str] | None = None, seed: int | None = 0) -> Kuhn
     env = make("kuhn_poker-v0")
     env.reset(seed=seed, options={"cards": cards} if cards else None)
     return env
-
-
-def act(env: KuhnPokerEnv, agent: str, action: str) -> dict[str, float]:
-    """Step ``agent`` (which must be the one to move) and return this step's rewards."""
-    assert env.agent_selection == agent and env.ready_agents() == [agent]
-    env.step(action)
-    return dict(env.rewards)
-
-
-def drain(env: KuhnPokerEnv) -> dict[str, float]:
-    """Step every finished seat with None (AEC removal); returns what each saw in last()."""
-    seen = {}
-    while env.agents:
-        agent = env.agent_selection
-        _, reward, terminated, truncated, _ = env.last()
-        assert terminated and not truncated
-        seen[agent] = reward
-        env.step(None)
-    return seen
 
 
 ZERO = {P0: 0.0, P1: 0.0}

@@ -9,28 +9,11 @@ import pytest
 
 from cogym.envs import make
 from cogym.envs.arithmetic import Domain
-from cogym.envs.proposer_solver import PHASE_OVER, PHASE_PROPOSE, PHASE_SOLVE, PROPOSER_REQUEST, SCRIPTED, ProposerSolverEnv
+from cogym.envs.proposer_solver import PHASE_OVER, PHASE_PROPOSE, PHASE_SOLVE, PROPOSER_REQUEST, SCRIPTED
+from cogym.envs.testing import drain
+from cogym.envs.testing import step_as as act
 
 SOLVERS4 = ["solver_0", "solver_1", "solver_2", "solver_3"]
-
-
-def act(env: ProposerSolverEnv, agent: str, action: str) -> dict[str, float]:
-    """Step ``agent`` (which must be the one to move) and return this step's rewards."""
-    assert env.agent_selection == agent
-    env.step(action)
-    return dict(env.rewards)
-
-
-def drain(env: ProposerSolverEnv) -> dict[str, float]:
-    """Step every finished seat with None (AEC removal); returns what each saw in last()."""
-    seen = {}
-    while env.agents:
-        agent = env.agent_selection
-        _, reward, terminated, truncated, _ = env.last()
-        assert terminated and not truncated
-        seen[agent] = reward
-        env.step(None)
-    return seen
 
 
 def zeros(*agents: str) -> dict[str, float]:

@@ -25,6 +25,7 @@ from cogym.envs.proposer_solver_judge import (
     solver_reward,
 )
 from cogym.envs.verdicts import parse_score
+from cogym.envs.testing import drain
 
 GAME = "proposer_solver_judge-v0"
 SEATS = ("proposer", "solver", "judge")
@@ -46,17 +47,6 @@ def play(env: ProposerSolverJudgeEnv, problem: str, answer: str, judgement: str)
     env.step(judgement)
     assert all(env.terminations.values())
     return dict(env.rewards)
-
-
-def drain(env: ProposerSolverJudgeEnv) -> dict[str, float]:
-    seen = {}
-    while env.agents:
-        agent = env.agent_selection
-        _, reward, terminated, _, _ = env.last()
-        assert terminated
-        seen[agent] = reward
-        env.step(None)
-    return seen
 
 
 # ----------------------------------------------------------------------------- pure rules
