@@ -125,7 +125,7 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
     """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
     moves in one episode, which all share its return, so every advantage is 0."""
     for role in game.spec.roles:
-        for pid in {p for p, r in assignment.values() if r == role}:
+        for pid in sorted({p for p, r in assignment.values() if r == role}):
             lc = cfg.learners.get(pid)
             if lc is None or lc.algorithm == "frozen":
                 continue
@@ -134,8 +134,8 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
             estimator = lc.role_algorithms.get(role, lc.algorithm)
             if estimator in GROUPED and len(seats) == 1:
                 raise ConfigError(
-                    f"learners.{pid}: {estimator} groups turns by (episode, role), and {cfg.game.id} has one "
-                    f"{role!r} seat per game, so every group has one return and every advantage is 0. Use "
+                    f"learners.{pid}: {estimator} groups turns by (episode, role), and policy {pid!r} plays one "
+                    f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Use "
                     f"reinforce_pp (a batch baseline) for this role (learners.{pid}.role_algorithms.{role}: "
                     "reinforce_pp), or a game argument that seats several players of the role")
 

@@ -87,7 +87,7 @@ def test_training_the_solver_against_a_scripted_proposer(tiny_model_dir, tmp_pat
 
 def test_a_grouped_estimator_on_a_one_seat_role_is_rejected(tiny_model_dir):
     # One proposer per game: its GRPO group is its own single return, so it could never learn.
-    with pytest.raises(ConfigError, match=r"learners.proposer: grpo .* one 'proposer' seat per game") as err:
+    with pytest.raises(ConfigError, match=r"learners.proposer: grpo .* plays one 'proposer' seat per game") as err:
         build(_cfg(tiny_model_dir, "learners.proposer.algorithm=grpo"))
     assert "reinforce_pp" in str(err.value)
     build(_cfg(tiny_model_dir, "learners.proposer.algorithm=grpo", "learners.proposer.role_algorithms={proposer: reinforce_pp}"))
@@ -104,7 +104,7 @@ def test_groups_are_counted_per_policy(tiny_model_dir):
     # Two solvers, each on its own policy: within each policy's batch a GRPO group has one member.
     cfg = _cfg(tiny_model_dir, "seats.solver_1=proposer", "learners.proposer.role_algorithms={proposer: reinforce_pp}")
     cfg.learners["proposer"].role_algorithms["solver"] = "grpo"
-    with pytest.raises(ConfigError, match="one 'solver' seat per game"):
+    with pytest.raises(ConfigError, match="policy 'proposer' plays one 'solver' seat per game"):
         build(cfg)
 
 
