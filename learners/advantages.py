@@ -346,8 +346,8 @@ def _returns_verl(r: Tensor, m: Tensor, gamma: float) -> Tensor:
     # which cuts credit across interior observation spans (V4b).
     def step(run: Tensor, r_t: Tensor, t: int) -> tuple[Tensor, Tensor]:
         g = r_t + gamma * run
-        return g, g * m[:, t]
-    return _scan(r, step)
+        return g, torch.where(m[:, t], g, 0.0)  # not g * mask: a NaN reward on a masked token must not leak
+    return _scan(torch.where(m, r, 0.0), step)
 
 
 def _returns_openrlhf(r: Tensor, m: Tensor, gamma: float) -> Tensor:

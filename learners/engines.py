@@ -37,7 +37,21 @@ class Engine(Protocol):
 
 
 OPTIM_FILE = "optimizer.pt"
-DS_TAG = "deepspeed"
+ZERO_FILE = "zero_optimizer.rank{rank}.pt"
+
+
+def _rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+
+
+def _zero_safe_globals() -> list:
+    """The DeepSpeed value classes a ZeRO optimizer state dict holds (its loss scaler, its stage, and
+    the fragment addresses of flattened parameters); nothing else may be rebuilt on load."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
 class TorchEngine:
@@ -163,22 +177,33 @@ class DeepSpeedEngine:
         return {"grad_norm": norm} if norm is not None else {}
 
     def save(self, directory: Path) -> None:
+        """Optimizer state as plain tensors and a few DeepSpeed value classes, one file per rank.
+
+        Model weights are saved apart (safetensors, by the caller). At ZeRO stages 1-3 the ZeRO
+        optimizer's state dict holds its fp32 partitions and moments; with stage 3 the restored
+        partitions are the master weights. Nothing here needs unrestricted pickle to load.
+        """
         if self.cfg.zero_stage == 0:
-            # A plain torch optimizer: tensors only, loaded back with weights_only=True.
             torch.save(self.optimizer.state_dict(), Path(directory) / OPTIM_FILE)
-        else:
-            # ZeRO partitions optimizer state (and with stage 3 the weights): DeepSpeed's own
-            # checkpoint format is the one that restores it.
-            self.ds.save_checkpoint(str(directory), tag=DS_TAG)
+            return
+        state = {"optimizer": self.ds.optimizer.state_dict(), "global_steps": self.ds.global_steps,
+                 "global_samples": self.ds.global_samples, "skipped_steps": self.ds.skipped_steps}
+        torch.save(state, Path(directory) / ZERO_FILE.format(rank=_rank()))
 
     def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote, with ``torch.load(weights_only=True)``: only tensors,
+        containers and the allow-listed DeepSpeed value classes can be rebuilt, never arbitrary code."""
         if self.cfg.zero_stage == 0:
             self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
-        else:
-            path, _ = self.ds.load_checkpoint(str(directory), tag=DS_TAG, load_optimizer_states=True,
-                                              load_lr_scheduler_states=False)
-            if path is None:
-                raise FileNotFoundError(f"no DeepSpeed checkpoint under {directory}/{DS_TAG}")
+            return
+        path = Path(directory) / ZERO_FILE.format(rank=_rank())
+        if not path.is_file():
+            raise FileNotFoundError(f"no ZeRO optimizer state {path.name} under {directory}")
+        with torch.serialization.safe_globals(_zero_safe_globals()):
+            state = torch.load(path, weights_only=True)
+        self.ds.optimizer.load_state_dict([state["optimizer"]])
+        self.ds.global_steps, self.ds.global_samples = state["global_steps"], state["global_samples"]
+        self.ds.skipped_steps = state["skipped_steps"]
 
     def gathered_params(self) -> contextlib.AbstractContextManager:
         if self.cfg.zero_stage == 3:

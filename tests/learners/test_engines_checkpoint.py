@@ -54,3 +54,34 @@ def test_resume_continues_the_optimizer_exactly(make, tmp_path):
     engine3 = make(fresh)
     _step(engine3, x)
     assert any(not torch.allclose(_weights(engine3, fresh)[k], straight[k], atol=1e-6) for k in straight)
+
+
+class _Exploit:
+    """A pickle that would run code on an unrestricted load."""
+
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/cogym_pickle_exploit_ran",))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_optimizer_checkpoints_load_without_unrestricted_pickle(stage, tmp_path):
+    from cogym.learners.engines import _zero_safe_globals
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    engine = DeepSpeedEngine(model, LearnerConfig(zero_stage=stage, lr=1e-2))
+    _step(engine, torch.randn(5, 4))
+    engine.save(tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == (["optimizer.pt"] if stage == 0 else ["zero_optimizer.rank0.pt"])  # no DeepSpeed pickle folder
+    with torch.serialization.safe_globals(_zero_safe_globals()):
+        torch.load(tmp_path / files[0], weights_only=True)  # tensors, containers and the allow-listed classes only
+    # A checkpoint file replaced by a malicious pickle is refused, and its code never runs.
+    marker = "/tmp/cogym_pickle_exploit_ran"
+    if os.path.exists(marker):
+        os.remove(marker)
+    torch.save({"optimizer": _Exploit()}, tmp_path / files[0])
+    with pytest.raises(Exception, match="Weights only load failed"):
+        engine.load(tmp_path)
+    assert not os.path.exists(marker)
