@@ -10,7 +10,7 @@ from typing import Optional
 class LearnerConfig:
     """How one policy is trained (ALGORITHMS.md names and defaults)."""
 
-    algorithm: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | frozen
+    algorithm: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | frozen
     # A policy shared by several roles may use a different estimator per role, e.g.
     # {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two algorithms).
     role_algorithms: dict = field(default_factory=dict)
@@ -32,6 +32,11 @@ class LearnerConfig:
     entropy_coef: float = 0.0
     grpo_eps: float = 1e-6
     gamma: float = 1.0
+    # PPO with a critic (algorithm or role algorithm "ppo"): GAE lambda, the critic's own learning
+    # rate and the value clip of ALGORITHMS.md §4.1 (null: unclipped).
+    lam: float = 1.0
+    critic_lr: float = 1e-4
+    value_clip: Optional[float] = 0.5
     whiten: str = "verl"  # verl | openrlhf
     zero_stage: int = 0
     offload_optimizer: bool = False

@@ -96,9 +96,10 @@ def init_single_process_distributed() -> None:
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    defaults = {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": None}
+    added = [key for key in defaults if key not in os.environ]
+    for key in added:
+        os.environ[key] = defaults[key] or str(_free_port())
     if os.environ["WORLD_SIZE"] == "1":
         # DeepSpeed compiles a shared-memory all-reduce op (about a minute on 2 cores) when its
         # CPU backend starts; one rank never all-reduces through it, so skip the build.
@@ -106,7 +107,14 @@ def init_single_process_distributed() -> None:
 
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    try:
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    finally:
+        # The group is up; the rendezvous port we picked must not leak into processes this one starts
+        # (a child `cogym train` would try to bind the port our group still holds). DeepSpeed still
+        # reads RANK / LOCAL_RANK / WORLD_SIZE later, so those stay.
+        if "MASTER_PORT" in added:
+            os.environ.pop("MASTER_PORT", None)
 
 
 def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -19,6 +20,8 @@ from cogym.agents.types import Turn
 
 from . import advantages as adv_fns
 from .config import LearnerConfig
+from .gae import gae_advantages
+from .critic import Critic
 from .engines import Engine, make_engine
 from .losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
 
@@ -111,20 +114,26 @@ ADVANTAGES: dict[str, Callable] = {
 }
 
 
+PPO = "ppo"  # GAE against a learned critic (learners/critic.py); not a stateless estimator
+ALGORITHMS = (*ADVANTAGES, PPO)
+
+
 class Learner:
-    """Trains one policy with one algorithm on an engine."""
+    """Trains one policy with one algorithm on an engine (and, for PPO, a critic on its own engine)."""
 
     def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
-                 temperature: float = 1.0, reference: torch.nn.Module | None = None) -> None:
+                 temperature: float = 1.0, reference: torch.nn.Module | None = None,
+                 critic_weights: Path | None = None) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
         the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
-        frozen KL anchor (needed only with KL on); by default a copy of the policy as given."""
+        frozen KL anchor (needed only with KL on); by default a copy of the policy as given.
+        ``critic_weights``: a saved critic directory to resume the PPO critic from."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
         for name in (cfg.algorithm, *cfg.role_algorithms.values()):
-            if name not in ADVANTAGES:
-                raise ValueError(f"algorithm must be one of {', '.join(ADVANTAGES)}, got {name!r}")
+            if name not in ALGORITHMS:
+                raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
         self.policy = policy
         self.cfg = cfg
         needs_ref = cfg.kl_in_reward != "off" or cfg.kl_in_loss != "off"
@@ -133,7 +142,12 @@ class Learner:
             self.ref_model.requires_grad_(False)
         else:
             self.ref_model = None
+        uses_ppo = PPO in (cfg.algorithm, *cfg.role_algorithms.values())
+        # The critic copies the policy's weights before an engine may partition them.
+        self.critic = Critic(policy.model, cfg, critic_weights) if uses_ppo else None
         self.engine = engine or make_engine(policy.model, cfg)
+        self._old_values: torch.Tensor | None = None  # (N, L) critic values of the batch being trained
+        self._returns: torch.Tensor | None = None  # (N, L) GAE returns of the PPO rows
         policy.gather = self.engine.gathered_params
         self.steps = 0
 
@@ -151,9 +165,22 @@ class Learner:
             token_rewards = adv_fns.apply_kl_in_reward(token_rewards, kl, b.mask, self.cfg.kl_reward_coef)
             metrics["kl_reward"] = float((kl.sum(1) / b.mask.sum(1).clamp(min=1)).mean())
         out = torch.zeros_like(b.mask)
+        self._returns = None
         for role in sorted(set(b.roles)):
-            fn = ADVANTAGES[self.cfg.role_algorithms.get(role, self.cfg.algorithm)]
+            name = self.cfg.role_algorithms.get(role, self.cfg.algorithm)
             idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role], device=b.mask.device)
+            if name == PPO:
+                if self._old_values is None:
+                    raise RuntimeError("PPO advantages need the critic's values: call update(), which computes them first")
+                adv, returns = gae_advantages(token_rewards[idx], self._old_values[idx], b.mask[idx], gamma=self.cfg.gamma,
+                                              lam=self.cfg.lam, whiten_mode=self.cfg.whiten)
+                out[idx] = adv.to(out.dtype)
+                if self._returns is None:
+                    self._returns = torch.zeros_like(b.mask)
+                self._returns[idx] = returns.to(out.dtype)
+                metrics[f"{role}/value_mean"] = float((self._old_values[idx] * b.mask[idx]).sum() / b.mask[idx].sum().clamp(min=1))
+                continue
+            fn = ADVANTAGES[name]
             groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()]).to(b.mask.device)
             adv, stats = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups)
             out[idx] = adv.to(out.dtype)
@@ -171,6 +198,7 @@ class Learner:
         ref_logp = None
         if self.ref_model is not None:
             ref_logp = torch.cat([self._ref_logp(b.rows(ix)) for ix in chunks])
+        self._old_values = self.critic.values(b, cfg.micro_batch_size) if self.critic is not None else None
         adv, metrics = self.advantages(b, ref_logp)
         n_tok = float(b.mask.sum())
         n_seq = float(len(turns)) if cfg.loss_agg == "dr_grpo" else float((b.mask.sum(1) > 0).sum())
@@ -207,6 +235,12 @@ class Learner:
             metrics.update(self.engine.step())
             self.steps += 1
         metrics.update({k: v / cfg.epochs for k, v in sums.items()})
+        if self.critic is not None and self._returns is not None:
+            # Only the PPO rows train the critic (rows of other roles have no GAE returns).
+            ppo_rows = [i for i, r in enumerate(b.roles) if cfg.role_algorithms.get(r, cfg.algorithm) == PPO]
+            sub = b.rows(torch.tensor(ppo_rows))
+            ix = torch.tensor(ppo_rows, device=b.mask.device)
+            metrics.update(self.critic.update(sub, self._old_values[ix], self._returns[ix], cfg.micro_batch_size))
         metrics["adv_abs_mean"] = float((adv.abs() * b.mask).sum() / n_tok)
         metrics["response_tokens"] = n_tok
         return metrics

@@ -140,9 +140,10 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
                     "reinforce_pp), or a game argument that seats several players of the role")
 
 
-def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
+def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
-    models always come from the config's original ``policies.<id>.model``."""
+    models always come from the config's original ``policies.<id>.model``; ``critic_dirs`` holds
+    saved PPO critics to resume from."""
     import_game_modules(cfg.game.modules)
     try:
         game = make(cfg.game.id, **cfg.game.kwargs)
@@ -177,7 +178,9 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None) -> Run:
         if lc.algorithm != "frozen":
             needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
-            learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference)
+            critic = (critic_dirs or {}).get(pid)
+            learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference,
+                                    critic_weights=critic if critic is not None and critic.is_dir() else None)
     games = _make_games(cfg, policies, used)
     seats: dict[str, tuple[str, Agent]] = {}
     for seat, (pid, role) in assignment.items():

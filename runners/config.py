@@ -25,7 +25,7 @@ from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
-from cogym.learners.learner import ADVANTAGES
+from cogym.learners.learner import ALGORITHMS as LEARNER_ALGORITHMS
 from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
@@ -98,7 +98,7 @@ class Config:
 _TYPED_MAPS = {"policies": PolicyConfig, "learners": LearnerConfig, "prompts": PromptConfig}
 
 # Allowed values come from the learners package, so the two never disagree.
-ESTIMATORS = tuple(ADVANTAGES)
+ESTIMATORS = tuple(LEARNER_ALGORITHMS)
 ALGORITHMS = (*ESTIMATORS, "frozen")
 ENGINES = tuple(ENGINE_CLASSES)
 KL_REWARD = ("off", *(k for k in KL_KINDS if not k.endswith("+")))
@@ -296,9 +296,15 @@ def validate(cfg: Config) -> None:
         _check_choice(lc.whiten, WHITEN, f"{where}.whiten")
         _check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")
         for name in ("lr", "max_grad_norm", "clip_low", "clip_high", "kl_reward_coef", "kl_loss_coef",
-                     "entropy_coef", "grpo_eps", "gamma", "weight_decay"):
+                     "entropy_coef", "grpo_eps", "gamma", "weight_decay", "lam", "critic_lr"):
             if not math.isfinite(getattr(lc, name)):
                 raise ConfigError(f"{where}.{name} must be a finite number, got {getattr(lc, name)}")
+        if not 0 <= lc.lam <= 1 or not 0 <= lc.gamma <= 1:
+            raise ConfigError(f"{where}: gamma and lam must be in [0, 1], got {lc.gamma} and {lc.lam}")
+        if lc.critic_lr <= 0:
+            raise ConfigError(f"{where}.critic_lr must be > 0 (the PPO critic's learning rate), got {lc.critic_lr}")
+        if lc.value_clip is not None and not (math.isfinite(lc.value_clip) and lc.value_clip > 0):
+            raise ConfigError(f"{where}.value_clip must be > 0 or null (unclipped), got {lc.value_clip}")
         if lc.max_grad_norm <= 0:
             raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
         if lc.offload_optimizer and lc.zero_stage < 1:

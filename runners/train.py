@@ -141,6 +141,8 @@ def save_checkpoint(run: Run, run_dir: RunDir, iteration: int) -> Path:
         d = tmp / "learners" / pid
         d.mkdir(parents=True, exist_ok=True)
         learner.engine.save(d)
+        if learner.critic is not None:
+            learner.critic.save(d / "critic")  # the PPO critic: weights and its optimizer
         (d / "state.json").write_text(json.dumps({"steps": learner.steps}))
     (tmp / "trainer_state.json").write_text(json.dumps({"iteration": iteration, "seed": run.cfg.run.seed}))
     if final.exists():
@@ -227,10 +229,13 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
 
 def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None, ckpt: Path | None, t_start: float,
            progress: bool) -> dict:
-    run = build(cfg, policy_dirs)
+    critic_dirs = {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies} if ckpt is not None else None
+    run = build(cfg, policy_dirs, critic_dirs)
     if ckpt is not None:
         for pid, learner in run.learners.items():
             learner.engine.load(ckpt / "learners" / pid)
+            if learner.critic is not None:
+                learner.critic.load_optimizer(ckpt / "learners" / pid / "critic")
             learner.steps = json.loads((ckpt / "learners" / pid / "state.json").read_text())["steps"]
     rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]

@@ -172,7 +172,7 @@ def test_wrong_type_in_yaml_file(tmp_path):
 
 # ------------------------------------------------------------------ choices and combinations
 @pytest.mark.parametrize("override, key, choices", [
-    ("learners.solver.algorithm=ppo", "learners.solver.algorithm", ALGORITHMS),
+    ("learners.solver.algorithm=trpo", "learners.solver.algorithm", ALGORITHMS),
     ("learners.solver.engine=jax", "learners.solver.engine", ENGINES),
     ("learners.proposer.kl_in_reward=k7", "learners.proposer.kl_in_reward", ("off", "k1", "k2", "k3", "abs")),
     ("learners.proposer.whiten=sklearn", "learners.proposer.whiten", ("verl", "openrlhf")),
