@@ -22,18 +22,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .advantages import WHITEN_MODES, whiten
+from .advantages import WHITEN_MODES, _out_dtype, whiten
 
 __all__ = ["GAE_SEMANTICS", "gae_advantages", "clipped_value_loss"]
 
 _F64 = torch.float64
-
-
-def _out_dtype(*tensors: Tensor) -> torch.dtype:
-    for t in tensors:
-        if t.is_floating_point():
-            return t.dtype
-    return torch.get_default_dtype()
 
 
 def _gae_skip(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: float) -> Tensor:

@@ -59,6 +59,19 @@ def _collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -
         infos[seat] = info
 
 
+def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, float]],
+           infos: list[dict[str, dict]]) -> list[Turn]:
+    """Every move of a seat gets the seat's episode return and its last info; all turns in game order."""
+    turns: list[Turn] = []
+    for g, by_seat in enumerate(seat_turns):
+        for seat, ts in by_seat.items():
+            for t in ts:
+                t.reward = returns[g].get(seat, 0.0)
+                t.info = infos[g].get(seat, {})
+            turns.extend(ts)
+    return turns
+
+
 def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[str, str], seeds: Sequence[int],
             episode_prefix: str = "ep", max_steps: int = 10_000) -> RolloutResult:
     """Play one episode in every game, batching generation across games; return its turns."""
@@ -124,13 +137,5 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[s
                 _skip_dead(env, returns[g], infos[g])
                 if not env.agents:
                     break
-    turns: list[Turn] = []
-    for g in range(len(games)):
-        for seat, ts in seat_turns[g].items():
-            # The outcome is credited to every move of the seat (single-move seats here).
-            for t in ts:
-                t.reward = returns[g].get(seat, 0.0)
-                t.info = infos[g].get(seat, {})
-            turns.extend(ts)
-    return RolloutResult(turns=turns, returns=returns, infos=infos, generated_tokens=gen_tokens,
+    return RolloutResult(turns=credit(seat_turns, returns, infos), returns=returns, infos=infos, generated_tokens=gen_tokens,
                          generate_seconds=gen_seconds, seconds=time.perf_counter() - t0)

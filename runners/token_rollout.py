@@ -31,7 +31,7 @@ from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Request, Turn
 from cogym.envs.token_level import TokenLevelEnv
 
-from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages
+from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages, credit
 
 
 class ChatCodec:
@@ -151,12 +151,5 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
                                 f"{type(agent).__name__}")
             _collect(env, returns[g], infos[g])
             _skip_dead(env, returns[g], infos[g])
-    turns: list[Turn] = []
-    for g in range(len(games)):
-        for seat, ts in seat_turns[g].items():
-            for t in ts:
-                t.reward = returns[g].get(seat, 0.0)
-                t.info = infos[g].get(seat, {})
-            turns.extend(ts)
-    return RolloutResult(turns=turns, returns=returns, infos=infos, generated_tokens=gen_tokens,
+    return RolloutResult(turns=credit(seat_turns, returns, infos), returns=returns, infos=infos, generated_tokens=gen_tokens,
                          generate_seconds=gen_seconds, seconds=time.perf_counter() - t0, stats=stats)

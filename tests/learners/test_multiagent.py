@@ -25,14 +25,7 @@ from cogym.learners.multiagent import (
     trr_pp_advantages,
 )
 
-DTYPES = [(torch.float64, 1e-6), (torch.float32, 1e-5)]
-
-
-def mask_from_lengths(lengths, width, dtype=torch.float64):
-    m = torch.zeros(len(lengths), width, dtype=dtype)
-    for i, n in enumerate(lengths):
-        m[i, :n] = 1
-    return m
+from test_advantages import DTYPES, mask_from_lengths
 
 
 def close(actual, expected, atol):
