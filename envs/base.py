@@ -162,6 +162,14 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
             return []
         return [agent]
 
+    def _yet_to_answer(self, seats: Sequence[str], answered: Mapping[str, Any] | set[str]) -> list[str]:
+        """Simultaneous seats: those of ``seats`` still in the game that have not answered, in seat order.
+
+        A game whose seats answer one shared observation independently returns this from
+        ``ready_agents()`` during that phase.
+        """
+        return [s for s in seats if s in self.agents and s not in answered and not self.terminations[s]]
+
     def interrupt(self, agent: str, partial: str) -> bool:
         """Token level: called after each token of ``agent``'s unfinished message with its text so far.
 

@@ -183,7 +183,7 @@ class InterruptibleVerifierEnv(CogymEnv):
 
     def ready_agents(self) -> list[str]:
         if self._phase == PHASE_SOLVE:
-            return [s for s in self.possible_agents if s not in self._answers and not self.terminations.get(s, True)]
+            return self._yet_to_answer(self.possible_agents, self._answers)
         return super().ready_agents()
 
     def interrupt(self, agent: str, partial: str) -> bool:

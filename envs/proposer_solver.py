@@ -267,7 +267,7 @@ class ProposerSolverEnv(CogymEnv):
 
     def ready_agents(self) -> list[str]:
         if self._phase == PHASE_SOLVE:
-            return [s for s in self.solvers if s in self.agents and s not in self._answers and not self.terminations[s]]
+            return self._yet_to_answer(self.solvers, self._answers)
         return super().ready_agents()
 
     def step(self, action: str) -> None:
