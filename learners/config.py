@@ -10,7 +10,8 @@ from typing import Optional
 class LearnerConfig:
     """How one policy is trained (ALGORITHMS.md names and defaults)."""
 
-    algorithm: str = "grpo"  # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | frozen
+    # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | rae | trr_pp | prime | spin | frozen
+    algorithm: str = "grpo"
     # A policy shared by several roles may use a different estimator per role, e.g.
     # {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two algorithms).
     role_algorithms: dict = field(default_factory=dict)
@@ -38,6 +39,45 @@ class LearnerConfig:
     critic_lr: float = 1e-4
     value_clip: Optional[float] = 0.5
     whiten: str = "verl"  # verl | openrlhf
+    # SPIRAL RAE (algorithm "rae", ALGORITHMS.md §8.2): one EMA baseline per (game, role), decay
+    # rae_decay, subtracted before ("pre") or after ("update_first") the update; turns whose advantage
+    # is exactly 0 are dropped (filter_zero_adv). The baselines are saved with the checkpoint.
+    rae_decay: float = 0.95
+    rae_order: str = "pre"
+    rae_filter_zero_adv: bool = True
+    # Absolute Zero TRR++ (algorithm "trr_pp", §8.4): REINFORCE++ whitened within each (task, role);
+    # the task is the turn's info[trr_task_key] (the game's info key naming the task type; "" = one task).
+    trr_task_key: str = ""
+    # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
+    # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
+    # until as many groups survive as one rollout makes; the surplus is trimmed.
+    dynamic_sampling: str = "off"
+    dynamic_sampling_low: float = 0.0
+    dynamic_sampling_high: float = 1.0
+    max_sampling_rounds: int = 10
+    # DAPO overlong shaping (§7.4): with overlong_buffer > 0, a response longer than
+    # max_new_tokens - overlong_buffer loses (excess / overlong_buffer) * overlong_penalty, up to
+    # overlong_penalty at max_new_tokens. mask_truncated drops responses cut at max_new_tokens from the loss.
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    mask_truncated: bool = False
+    # PRIME (algorithm "prime", §8.1): an implicit PRM (a copy of the policy's initial weights unless
+    # prime_model names an HF directory) trained online with cross-entropy on the outcome labels (the
+    # turn's reward, in [0, 1]) gives token-level process rewards; RLOO over the group (batch when each
+    # episode has one turn of the role). prime_update: "before" (update the PRM, then score) or "after".
+    prime_model: str = ""
+    prime_beta: float = 0.05
+    prime_lr: float = 1e-6
+    prime_granularity: str = "token"
+    prime_norm: str = "batch_norm"
+    prime_process_coef: float = 5.0
+    prime_outcome_coef: float = 5.0
+    prime_update: str = "before"
+    # SPIN (algorithm "spin"): the logistic loss on beta * [(log pi/pi_opp)(real) - (log pi/pi_opp)(generated)],
+    # real = the game's reference response (info["reference"]), generated = the policy's own; the opponent
+    # pi_opp is a frozen copy of the policy refreshed every spin_refresh updates.
+    spin_beta: float = 0.1
+    spin_refresh: int = 1
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_params: bool = False

@@ -9,6 +9,7 @@ as ``logp_old``. Advantage statistics are computed per role, never across roles.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,8 +23,10 @@ from . import advantages as adv_fns
 from .config import LearnerConfig
 from .gae import gae_advantages
 from .critic import Critic
+from .dapo import FILTER_PREDICATES, apply_overlong_shaping, filter_groups, mask_truncated
 from .engines import Engine, make_engine
 from .losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
+from .multiagent import RAEBaselines, nonzero_rows, prime_advantages, rae_turn_discount, trr_pp_advantages
 
 
 @dataclass
@@ -32,7 +35,8 @@ class TokenBatch:
 
     ``input_ids``/``attention_mask``: (N, W) prompt + response; ``resp_index``: (N, L) position in
     the logits of the token *predicting* each response token; ``mask``: (N, L) 1 on response tokens;
-    ``logp_old``: (N, L) behaviour log-probabilities; ``scores``: (N,) outcome rewards.
+    ``logp_old``: (N, L) behaviour log-probabilities; ``scores``: (N,) outcome rewards; ``turns``:
+    the N Turns themselves (episode, seat and info of each row).
     """
 
     input_ids: torch.Tensor
@@ -44,6 +48,7 @@ class TokenBatch:
     scores: torch.Tensor
     roles: list[str]
     group_keys: list
+    turns: list
 
     @classmethod
     def from_turns(cls, turns: Sequence[Turn], pad_id: int) -> "TokenBatch":
@@ -66,18 +71,18 @@ class TokenBatch:
             logp_old[i, :r] = torch.tensor(t.logprobs, dtype=torch.float32)
         scores = torch.tensor([float(t.reward) for t in turns])
         return cls(input_ids, attn, resp_ids, resp_index, mask, logp_old, scores,
-                   [t.role for t in turns], [t.group_key for t in turns])
+                   [t.role for t in turns], [t.group_key for t in turns], list(turns))
 
     def to(self, device: torch.device) -> "TokenBatch":
         return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.resp_ids.to(device),
                           self.resp_index.to(device), self.mask.to(device), self.logp_old.to(device),
-                          self.scores.to(device), self.roles, self.group_keys)
+                          self.scores.to(device), self.roles, self.group_keys, self.turns)
 
     def rows(self, idx: torch.Tensor) -> "TokenBatch":
         ii = idx.tolist()
         return TokenBatch(self.input_ids[idx], self.attention_mask[idx], self.resp_ids[idx], self.resp_index[idx],
                           self.mask[idx], self.logp_old[idx], self.scores[idx], [self.roles[i] for i in ii],
-                          [self.group_keys[i] for i in ii])
+                          [self.group_keys[i] for i in ii], [self.turns[i] for i in ii])
 
 
 def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch,
@@ -115,49 +120,156 @@ ADVANTAGES: dict[str, Callable] = {
 
 
 PPO = "ppo"  # GAE against a learned critic (learners/critic.py); not a stateless estimator
-ALGORITHMS = (*ADVANTAGES, PPO)
+RAE = "rae"  # SPIRAL: EMA baseline per (game, seat), state kept by the learner and checkpointed
+TRR_PP = "trr_pp"  # Absolute Zero: REINFORCE++ whitened within each (task, role)
+PRIME = "prime"  # implicit process rewards from a PRM trained online (learners/prime.py)
+ALGORITHMS = (*ADVANTAGES, PPO, RAE, TRR_PP, PRIME)
+DYNAMIC_SAMPLING = ("off", *FILTER_PREDICATES)
+RAE_STATE_FILE = "rae_baselines.json"
 
 
 class Learner:
-    """Trains one policy with one algorithm on an engine (and, for PPO, a critic on its own engine)."""
+    """Trains one policy with one algorithm on an engine (and, for PPO, a critic on its own engine;
+    for PRIME, an implicit PRM on its own engine)."""
 
     def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
                  temperature: float = 1.0, reference: torch.nn.Module | None = None,
-                 critic_weights: Path | None = None) -> None:
+                 critic_weights: Path | None = None, game_id: str = "game", max_new_tokens: int | None = None) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
         the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
         frozen KL anchor (needed only with KL on); by default a copy of the policy as given.
-        ``critic_weights``: a saved critic directory to resume the PPO critic from."""
+        ``critic_weights``: a saved critic directory to resume the PPO critic from. ``game_id``
+        keys the RAE baselines; ``max_new_tokens`` (the policy's response limit) is L_max of
+        overlong shaping."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
-        for name in (cfg.algorithm, *cfg.role_algorithms.values()):
+        names = (cfg.algorithm, *cfg.role_algorithms.values())
+        for name in names:
             if name not in ALGORITHMS:
                 raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+        if cfg.dynamic_sampling not in DYNAMIC_SAMPLING:
+            raise ValueError(f"dynamic_sampling must be one of {', '.join(DYNAMIC_SAMPLING)}, got {cfg.dynamic_sampling!r}")
+        if cfg.overlong_buffer > 0 and not max_new_tokens:
+            raise ValueError("overlong shaping needs the policy's max_new_tokens (L_max)")
         self.policy = policy
         self.cfg = cfg
+        self.game_id = game_id
+        self.max_new_tokens = max_new_tokens
         needs_ref = cfg.kl_in_reward != "off" or cfg.kl_in_loss != "off"
         if needs_ref:
             self.ref_model = (reference if reference is not None else copy.deepcopy(policy.model)).eval()
             self.ref_model.requires_grad_(False)
         else:
             self.ref_model = None
-        uses_ppo = PPO in (cfg.algorithm, *cfg.role_algorithms.values())
-        # The critic copies the policy's weights before an engine may partition them.
-        self.critic = Critic(policy.model, cfg, critic_weights) if uses_ppo else None
+        # Models copied from the policy (critic, PRM) copy its weights before an engine may partition them.
+        self.critic = Critic(policy.model, cfg, critic_weights) if PPO in names else None
+        self.prm = None
+        if PRIME in names:
+            from .prime import PrimeRewardModel
+
+            self.prm = PrimeRewardModel(policy.model, cfg, temperature=temperature)
+        self.rae = RAEBaselines(cfg.rae_decay, cfg.rae_order) if RAE in names else None
         self.engine = engine or make_engine(policy.model, cfg)
         self._old_values: torch.Tensor | None = None  # (N, L) critic values of the batch being trained
         self._returns: torch.Tensor | None = None  # (N, L) GAE returns of the PPO rows
         policy.gather = self.engine.gathered_params
         self.steps = 0
 
+    def algorithm_of(self, role: str) -> str:
+        return self.cfg.role_algorithms.get(role, self.cfg.algorithm)
+
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        """Everything besides the policy weights: optimizer, critic, PRM, RAE baselines, step count."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.engine.save(directory)
+        if self.critic is not None:
+            self.critic.save(directory / "critic")
+        if self.prm is not None:
+            self.prm.save(directory / "prm")
+        if self.rae is not None:
+            values = [[list(k), v] for k, v in self.rae.values.items()]  # keys are (game id, seat)
+            (directory / RAE_STATE_FILE).write_text(json.dumps({"alpha": self.rae.alpha, "order": self.rae.order,
+                                                                "values": values}))
+        (directory / "state.json").write_text(json.dumps({"steps": self.steps}))
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote (the critic's weights come in through ``critic_weights``)."""
+        directory = Path(directory)
+        self.engine.load(directory)
+        if self.critic is not None:
+            self.critic.load_optimizer(directory / "critic")
+        if self.prm is not None:
+            self.prm.load(directory / "prm")
+        if self.rae is not None:
+            state = json.loads((directory / RAE_STATE_FILE).read_text())
+            self.rae = RAEBaselines(float(state["alpha"]), str(state["order"]),
+                                    {tuple(k): float(v) for k, v in state["values"]})
+        self.steps = int(json.loads((directory / "state.json").read_text())["steps"])
+
+    # -- advantages ------------------------------------------------------------------------------
+
     @torch.no_grad()
     def _ref_logp(self, b: TokenBatch) -> torch.Tensor:
         return response_logits_and_logp(self.ref_model, b, self.temperature)[1]
 
+    def _rae(self, b: TokenBatch, metrics: dict, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """SPIRAL RAE (§8.2): one outcome per (episode, seat), in order of play; each of the seat's
+        turns gets A * gamma**(turns after it) on every token; rows with A == 0 may be dropped."""
+        outcomes: dict[tuple, float] = {}
+        for t in b.turns:
+            outcomes.setdefault((t.episode_id, t.seat), float(t.reward))
+        keys = [(self.game_id, seat) for _, seat in outcomes]
+        adv_game, self.rae = self.rae.update(keys, torch.tensor(list(outcomes.values()), dtype=torch.float64))
+        by_outcome = dict(zip(outcomes, adv_game.tolist()))
+        count: dict[tuple, int] = {}
+        index = []
+        for t in b.turns:
+            key = (t.episode_id, t.seat)
+            index.append(count.get(key, 0))
+            count[key] = index[-1] + 1
+        a = torch.tensor([by_outcome[(t.episode_id, t.seat)] for t in b.turns], dtype=torch.float64)
+        k = torch.tensor(index)
+        n = torch.tensor([count[(t.episode_id, t.seat)] for t in b.turns])
+        per_turn = rae_turn_discount(a, k, n, gamma=self.cfg.gamma).to(b.mask.dtype)
+        for seat in sorted({s for _, s in outcomes}):
+            metrics[f"{role}/rae_baseline/{seat}"] = self.rae.get((self.game_id, seat))
+        keep = nonzero_rows(per_turn) if self.cfg.rae_filter_zero_adv else torch.ones(len(b.turns), dtype=torch.bool)
+        metrics[f"{role}/rae_dropped"] = float((~keep).sum())
+        return per_turn[:, None] * b.mask, keep.to(b.mask.device)
+
+    def _prime(self, b: TokenBatch, metrics: dict, role: str) -> torch.Tensor:
+        """PRIME (§8.1): the PRM is trained on this batch's outcome labels (before or after it scores
+        it), its implicit process rewards are combined with the outcome RLOO."""
+        acc = b.scores.double()
+        if bool(((acc < 0) | (acc > 1)).any()):
+            raise ValueError(f"PRIME needs outcome labels in [0, 1] (role {role!r} has rewards "
+                             f"{sorted(set(acc.tolist()))[:6]}); use a game reward that is 0/1 correctness")
+        keys = b.group_keys
+        # A group of one (one turn of the role per episode) has no leave-one-out baseline: use the batch.
+        if len(set(keys)) == len(keys):
+            keys = [role] * len(keys)
+            metrics[f"{role}/prime_batch_group"] = 1.0
+        groups = adv_fns.group_index(keys).to(b.mask.device)
+        mb = self.cfg.micro_batch_size
+        with torch.enable_grad():
+            if self.cfg.prime_update == "before":
+                metrics.update({f"{role}/{k}": v for k, v in self.prm.update(b, acc, mb).items()})
+            rewards = self.prm.process_rewards(b, mb)
+            if self.cfg.prime_update == "after":
+                metrics.update({f"{role}/{k}": v for k, v in self.prm.update(b, acc, mb).items()})
+        metrics[f"{role}/prime_process_reward"] = float((rewards.sum(1)).mean())
+        adv, _ = prime_advantages(rewards, acc, b.mask, groups, process_coef=self.cfg.prime_process_coef,
+                                  outcome_coef=self.cfg.prime_outcome_coef)
+        return adv
+
     @torch.no_grad()
-    def advantages(self, b: TokenBatch, ref_logp: torch.Tensor | None) -> tuple[torch.Tensor, dict]:
-        """Per-token advantages (N, L), computed separately for each role in the batch."""
+    def advantages(self, b: TokenBatch, ref_logp: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Per-token advantages (N, L), computed separately for each role in the batch, and which
+        rows to train on (N,) bool (RAE drops rows whose advantage is exactly 0)."""
         token_rewards = adv_fns.outcome_token_rewards(b.scores, b.mask)
         metrics = {}
         if self.cfg.kl_in_reward != "off":
@@ -165,9 +277,10 @@ class Learner:
             token_rewards = adv_fns.apply_kl_in_reward(token_rewards, kl, b.mask, self.cfg.kl_reward_coef)
             metrics["kl_reward"] = float((kl.sum(1) / b.mask.sum(1).clamp(min=1)).mean())
         out = torch.zeros_like(b.mask)
+        keep = torch.ones(b.mask.shape[0], dtype=torch.bool, device=b.mask.device)
         self._returns = None
         for role in sorted(set(b.roles)):
-            name = self.cfg.role_algorithms.get(role, self.cfg.algorithm)
+            name = self.algorithm_of(role)
             idx = torch.tensor([i for i, r in enumerate(b.roles) if r == role], device=b.mask.device)
             if name == PPO:
                 if self._old_values is None:
@@ -180,13 +293,48 @@ class Learner:
                 self._returns[idx] = returns.to(out.dtype)
                 metrics[f"{role}/value_mean"] = float((self._old_values[idx] * b.mask[idx]).sum() / b.mask[idx].sum().clamp(min=1))
                 continue
+            if name == RAE:
+                adv, keep[idx] = self._rae(b.rows(idx), metrics, role)
+                out[idx] = adv.to(out.dtype)
+                continue
+            if name == PRIME:
+                out[idx] = self._prime(b.rows(idx), metrics, role).to(out.dtype)
+                continue
+            if name == TRR_PP:
+                key = self.cfg.trr_task_key
+                tasks = [(b.turns[i].info.get(key) if key else None) for i in idx.tolist()]
+                groups = adv_fns.group_index([repr(t) for t in tasks]).to(b.mask.device)
+                adv, _ = trr_pp_advantages(token_rewards[idx], b.mask[idx], groups, gamma=self.cfg.gamma,
+                                           whiten_mode=self.cfg.whiten)
+                out[idx] = adv.to(out.dtype)
+                metrics[f"{role}/trr_tasks"] = float(len(set(map(repr, tasks))))
+                continue
             fn = ADVANTAGES[name]
             groups = adv_fns.group_index([b.group_keys[i] for i in idx.tolist()]).to(b.mask.device)
             adv, stats = fn(self.cfg, b.scores[idx], token_rewards[idx], b.mask[idx], groups)
             out[idx] = adv.to(out.dtype)
             # frac_zero_std, singleton_groups, ... per role (ALGORITHMS.md §2.9: reported, not hidden)
             metrics.update({f"{role}/{name}": float(value) for name, value in stats.items()})
-        return out, metrics
+        return out, keep, metrics
+
+    # -- dynamic sampling ------------------------------------------------------------------------
+
+    def group_decisions(self, turns: Sequence[Turn]) -> dict:
+        """DAPO dynamic sampling (§7.2): {group key: kept} over these turns' groups, in order of play,
+        by the configured predicate on the turns' (overlong-shaped) rewards."""
+        if not turns:
+            return {}
+        scores = torch.tensor([float(t.reward) for t in turns], dtype=torch.float64)
+        if self.cfg.overlong_buffer > 0:
+            lengths = torch.tensor([len(t.response_ids) for t in turns])
+            scores = apply_overlong_shaping(scores, lengths, self.max_new_tokens, self.cfg.overlong_buffer,
+                                            self.cfg.overlong_penalty)
+        bounds = (self.cfg.dynamic_sampling_low, self.cfg.dynamic_sampling_high)
+        _, decisions = filter_groups(scores, [t.group_key for t in turns], predicate=self.cfg.dynamic_sampling,
+                                     bounds=None if self.cfg.dynamic_sampling == "std_gt_0" else bounds)
+        return decisions
+
+    # -- the update ------------------------------------------------------------------------------
 
     def update(self, turns: Sequence[Turn]) -> dict[str, float]:
         """One optimizer step per epoch on these turns; returns metrics."""
@@ -194,14 +342,38 @@ class Learner:
             return {}
         cfg = self.cfg
         b = TokenBatch.from_turns(turns, self.policy.tokenizer.pad_token_id).to(self.policy.device)
+        metrics: dict[str, float] = {}
+        if cfg.overlong_buffer > 0:  # DAPO soft overlong punishment, added to the outcome (§7.4)
+            shaped = apply_overlong_shaping(b.scores.double(), b.mask.sum(1), self.max_new_tokens, cfg.overlong_buffer,
+                                            cfg.overlong_penalty)
+            metrics["overlong_penalty"] = float((shaped - b.scores.double()).mean())
+            b.scores = shaped.to(b.scores.dtype)
+        if cfg.mask_truncated:  # overlong filtering: responses cut at the limit leave the loss and the statistics
+            truncated = torch.tensor([not t.finished for t in turns], device=b.mask.device)
+            b.mask = mask_truncated(b.mask, truncated)
+            metrics["truncated_frac"] = float(truncated.double().mean())
         chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
         ref_logp = None
         if self.ref_model is not None:
             ref_logp = torch.cat([self._ref_logp(b.rows(ix)) for ix in chunks])
         self._old_values = self.critic.values(b, cfg.micro_batch_size) if self.critic is not None else None
-        adv, metrics = self.advantages(b, ref_logp)
+        adv, keep, adv_metrics = self.advantages(b, ref_logp)
+        metrics.update(adv_metrics)
+        keep &= b.mask.sum(1) > 0  # rows with nothing to train on (filtered, truncated) cost no forward
+        if not bool(keep.all()):
+            ix = keep.nonzero(as_tuple=True)[0]
+            b, adv = b.rows(ix), adv[ix]
+            ref_logp = ref_logp[ix] if ref_logp is not None else None
+            if self._old_values is not None:
+                self._old_values = self._old_values[ix]
+            if self._returns is not None:
+                self._returns = self._returns[ix]
+        metrics["trained_rows"] = float(len(b.turns))
+        if not b.turns:
+            return metrics  # nothing left to learn from this batch: no step
+        chunks = torch.arange(len(b.turns)).split(cfg.micro_batch_size)
         n_tok = float(b.mask.sum())
-        n_seq = float(len(turns)) if cfg.loss_agg == "dr_grpo" else float((b.mask.sum(1) > 0).sum())
+        n_seq = float(len(b.turns))
         sums: dict[str, float] = {}
         model = self.engine.train_module
         # Eval mode: dropout off, so the training forward is the distribution that sampled
@@ -237,10 +409,11 @@ class Learner:
         metrics.update({k: v / cfg.epochs for k, v in sums.items()})
         if self.critic is not None and self._returns is not None:
             # Only the PPO rows train the critic (rows of other roles have no GAE returns).
-            ppo_rows = [i for i, r in enumerate(b.roles) if cfg.role_algorithms.get(r, cfg.algorithm) == PPO]
-            sub = b.rows(torch.tensor(ppo_rows))
-            ix = torch.tensor(ppo_rows, device=b.mask.device)
-            metrics.update(self.critic.update(sub, self._old_values[ix], self._returns[ix], cfg.micro_batch_size))
+            ppo_rows = [i for i, r in enumerate(b.roles) if self.algorithm_of(r) == PPO]
+            if ppo_rows:
+                sub = b.rows(torch.tensor(ppo_rows))
+                ix = torch.tensor(ppo_rows, device=b.mask.device)
+                metrics.update(self.critic.update(sub, self._old_values[ix], self._returns[ix], cfg.micro_batch_size))
         metrics["adv_abs_mean"] = float((adv.abs() * b.mask).sum() / n_tok)
         metrics["response_tokens"] = n_tok
         return metrics

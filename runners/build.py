@@ -180,7 +180,8 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             critic = (critic_dirs or {}).get(pid)
             learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference,
-                                    critic_weights=critic if critic is not None and critic.is_dir() else None)
+                                    critic_weights=critic if critic is not None and critic.is_dir() else None,
+                                    game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)
     games = _make_games(cfg, policies, used)
     seats: dict[str, tuple[str, Agent]] = {}
     for seat, (pid, role) in assignment.items():

@@ -26,6 +26,8 @@ from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
 from cogym.learners.learner import ALGORITHMS as LEARNER_ALGORITHMS
+from cogym.learners.learner import DYNAMIC_SAMPLING
+from cogym.learners.multiagent import PRIME_GRANULARITIES, PRIME_NORMS, RAE_ORDERS
 from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
@@ -98,8 +100,8 @@ class Config:
 _TYPED_MAPS = {"policies": PolicyConfig, "learners": LearnerConfig, "prompts": PromptConfig}
 
 # Allowed values come from the learners package, so the two never disagree.
-ESTIMATORS = tuple(LEARNER_ALGORITHMS)
-ALGORITHMS = (*ESTIMATORS, "frozen")
+ESTIMATORS = tuple(LEARNER_ALGORITHMS)  # also allowed per role (role_algorithms)
+ALGORITHMS = (*ESTIMATORS, "spin", "frozen")  # spin is a learner of its own (learners/spin.py)
 ENGINES = tuple(ENGINE_CLASSES)
 KL_REWARD = ("off", *(k for k in KL_KINDS if not k.endswith("+")))
 KL_LOSS = ("off", *(k for k in KL_KINDS if k not in ("k1", "abs")))  # k1/abs have no useful gradient in a loss
@@ -237,6 +239,42 @@ def _check_choice(value: str, options: tuple, where: str) -> None:
         raise ConfigError(f"{where} must be one of {', '.join(options)}; got {value!r}{_suggest(value, options)}")
 
 
+def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
+    """RAE, DAPO dynamic sampling and overlong shaping, PRIME and SPIN keys."""
+    if not 0 <= lc.rae_decay <= 1:
+        raise ConfigError(f"{where}.rae_decay must be in [0, 1] (the EMA decay of the RAE baselines), got {lc.rae_decay}")
+    _check_choice(lc.rae_order, RAE_ORDERS, f"{where}.rae_order")
+    _check_choice(lc.dynamic_sampling, DYNAMIC_SAMPLING, f"{where}.dynamic_sampling")
+    if not lc.dynamic_sampling_low <= lc.dynamic_sampling_high:
+        raise ConfigError(f"{where}: dynamic_sampling_low must be <= dynamic_sampling_high, got "
+                          f"{lc.dynamic_sampling_low} and {lc.dynamic_sampling_high}")
+    if lc.max_sampling_rounds < 1:
+        raise ConfigError(f"{where}.max_sampling_rounds must be >= 1 (rollouts per iteration, the first included), "
+                          f"got {lc.max_sampling_rounds}")
+    max_new = cfg.policies[pid].sampling.max_new_tokens
+    if not 0 <= lc.overlong_buffer <= max_new:
+        raise ConfigError(f"{where}.overlong_buffer must be in [0, policies.{pid}.sampling.max_new_tokens = {max_new}] "
+                          f"(0: off), got {lc.overlong_buffer}")
+    if not (math.isfinite(lc.overlong_penalty) and lc.overlong_penalty >= 0):
+        raise ConfigError(f"{where}.overlong_penalty must be >= 0, got {lc.overlong_penalty}")
+    _check_choice(lc.prime_granularity, PRIME_GRANULARITIES, f"{where}.prime_granularity")
+    _check_choice(lc.prime_norm, PRIME_NORMS, f"{where}.prime_norm")
+    _check_choice(lc.prime_update, ("before", "after"), f"{where}.prime_update")
+    for name in ("prime_beta", "prime_lr", "spin_beta"):
+        value = getattr(lc, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{where}.{name} must be > 0, got {value}")
+    if lc.prime_model and not Path(lc.prime_model).is_dir():
+        raise ConfigError(f"{where}.prime_model {lc.prime_model!r} is not a directory (an HF model for the PRM; "
+                          "leave it empty to copy the policy)")
+    if lc.spin_refresh < 1:
+        raise ConfigError(f"{where}.spin_refresh must be >= 1 (updates between opponent refreshes), got {lc.spin_refresh}")
+    if lc.algorithm == "spin" and (lc.role_algorithms or lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
+                                   or lc.entropy_coef or lc.dynamic_sampling != "off"):
+        raise ConfigError(f"{where}: algorithm spin has its own objective; remove role_algorithms, kl_in_*, entropy_coef "
+                          "and dynamic_sampling from this learner")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
     if cfg.run.seed < 0:
@@ -307,6 +345,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{where}.value_clip must be > 0 or null (unclipped), got {lc.value_clip}")
         if lc.max_grad_norm <= 0:
             raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
+        _check_learner_plugins(cfg, pid, lc, where)
         if lc.offload_optimizer and lc.zero_stage < 1:
             raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
         if lc.offload_params and lc.zero_stage != 3:

@@ -38,6 +38,52 @@ def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
     return [int(x) for x in np.random.SeedSequence([seed, iteration]).generate_state(n)]
 
 
+def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
+    """Game seeds of dynamic sampling's extra rollout ``round_`` (>= 1) of an iteration (round 0 is
+    :func:`iteration_seeds`); a pure function, so resume replays them too."""
+    return [int(x) for x in np.random.SeedSequence([seed, iteration, round_]).generate_state(n)]
+
+
+def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: RolloutResult,
+                     batches: dict[str, list]) -> dict[str, float]:
+    """DAPO dynamic sampling (ALGORITHMS.md §7.2) for every learner that enables it: drop the groups
+    its predicate rejects and play more episodes until as many groups pass as the first rollout
+    made (at most ``max_sampling_rounds`` rollouts in all), then keep the first that many passing
+    groups. Replaces those learners' entries of ``batches`` in place; returns metrics. A learner
+    still short after its last round trains on the groups that passed (``<pid>/ds_short`` = 1)."""
+    from cogym.learners.dapo import select_groups
+
+    ds = {pid: lr for pid, lr in run.learners.items() if lr.cfg.dynamic_sampling != "off"}
+    if not ds:
+        return {}
+    pool = {pid: list(batches[pid]) for pid in ds}
+    target = {pid: len({t.group_key for t in batches[pid]}) for pid in ds}
+    decisions = {pid: lr.group_decisions(pool[pid]) for pid, lr in ds.items()}
+    rounds = 1
+
+    def short() -> list[str]:
+        return [pid for pid, lr in ds.items()
+                if sum(decisions[pid].values()) < target[pid] and rounds < lr.cfg.max_sampling_rounds]
+
+    while short():
+        seeds = refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games))
+        res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}")
+        for pid in short():
+            new = [t for t in res.turns if t.policy_id == pid]
+            pool[pid] += new
+            decisions[pid].update(ds[pid].group_decisions(new))
+        rounds += 1
+    m: dict[str, float] = {}
+    for pid in ds:
+        chosen = set(select_groups(decisions[pid], target[pid]))
+        batches[pid] = [t for t in pool[pid] if t.group_key in chosen]
+        m[f"{pid}/ds_rounds"] = float(rounds)
+        m[f"{pid}/ds_pass_rate"] = sum(decisions[pid].values()) / max(len(decisions[pid]), 1)
+        m[f"{pid}/ds_groups"] = float(len(chosen))
+        m[f"{pid}/ds_short"] = float(len(chosen) < target[pid])
+    return m
+
+
 def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
     m: dict[str, float] = {}
     for role in roles:
@@ -138,12 +184,7 @@ def save_checkpoint(run: Run, run_dir: RunDir, iteration: int) -> Path:
     for pid, policy in run.policies.items():
         policy.save(tmp / "policies" / pid)
     for pid, learner in run.learners.items():
-        d = tmp / "learners" / pid
-        d.mkdir(parents=True, exist_ok=True)
-        learner.engine.save(d)
-        if learner.critic is not None:
-            learner.critic.save(d / "critic")  # the PPO critic: weights and its optimizer
-        (d / "state.json").write_text(json.dumps({"steps": learner.steps}))
+        learner.save(tmp / "learners" / pid)  # optimizer, critic, PRM, RAE baselines, step count
     (tmp / "trainer_state.json").write_text(json.dumps({"iteration": iteration, "seed": run.cfg.run.seed}))
     if final.exists():
         shutil.rmtree(final)
@@ -233,10 +274,7 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
     run = build(cfg, policy_dirs, critic_dirs)
     if ckpt is not None:
         for pid, learner in run.learners.items():
-            learner.engine.load(ckpt / "learners" / pid)
-            if learner.critic is not None:
-                learner.critic.load_optimizer(ckpt / "learners" / pid / "critic")
-            learner.steps = json.loads((ckpt / "learners" / pid / "state.json").read_text())["steps"]
+            learner.load(ckpt / "learners" / pid)
     rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     history: list[dict] = []
@@ -259,9 +297,11 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
             run.reseed_scripted(it)
             res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
+            batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
+            rec.update(dynamic_sampling(run, play, system, it, res, batches))
             t_up = time.perf_counter()
             for pid, learner in run.learners.items():
-                turns = [t for t in res.turns if t.policy_id == pid]
+                turns = batches[pid]
                 if turns:
                     rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
                 for k, v in learner.update(turns).items():

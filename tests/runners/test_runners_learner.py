@@ -106,7 +106,7 @@ def _learner(policy, **kw) -> Learner:
 
 def _by_turn(learner: Learner, turns: list[Turn]) -> dict[str, float]:
     b = TokenBatch.from_turns(turns, learner.policy.tokenizer.pad_token_id)
-    adv, _ = learner.advantages(b, None)
+    adv, _, _ = learner.advantages(b, None)
     out = {}
     for i, t in enumerate(turns):
         r = len(t.response_ids)

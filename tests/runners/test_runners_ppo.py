@@ -33,7 +33,7 @@ def test_the_critic_starts_at_zero_and_gae_then_equals_the_outcome_returns(polic
     values = learner.critic.values(b, micro_batch_size=3)
     assert values.shape == b.mask.shape and torch.count_nonzero(values) == 0  # zero head: V = 0 everywhere
     learner._old_values = values
-    adv, _ = learner.advantages(b, None)
+    adv, _, _ = learner.advantages(b, None)
     # gamma = lam = 1 and V = 0: every token's raw advantage is the episode return, then whitened over the batch.
     rewards = torch.zeros_like(b.mask)
     last = b.mask.sum(1).long() - 1
