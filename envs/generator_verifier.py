@@ -60,8 +60,12 @@ is right; verifier: its verdict agrees with the ground truth, False if invalid),
     ``rejected_right``  the same for right answers that were rejected (None if wrong or invalid).
     ``verifier_agrees`` 1.0/0.0: the verdict agrees with the ground truth (0.0 if invalid).
     ``verdict_invalid`` 1.0/0.0.
-When the verdict is invalid both seats carry ``"reason"`` (the verifier's says what is wrong with
-it). Before the end only ``"role"``.
+The generator also carries ``"reference"``: the correct answer exactly as a perfect generator
+writes it, the same string its ``oracle`` twin emits (``"82"`` for ``37+45``); for a dataset, an
+answer that is one integer in canonical form (``" 007 "`` -> ``"7"``), any other answer stripped
+of surrounding whitespace (None if blank). It is the real response of learners that imitate,
+e.g. SPIN. When the verdict is invalid both seats carry ``"reason"`` (the verifier's says what is
+wrong with it). Before the end only ``"role"``.
 
 Arguments (all validated at construction; a bad dataset raises ``DatasetError`` there)
     source="domain"     "domain" (problems sampled from the arithmetic domain) or "dataset".
@@ -100,6 +104,7 @@ from cogym.envs.base import CogymEnv, GameSpec, penalty_arg, text_space
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.proposer_solver import MAX_MESSAGE_CHARS
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
+from cogym.envs.proposer_solver import reference_text
 from cogym.envs.verdicts import SHOWN_ANSWER_CHARS, oracle_accepts, parse_verdict, show_answer
 from cogym.envs.verifiers import make_verifier
 
@@ -285,6 +290,7 @@ class GeneratorVerifierEnv(CogymEnv):
             self.infos[a] = {"role": a, "problem": self._problem, "invalid": a == "verifier" and accepted is None, "accepted": accepted,
                              "correct": correct if a == "generator" else accepted is not None and accepted == correct,
                              "metrics": dict(metrics)}
+        self.infos["generator"]["reference"] = reference_text(self._reference)
         if reason is not None:
             self.infos["verifier"]["reason"] = reason
             self.infos["generator"]["reason"] = f"the verifier's verdict was invalid ({reason})"

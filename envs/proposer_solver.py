@@ -45,8 +45,15 @@ Invalid action
 
 Infos at the end, every seat: ``"role"``, ``"problem"`` (the problem text, None if the proposal
 was invalid), ``"success_rate"`` (``s/k``, None if invalid), ``"invalid"``; solvers also
-``"correct"``; all seats get ``"reason"`` when the proposal was invalid. Before the end only
-``"role"``.
+``"correct"`` and ``"reference"``; all seats get ``"reason"`` when the proposal was invalid.
+Before the end only ``"role"``.
+    ``reference``  the correct answer exactly as a perfect solver writes it: the same string the
+                   ``oracle`` twin emits (``"82"`` for ``37+45``); a dataset answer that is one
+                   integer in canonical form (``" 007 "`` -> ``"7"``), any other answer stripped
+                   of surrounding whitespace. None when no answer is known (an invalid proposal,
+                   a blank dataset answer). With ``verifier="majority"`` it is reported all the
+                   same, though the game scores against the majority, not against it. It is the
+                   real response of learners that imitate, e.g. SPIN.
 
 Arguments (all validated at construction; a bad dataset raises ``DatasetError`` there)
     num_solvers=8       number of solver seats k, >= 1.
@@ -124,6 +131,21 @@ def band_reward(successes: int, n: int, low: float, high: float) -> float:
 
 def solver_reward(correct: bool, reply: str, format_bonus: float) -> float:
     return (1.0 if correct else 0.0) + (format_bonus if is_strict_answer(reply) else 0.0)
+
+
+def reference_text(answer: str | int | None) -> str | None:
+    """The correct answer as a perfect player writes it (infos ``"reference"``), None if unknown.
+
+    An integer (or a string that is one integer) becomes its canonical decimal form, the string
+    the ``oracle`` twins emit; any other answer (``math_verify`` datasets) is stripped.
+    """
+    if answer is None:
+        return None
+    if isinstance(answer, int):
+        return str(answer)
+    if is_strict_answer(answer):
+        return str(int(answer))
+    return answer.strip() or None
 
 
 def invalid_reason(proposal: str, domain: Domain) -> str:
@@ -296,6 +318,7 @@ class ProposerSolverEnv(CogymEnv):
                                  "invalid": a == "proposer", "reason": reason if a == "proposer" else f"game over: the proposer's move was invalid ({reason})"}
                 if a != "proposer":
                     self.infos[a]["correct"] = None
+                    self.infos[a]["reference"] = None
             self._end_game({"proposer": self.invalid_penalty})
             return
         self._problem, self._reference, self._phase = problem.text, str(problem.answer), PHASE_SOLVE
@@ -316,8 +339,10 @@ class ProposerSolverEnv(CogymEnv):
         self._phase = PHASE_OVER
         for a in self.agents:
             self.infos[a] = {"role": self._seat_roles[a], "problem": self._problem, "success_rate": successes / k, "invalid": False}
+        reference = reference_text(self._reference)
         for s, c in zip(self.solvers, correct):
             self.infos[s]["correct"] = bool(c)
+            self.infos[s]["reference"] = reference
         self._end_game(rewards)
 
     def _render_text(self) -> str:

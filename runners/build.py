@@ -99,12 +99,12 @@ class Run:
         pid = self.cfg.seats.get(role)
         return self.policies.get(pid) if pid else None
 
-    def reseed_scripted(self, iteration: int) -> None:
-        """Scripted agents draw from a stream fixed by (run seed, iteration, seat), so an iteration
-        replays exactly on resume."""
+    def reseed_scripted(self, iteration: int, rank: int = 0) -> None:
+        """Scripted agents draw from a stream fixed by (run seed, iteration, seat), and the process's
+        rank in a data-parallel run, so an iteration replays exactly on resume."""
         for k, (_, (_, agent)) in enumerate(sorted(self.seats.items())):
             if isinstance(agent, ScriptedAgent):
-                agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k])
+                agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k] + ([rank] if rank else []))
 
 
 def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
@@ -132,12 +132,13 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
             # Groups form inside one policy's batch: count the seats of the role this policy plays.
             seats = [s for s, (p, r) in assignment.items() if r == role and p == pid]
             estimator = lc.role_algorithms.get(role, lc.algorithm)
-            if estimator in GROUPED and len(seats) == 1:
+            if estimator in GROUPED and len(seats) == 1 and cfg.game.group_size == 1:
                 raise ConfigError(
                     f"learners.{pid}: {estimator} groups turns by (episode, role), and policy {pid!r} plays one "
-                    f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Use "
-                    f"reinforce_pp (a batch baseline) for this role (learners.{pid}.role_algorithms.{role}: "
-                    "reinforce_pp), or a game argument that seats several players of the role")
+                    f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Play "
+                    "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
+                    f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
+                    "argument that seats several players of the role")
 
 
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None) -> Run:
@@ -176,9 +177,15 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         agents[pid] = LLMAgent(policies[pid], pc.sampling, name=pid)
         lc = cfg.learners[pid]
         if lc.algorithm != "frozen":
-            needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
+            # The KL anchor and PRIME's pi_ref are the config's model, not a checkpoint being resumed.
+            needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off" or "prime" in (lc.algorithm, *lc.role_algorithms.values())
             reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             critic = (critic_dirs or {}).get(pid)
+            if lc.algorithm == "spin":  # a learner of its own: the SPIN loss against its previous iteration
+                from cogym.learners.spin import SpinLearner
+
+                learners[pid] = SpinLearner(policies[pid], lc, temperature=pc.sampling.temperature)
+                continue
             learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference,
                                     critic_weights=critic if critic is not None and critic.is_dir() else None,
                                     game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)

@@ -56,6 +56,10 @@ class PromptConfig:
 class GameConfig:
     id: str = "proposer_solver-v0"
     num_games: int = 16  # games alive at once in one rollout
+    # Episodes per group: num_games / group_size distinct seeds, each played group_size times, and a role's
+    # turns in those episodes form one group (GRPO/RLOO's "n samples per prompt" for a role whose first
+    # observation depends only on the seed, e.g. the generator of generator_verifier-v0). 1: group by episode.
+    group_size: int = 1
     kwargs: dict = field(default_factory=dict)
     granularity: str = "turn"  # "turn": one message per step; "token": one token per step (KV caches reused)
     max_turn_tokens: int = 0  # token level: longest message; 0 = max(64, the policies' max_new_tokens)
@@ -291,6 +295,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"eval.size and eval.max_new_tokens must be >= 1, got {cfg.eval.size} and {cfg.eval.max_new_tokens}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
+    if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:
+        raise ConfigError(f"game.group_size must be >= 1 and divide game.num_games = {cfg.game.num_games}, "
+                          f"got {cfg.game.group_size}")
     _check_choice(cfg.game.granularity, GRANULARITIES, "game.granularity")
     if cfg.game.max_turn_tokens < 0:
         raise ConfigError(f"game.max_turn_tokens must be >= 0 (0: the policies' max_new_tokens), got {cfg.game.max_turn_tokens}")

@@ -73,15 +73,21 @@ def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, floa
 
 
 def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[str, str], seeds: Sequence[int],
-            episode_prefix: str = "ep", max_steps: int = 10_000) -> RolloutResult:
-    """Play one episode in every game, batching generation across games; return its turns."""
+            episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 10_000,
+            game_indices: Sequence[int] | None = None) -> RolloutResult:
+    """Play one episode in every game, batching generation across games; return its turns.
+
+    ``game_indices``: each game's place in the iteration's whole game list (default 0, 1, ...), when
+    these games are one data-parallel rank's share; turns' ``game_index``, episode ids and group
+    keys use it, so they match a one-process run's."""
     if len(seeds) != len(games):
         raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
     t0 = time.perf_counter()
     returns: list[dict[str, float]] = [dict() for _ in games]
     infos: list[dict[str, dict]] = [dict() for _ in games]
     seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
-    episode_ids = [f"{episode_prefix}-{g}" for g in range(len(games))]
+    index = list(game_indices) if game_indices is not None else list(range(len(games)))
+    episode_ids = [f"{episode_prefix}-{i}" for i in index]
     for env, seed in zip(games, seeds):
         env.reset(seed=int(seed))
     for g, env in enumerate(games):
@@ -131,9 +137,9 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[s
                 _collect(env, returns[g], infos[g])
                 if act.response_ids is not None:
                     seat_turns[g][seat].append(Turn(
-                        game_index=g, episode_id=episode_ids[g], seat=seat, role=role, policy_id=policy_id,
-                        prompt_ids=act.prompt_ids, response_ids=act.response_ids, logprobs=act.logprobs,
-                        text=act.text, finished=act.finished, group_key=(episode_ids[g], role)))
+                        game_index=index[g], episode_id=episode_ids[g], seat=seat, role=role, policy_id=policy_id,
+                        prompt_ids=act.prompt_ids, response_ids=act.response_ids, logprobs=act.logprobs, text=act.text,
+                        finished=act.finished, group_key=(f"{episode_prefix}-{index[g] // group_size}", role)))
                 _skip_dead(env, returns[g], infos[g])
                 if not env.agents:
                     break

@@ -73,8 +73,10 @@ class _Open:
 
 
 def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prompts: dict[str, str], seeds: Sequence[int],
-                  episode_prefix: str = "ep", max_steps: int = 1_000_000) -> RolloutResult:
-    """Play one episode in every token-level game; return its turns (one per LLM message)."""
+                  episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 1_000_000,
+                  game_indices: Sequence[int] | None = None) -> RolloutResult:
+    """Play one episode in every token-level game; return its turns (one per LLM message).
+    ``game_indices``: as in :func:`~cogym.runners.rollout.rollout` (a data-parallel rank's share)."""
     if len(seeds) != len(games):
         raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
     for env in games:
@@ -84,7 +86,8 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
     returns: list[dict[str, float]] = [dict() for _ in games]
     infos: list[dict[str, dict]] = [dict() for _ in games]
     seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
-    episode_ids = [f"{episode_prefix}-{g}" for g in range(len(games))]
+    index = list(game_indices) if game_indices is not None else list(range(len(games)))
+    episode_ids = [f"{episode_prefix}-{i}" for i in index]
     stats = {"fed_tokens": 0, "prefills": 0}
     queues: dict[tuple[int, str], list[int]] = {}
     open_: dict[tuple[int, str], _Open] = {}
@@ -99,9 +102,9 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
         stats["prefills"] += msg.session.prefills
         text = games[g].codec.decode(msg.response_ids)
         seat_turns[g][seat].append(Turn(
-            game_index=g, episode_id=episode_ids[g], seat=seat, role=role, policy_id=msg.policy_id,
+            game_index=index[g], episode_id=episode_ids[g], seat=seat, role=role, policy_id=msg.policy_id,
             prompt_ids=msg.prompt_ids, response_ids=msg.response_ids, logprobs=msg.logprobs, text=text,
-            finished=finished, group_key=(episode_ids[g], role)))
+            finished=finished, group_key=(f"{episode_prefix}-{index[g] // group_size}", role)))
 
     while True:
         live = [g for g, env in enumerate(games) if env.agents]

@@ -188,6 +188,8 @@ def test_right_answer_accepted_by_the_oracle_verifier() -> None:
     assert info["correct"] is True and info["accepted"] is True and info["invalid"] is False
     assert info["metrics"]["accepted_wrong"] is None and info["metrics"]["answer_correct"] == 1.0
     assert env.infos["verifier"]["correct"] is True
+    assert info["reference"] == answer == SCRIPTED["generator"]["oracle"](problem, RNG)  # what a perfect generator writes
+    assert "reference" not in env.infos["verifier"]
     assert env.observe("generator")["observation"].tolist() == [PHASE_OVER, 0]
     assert drain(env) == {"generator": 1.0, "verifier": 1.0}
     assert env.agents == []
@@ -282,6 +284,30 @@ def test_dataset_problems_are_drawn_with_the_game_rng(write_jsonl) -> None:
     assert env.rewards == {"generator": 1.0, "verifier": 0.0}
 
 
+def test_reference_is_the_oracle_answer_for_wrong_answers_too() -> None:
+    env = make(GAME)
+    for seed in range(20):
+        problem, answer = problem_of(env, seed)
+        env.step(SCRIPTED["generator"]["always_wrong"](problem, RNG))
+        env.step("no")
+        assert env.infos["generator"]["correct"] is False and env.infos["generator"]["reference"] == answer
+
+
+def test_reset_before_the_end_has_no_reference() -> None:
+    env = make(GAME)
+    env.reset(seed=0)
+    assert env.infos["generator"] == {"role": "generator"}
+    env.step("1")
+    assert "reference" not in env.infos["generator"]
+
+
+@pytest.mark.parametrize("answer, verifier, reference", [(" 042", "exact", "42"), (" x^2 ", "math_verify", "x^2")])
+def test_reference_of_a_dataset_answer_is_canonical(write_jsonl, answer: str, verifier: str, reference: str) -> None:
+    env = make(GAME, source="dataset", verifier=verifier, dataset=write_jsonl([{"question": "q?", "answer": answer}]))
+    assert play(env, "42", "yes") is not None
+    assert env.infos["generator"]["reference"] == reference
+
+
 # ----------------------------------------------------------------------------- invalid verdicts
 @pytest.mark.parametrize(
     "verdict, reason",
@@ -304,6 +330,7 @@ def test_invalid_verdicts_get_the_penalty_and_accept_nothing(verdict: str, reaso
     assert v["invalid"] is True and reason in v["reason"] and v["correct"] is False and v["accepted"] is None
     assert g["invalid"] is False and "verdict was invalid" in g["reason"] and g["correct"] is True
     assert v["metrics"]["verdict_invalid"] == 1.0 and v["metrics"]["accepted"] is None
+    assert g["reference"] == answer  # the answer is known whatever the verifier wrote
     assert drain(env) == {"generator": 0.0, "verifier": -0.5}
 
 

@@ -35,7 +35,11 @@ def test_oracle_and_always_wrong_mix_scores_learnability_after_every_turn() -> N
     assert final == {"proposer": 0.25, "solver_0": 1.0, "solver_1": 1.0, "solver_2": 0.0, "solver_3": 1.0}
     assert all(env.terminations.values())
     assert env.infos["proposer"] == {"role": "proposer", "problem": "37+45", "success_rate": 0.75, "invalid": False}
-    assert env.infos["solver_2"] == {"role": "solver", "problem": "37+45", "success_rate": 0.75, "invalid": False, "correct": False}
+    assert env.infos["solver_2"] == {"role": "solver", "problem": "37+45", "success_rate": 0.75, "invalid": False, "correct": False,
+                                     "reference": "82"}
+    # The reference is exactly what the oracle twin writes, on every solver, right or wrong.
+    assert all(env.infos[s]["reference"] == SCRIPTED["solver"]["oracle"]("37+45", np.random.default_rng(0)) for s in SOLVERS4)
+    assert "reference" not in env.infos["proposer"]
     assert drain(env) == final
     assert env.agents == []
 
@@ -116,6 +120,7 @@ def test_dataset_game_draws_a_problem_with_the_game_rng(heldout_path: str) -> No
     assert act(env, "solver_0", oracle) == zeros("solver_0", "solver_1")
     assert act(env, "solver_1", "not a number") == {"solver_0": 1.0, "solver_1": 0.0}
     assert env.infos["solver_0"]["problem"] == question and env.infos["solver_0"]["success_rate"] == 0.5
+    assert env.infos["solver_0"]["reference"] == env.infos["solver_1"]["reference"] == oracle  # the file's answer
 
 
 def test_dataset_question_is_shown_exactly_and_fits_the_observation_space(write_jsonl) -> None:
@@ -152,6 +157,7 @@ def test_pathological_proposals_get_the_penalty_and_end_the_game_fast(proposal: 
     assert env.infos["proposer"]["invalid"] is True and reason in env.infos["proposer"]["reason"]
     assert env.infos["solver_1"]["invalid"] is False and "proposer's move was invalid" in env.infos["solver_1"]["reason"]
     assert env.infos["solver_1"]["problem"] is None and env.infos["solver_1"]["correct"] is None
+    assert all(env.infos[s]["reference"] is None for s in ("solver_0", "solver_1", "solver_2"))  # no answer is known
     assert env.observe("solver_0")["observation"].tolist() == [PHASE_OVER, 1]
     assert drain(env) == {"proposer": -0.5, "solver_0": 0.0, "solver_1": 0.0, "solver_2": 0.0}
 
@@ -211,6 +217,44 @@ def test_dataset_game_starts_with_every_solver_ready(heldout_path: str) -> None:
     env = make("proposer_solver-v0", num_solvers=3, source="dataset", dataset=heldout_path)
     env.reset(seed=0)
     assert env.ready_agents() == ["solver_0", "solver_1", "solver_2"]
+
+
+# ----------------------------------------------------------------------------- reference answers
+def test_reference_is_what_the_oracle_writes_for_every_proposed_problem() -> None:
+    env = make("proposer_solver-v0", num_solvers=2, ops="+-*")
+    rng = np.random.default_rng(0)
+    for seed in range(30):
+        env.reset(seed=seed)
+        problem = SCRIPTED["proposer"]["random"](PROPOSER_REQUEST, rng)
+        act(env, "proposer", problem)
+        canonical = env.observe("solver_0")["text"]
+        oracle = SCRIPTED["solver"]["oracle"](canonical, rng)
+        act(env, "solver_0", oracle)
+        act(env, "solver_1", "no idea")
+        assert env.infos["solver_0"]["reference"] == env.infos["solver_1"]["reference"] == oracle
+        assert env.infos["solver_0"]["correct"] is True and env.infos["solver_1"]["correct"] is False
+
+
+@pytest.mark.parametrize(
+    "answer, verifier, reference",
+    [(" 007 ", "exact", "7"), ("-18", "exact", "-18"), ("-0", "exact", "0"),
+     (" \\frac{1}{2} ", "math_verify", "\\frac{1}{2}"), ("   ", "majority", None)],
+)
+def test_reference_of_a_dataset_answer_is_canonical(write_jsonl, answer: str, verifier: str, reference: str | None) -> None:
+    env = make("proposer_solver-v0", num_solvers=1, source="dataset", verifier=verifier,
+               dataset=write_jsonl([{"question": "what is it?", "answer": answer}]))
+    env.reset(seed=0)
+    env.step("7")
+    assert env.infos["solver_0"]["reference"] == reference
+
+
+def test_majority_game_reports_the_true_answer_as_reference() -> None:
+    env = make("proposer_solver-v0", num_solvers=3, verifier="majority")
+    env.reset(seed=0)
+    act(env, "proposer", "2+2")
+    for s in ("solver_0", "solver_1", "solver_2"):
+        act(env, s, "5")  # a wrong majority wins the game, the reference stays the truth
+    assert env.infos["solver_0"]["correct"] is True and env.infos["solver_0"]["reference"] == "4"
 
 
 # ----------------------------------------------------------------------------- rng, twins, spec

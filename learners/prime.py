@@ -1,0 +1,151 @@
+"""PRIME's implicit process reward model (ALGORITHMS.md §8.1), trained online with its own engine.
+
+The PRM ``pi_phi`` is a causal LM (a copy of the policy's weights, or ``cfg.prime_model``) scored
+against a frozen reference ``pi_ref`` (by default a copy of the PRM's initial weights, so ``q = 0``
+before any update). ``q[i, t] = log pi_phi - log pi_ref`` of each response token, at the rollout's
+sampling temperature and with dropout off; the process rewards are ``prime_process_rewards(q)``,
+and ``update`` takes one optimizer step of the cross-entropy of ``sigma(beta * sum_t q)`` against
+the outcome labels. It is saved as its own directory: ``prm.safetensors`` (all PRM weights) and its
+engine's optimizer state; the reference is not saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .config import LearnerConfig
+from .engines import make_engine
+from .learner import TokenBatch, response_logits_and_logp
+from .multiagent import prime_ce_loss, prime_process_rewards, prime_q
+
+WEIGHTS_FILE = "prm.safetensors"
+PRM_MAX_GRAD_NORM = 10.0  # ALGORITHMS.md §8.1: PRM grad clip 10, constant learning rate
+
+
+def _vocab_size(model: torch.nn.Module) -> int:
+    return int(model.config.vocab_size)
+
+
+def _load_hf(path: str, like: torch.nn.Module) -> torch.nn.Module:
+    """An HF causal LM from ``path`` on the device and in the dtype of ``like``."""
+    from transformers import AutoModelForCausalLM
+
+    if not Path(path).is_dir():
+        raise ValueError(f"prime_model {path!r} is not a directory; give an HF causal-LM directory or '' for a copy of the policy")
+    p = next(like.parameters())
+    return AutoModelForCausalLM.from_pretrained(path, dtype=p.dtype).to(p.device)
+
+
+class PrimeRewardModel:
+    """The implicit PRM and its engine: ``q`` / ``process_rewards`` to score, ``update`` to train."""
+
+    def __init__(self, policy_model: torch.nn.Module, cfg: LearnerConfig, weights: Path | None = None,
+                 temperature: float = 1.0, reference: torch.nn.Module | None = None) -> None:
+        """Build the PRM from ``policy_model`` (copied) or ``cfg.prime_model``, then load ``weights``
+        (a directory written by :meth:`save`) if given. ``reference``: the frozen ``pi_ref``, used as
+        is; by default a copy of the PRM's initial weights. Call before any engine partitions
+        ``policy_model``."""
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.cfg = cfg
+        self.temperature = temperature
+        if cfg.prime_model:
+            self.model = _load_hf(cfg.prime_model, policy_model)
+            if _vocab_size(self.model) != _vocab_size(policy_model):
+                raise ValueError(f"prime_model {cfg.prime_model!r} has vocabulary size {_vocab_size(self.model)}, "
+                                 f"but the policy's is {_vocab_size(policy_model)}; the PRM must score the policy's tokens")
+        else:
+            self.model = copy.deepcopy(policy_model)
+        self.ref_model = reference if reference is not None else copy.deepcopy(self.model)
+        if _vocab_size(self.ref_model) != _vocab_size(self.model):
+            raise ValueError(f"the PRM's reference has vocabulary size {_vocab_size(self.ref_model)}, "
+                             f"the PRM {_vocab_size(self.model)}")
+        self.ref_model.eval().requires_grad_(False)
+        self.model.requires_grad_(True)
+        self.model.eval()
+        if weights is not None:
+            self.model.load_state_dict(load_file(str(Path(weights) / WEIGHTS_FILE)))
+        prm_cfg = copy.copy(cfg)
+        prm_cfg.lr = cfg.prime_lr
+        prm_cfg.max_grad_norm = PRM_MAX_GRAD_NORM
+        self.engine = make_engine(self.model, prm_cfg)
+
+    def _logps(self, mb: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log pi_phi with grad if enabled, log pi_ref without) of ``mb``'s response tokens."""
+        with torch.no_grad():
+            ref = response_logits_and_logp(self.ref_model, mb, self.temperature)[1]
+        return response_logits_and_logp(self.engine.train_module, mb, self.temperature)[1], ref
+
+    @torch.no_grad()
+    def q(self, b: TokenBatch, micro_batch_size: int) -> torch.Tensor:
+        """``q = log pi_phi - log pi_ref`` (N, L), 0 on padding."""
+        self.engine.train_module.eval()
+        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        return torch.cat([prime_q(*self._logps(mb), mb.mask) for mb in (b.rows(ix) for ix in chunks)])
+
+    @torch.no_grad()
+    def process_rewards(self, b: TokenBatch, micro_batch_size: int) -> torch.Tensor:
+        """Process rewards (N, L) from ``q`` with ``prime_beta``, ``prime_granularity``, ``prime_norm``."""
+        return prime_process_rewards(self.q(b, micro_batch_size), b.mask, beta=self.cfg.prime_beta,
+                                     granularity=self.cfg.prime_granularity, norm=self.cfg.prime_norm)
+
+    def update(self, b: TokenBatch, acc: torch.Tensor, micro_batch_size: int) -> dict[str, float]:
+        """One optimizer step on the CE loss against labels ``acc`` (N,) in [0, 1], averaged over the
+        rows with a response token (a batch without any is a no-op and returns ``{}``). ``prm_acc``:
+        the fraction of those rows where ``beta * sum q > 0`` agrees with ``acc > 0.5``, before the step."""
+        module = self.engine.train_module
+        module.eval()  # no dropout: the same forward as ``q``
+        acc = acc.to(b.mask.device)
+        valid = b.mask.sum(1) > 0
+        n_valid = int(valid.sum())
+        if n_valid == 0:
+            return {}
+        beta = self.cfg.prime_beta
+        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        loss_sum, agree = 0.0, 0
+        for k, ix in enumerate(chunks):
+            mb = b.rows(ix)
+            logp, ref = self._logps(mb)
+            share = float(valid[ix.to(valid.device)].sum()) / n_valid  # this micro-batch's rows in the batch mean
+            loss = prime_ce_loss(logp, ref, mb.mask, acc[ix], beta=beta) * share
+            self.engine.backward(loss, last=k == len(chunks) - 1)
+            loss_sum += float(loss.detach())
+            with torch.no_grad():
+                z = beta * prime_q(logp, ref, mb.mask).sum(1)
+                mv = mb.mask.sum(1) > 0
+                agree += int(((z > 0) == (acc[ix] > 0.5))[mv].sum())
+        metrics = {"prm_loss": loss_sum, "prm_acc": agree / n_valid}
+        stats = self.engine.step()
+        if "grad_norm" in stats:
+            metrics["prm_grad_norm"] = stats["grad_norm"]
+        return metrics
+
+    def save(self, directory: Path) -> None:
+        """``prm.safetensors`` (the PRM's weights) and the engine's optimizer state."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self.engine.gathered_params():
+            # Copies: tied weights become two entries, and ZeRO's flat-buffer views become plain tensors.
+            save_file({k: v.detach().clone().contiguous() for k, v in self.model.state_dict().items()},
+                      str(directory / WEIGHTS_FILE))
+        self.engine.save(directory)
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote: weights first, then the optimizer (no unrestricted pickle)."""
+        directory = Path(directory)
+        state = load_file(str(directory / WEIGHTS_FILE))
+        with self._writable_params():
+            self.model.load_state_dict(state)
+        self.engine.load(directory)
+
+    def _writable_params(self) -> contextlib.AbstractContextManager:
+        if self.engine.name == "deepspeed" and self.cfg.zero_stage == 3:
+            import deepspeed
+
+            return deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=0)
+        return contextlib.nullcontext()
