@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from cogym.agents.lora import LoraConfig, peft_available
 from cogym.agents.policy import SamplingParams
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
@@ -39,10 +40,15 @@ class ConfigError(ValueError):
 
 @dataclass
 class PolicyConfig:
-    """A model behind one or more seats. ``model`` is an HF directory path or ``tiny``."""
+    """A model behind one or more seats. ``model`` is an HF directory path or ``tiny``.
+
+    ``lora.r > 0``: the policy is a LoRA adapter named after it; LoRA policies with the same
+    ``model`` share one base model in memory (frozen), each training only its own adapter.
+    """
 
     model: str = "tiny"
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -271,12 +277,34 @@ def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str)
     if lc.prime_model and not Path(lc.prime_model).is_dir():
         raise ConfigError(f"{where}.prime_model {lc.prime_model!r} is not a directory (an HF model for the PRM; "
                           "leave it empty to copy the policy)")
+    own_reward = sorted({a for a in (lc.algorithm, *lc.role_algorithms.values()) if a in ("rae", "prime")})
+    if own_reward and lc.kl_in_reward != "off":
+        raise ConfigError(f"{where}: {' and '.join(own_reward)} compute advantages from the outcome alone and would "
+                          "ignore kl_in_reward; use kl_in_loss (e.g. kl_in_loss: k3) to keep the policy near its reference")
     if lc.spin_refresh < 1:
         raise ConfigError(f"{where}.spin_refresh must be >= 1 (updates between opponent refreshes), got {lc.spin_refresh}")
     if lc.algorithm == "spin" and (lc.role_algorithms or lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
                                    or lc.entropy_coef or lc.dynamic_sampling != "off"):
         raise ConfigError(f"{where}: algorithm spin has its own objective; remove role_algorithms, kl_in_*, entropy_coef "
                           "and dynamic_sampling from this learner")
+
+
+def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.lora: peft installed, a usable adapter name, and an engine that leaves the shared base whole."""
+    if not pol.lora.enabled:
+        return
+    where = f"policies.{pid}.lora"
+    if not peft_available():
+        raise ConfigError(f"{where}.r > 0 needs the peft package: pip install peft (or pip install 'cogym[lora]'), "
+                          f"or set {where}.r: 0")
+    if "." in pid or pid in "lora_":
+        raise ConfigError(f"{where}: the adapter is named after the policy, and {pid!r} cannot name a peft adapter "
+                          "(no dots, and not a part of 'lora_'); rename the policy")
+    lc = cfg.learners[pid]
+    if lc.engine == "deepspeed" and lc.zero_stage == 3:
+        raise ConfigError(f"{where}: ZeRO-3 would partition the frozen base model that LoRA adapters share (and that is "
+                          f"their KL reference); set learners.{pid}.zero_stage to 0, 1 or 2 or learners.{pid}.engine: "
+                          "torch (only the adapter has optimizer state, so ZeRO-3 saves little)")
 
 
 def validate(cfg: Config) -> None:
@@ -325,6 +353,7 @@ def validate(cfg: Config) -> None:
         if pol.sampling.temperature <= 0:
             raise ConfigError(f"policies.{pid}.sampling.temperature must be > 0 for training rollouts, "
                               f"got {pol.sampling.temperature}")
+        _check_lora(cfg, pid, pol)
     for pid, lc in cfg.learners.items():
         where = f"learners.{pid}"
         if pid not in cfg.policies:
