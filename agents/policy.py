@@ -19,6 +19,7 @@ from safetensors import SafetensorError
 from transformers import GenerationConfig
 
 from .errors import ModelLoadError
+from .lora import AdapterView, is_adapter_dir, load_adapter_policy
 
 
 RENDER_CACHE_SIZE = 4096
@@ -27,6 +28,17 @@ RENDER_CACHE_SIZE = 4096
 def tiny_model_path() -> Path:
     """Directory of the embedded char-level model that ships with cogym."""
     return Path(str(resources.files("cogym.agents").joinpath("tiny")))
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """The HF model directory ``path`` names (``"tiny"``: the embedded model), checked to be one."""
+    path = tiny_model_path() if str(path) == "tiny" else Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; "
+                             "give an HF model directory, a checkpoint's policy directory, or 'tiny'")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
+    return path
 
 
 @dataclass(frozen=True)
@@ -98,18 +110,17 @@ class Policy:
                         device: str = "auto") -> "Policy":
         """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model).
 
-        ``device="auto"`` takes the GPU when torch sees one, else the CPU.
+        A LoRA adapter directory (what a LoRA policy saves: ``adapter_config.json`` and no
+        ``config.json``) loads as its base model (named in ``adapter_config.json``) plus the adapter;
+        this needs peft. ``device="auto"`` takes the GPU when torch sees one, else the CPU.
         """
+        if is_adapter_dir(path):
+            return load_adapter_policy(path, name=name, dtype=dtype, device=device)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = tiny_model_path() if str(path) == "tiny" else Path(path)
-        if not path.is_dir():
-            raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; "
-                                 "give an HF model directory, a checkpoint's policy directory, or 'tiny'")
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
+        path = resolve_model_dir(path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
@@ -118,6 +129,11 @@ class Policy:
         tokenizer.padding_side = "left"
         model.eval()
         return cls(model, tokenizer, name=name or path.name)
+
+    @property
+    def lora(self) -> bool:
+        """Whether this policy is a LoRA adapter (on a base model possibly shared with other policies)."""
+        return isinstance(self.model, AdapterView)
 
     @property
     def device(self) -> torch.device:
@@ -185,10 +201,16 @@ class Policy:
         return results
 
     def save(self, path: str | Path) -> None:
+        """An HF model directory (safetensors) and the tokenizer; a LoRA policy writes its adapter
+        directory instead, which :meth:`from_pretrained` loads back onto the same base model."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         with self.gather():
-            self.model.save_pretrained(path, safe_serialization=True)
+            if isinstance(self.model, AdapterView):
+                # The adapter only (peft's adapter directory, safetensors), naming the base model it goes on.
+                self.model.save_adapter(path, base=self.model.base_ref)
+            else:
+                self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
 
 

@@ -4,7 +4,8 @@ The learner calls ``backward(loss)`` once per micro-batch and ``step()`` once pe
 step, and never knows which engine it has. ``TorchEngine`` is plain AdamW; ``DeepSpeedEngine``
 wraps the same model with ``deepspeed.initialize`` (ZeRO stage and CPU offload from config; gloo
 on CPU, nccl on GPU). The loss passed to ``backward`` is already normalised over the whole
-optimizer step, so neither engine rescales it.
+optimizer step, so neither engine rescales it. In a data-parallel run (W ranks, see
+:mod:`distributed`) both engines average the gradients over the ranks before clipping.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Protocol
 
 import torch
 
+from . import distributed as dist
 from .config import LearnerConfig
 
 
@@ -55,7 +57,8 @@ def _zero_safe_globals() -> list:
 
 
 class TorchEngine:
-    """AdamW with gradient clipping on the model as it is."""
+    """AdamW with gradient clipping on the model as it is. Data parallel (W > 1 ranks), the
+    gradients are averaged over the ranks before clipping, as DeepSpeed does."""
 
     name = "torch"
 
@@ -69,6 +72,8 @@ class TorchEngine:
         loss.backward()
 
     def step(self) -> dict[str, float]:
+        if dist.world_size() > 1:
+            average_gradients([p for p in self.model.parameters() if p.requires_grad])
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -84,6 +89,25 @@ class TorchEngine:
         return contextlib.nullcontext()
 
 
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Data parallel: replace every gradient by its mean over the ranks (one flat all-reduce). A
+    parameter gets a gradient if any rank gave it one (zeros stand in on the others)."""
+    world = dist.world_size()
+    if world == 1 or not params:
+        return
+    ref = params[0]
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).float()
+                      for p in params] + [torch.tensor([float(p.grad is not None) for p in params], device=ref.device)])
+    flat = dist.all_reduce_sum(flat)
+    has_grad = (flat[-len(params):] > 0).tolist()
+    offset = 0
+    for p, has in zip(params, has_grad):
+        n = p.numel()
+        if has:
+            p.grad = (flat[offset: offset + n] / world).view_as(p).to(p.dtype)
+        offset += n
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,18 +118,19 @@ def init_single_process_distributed() -> None:
     """Start a one-rank process group (gloo on CPU) unless a launcher already did."""
     import deepspeed
 
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return
+    if os.environ.get("WORLD_SIZE", "1") == "1" or not torch.cuda.is_available():
+        # DeepSpeed compiles a shared-memory all-reduce op (about a minute on 2 cores) when its
+        # CPU backend starts. Only its inference all-reduce uses it (training collectives go
+        # through torch.distributed), and one rank never all-reduces, so skip the build.
+        import deepspeed.ops
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    if dist.initialized():
+        return  # a data-parallel launcher started the group (distributed.init_from_env): DeepSpeed wraps it
     defaults = {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": None}
     added = [key for key in defaults if key not in os.environ]
     for key in added:
         os.environ[key] = defaults[key] or str(_free_port())
-    if os.environ["WORLD_SIZE"] == "1":
-        # DeepSpeed compiles a shared-memory all-reduce op (about a minute on 2 cores) when its
-        # CPU backend starts; one rank never all-reduces through it, so skip the build.
-        import deepspeed.ops
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     try:
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
@@ -209,7 +234,11 @@ class DeepSpeedEngine:
             raise FileNotFoundError(f"no ZeRO optimizer state {path.name} under {directory}")
         with torch.serialization.safe_globals(_zero_safe_globals()):
             state = torch.load(path, weights_only=True)
-        self.ds.optimizer.load_state_dict([state["optimizer"]])
+        # DeepSpeed takes the list of every rank's state and reads entry [rank] (a rigid checkpoint, the
+        # default, needs only that one): this rank's file fills its place.
+        states: list = [None] * dist.world_size()
+        states[_rank()] = state["optimizer"]
+        self.ds.optimizer.load_state_dict(states)
         self.ds.global_steps, self.ds.global_samples = state["global_steps"], state["global_samples"]
         self.ds.skipped_steps = state["skipped_steps"]
 

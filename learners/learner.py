@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -20,6 +21,7 @@ from cogym.agents.policy import Policy
 from cogym.agents.types import Turn
 
 from . import advantages as adv_fns
+from . import distributed as dist
 from .config import LearnerConfig
 from .gae import gae_advantages
 from .critic import Critic
@@ -97,6 +99,27 @@ def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch,
     return resp_logits, logp * b.mask
 
 
+def shard_chunks(n_rows: int, micro_batch_size: int, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+    """Row indices of one rank's micro-batches: rows ``rank::world`` in chunks of at most
+    ``micro_batch_size`` rows, the same number of chunks on every rank (a chunk is empty where a rank
+    runs out of rows). One rank: ``arange(n_rows).split(micro_batch_size)``."""
+    if world == 1:
+        return list(torch.arange(n_rows).split(micro_batch_size))
+    per_rank = math.ceil(n_rows / world)
+    return list(torch.arange(rank, n_rows, world).tensor_split(max(1, math.ceil(per_rank / micro_batch_size))))
+
+
+def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
+    """``{key: sum over ranks}`` (a key missing on a rank counts 0); the identity in one process."""
+    if dist.world_size() == 1:
+        return values
+    total: dict[str, float] = {}
+    for part in dist.all_gather_objects(values):
+        for key, value in part.items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
 def _outcome(fn: Callable) -> Callable:
     """Adapt an outcome estimator: its score is the sum of the (possibly KL-shaped) token rewards."""
     def run(cfg: LearnerConfig, scores, token_rewards, mask, groups):
@@ -137,7 +160,8 @@ class Learner:
                  critic_weights: Path | None = None, game_id: str = "game", max_new_tokens: int | None = None) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
         the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
-        frozen KL anchor (needed only with KL on); by default a copy of the policy as given.
+        frozen KL anchor (needed only with KL on) and PRIME's pi_ref; by default a copy of the policy
+        as given (pass the initial model when resuming from trained weights).
         ``critic_weights``: a saved critic directory to resume the PPO critic from. ``game_id``
         keys the RAE baselines; ``max_new_tokens`` (the policy's response limit) is L_max of
         overlong shaping."""
@@ -168,7 +192,9 @@ class Learner:
         if PRIME in names:
             from .prime import PrimeRewardModel
 
-            self.prm = PrimeRewardModel(policy.model, cfg, temperature=temperature)
+            # pi_ref is the policy's initial model (given as ``reference`` on resume), or the PRM's own start.
+            prm_ref = reference if reference is not None and not cfg.prime_model else None
+            self.prm = PrimeRewardModel(policy.model, cfg, temperature=temperature, reference=prm_ref)
         self.rae = RAEBaselines(cfg.rae_decay, cfg.rae_order) if RAE in names else None
         self.engine = engine or make_engine(policy.model, cfg)
         self._old_values: torch.Tensor | None = None  # (N, L) critic values of the batch being trained
@@ -371,9 +397,13 @@ class Learner:
         metrics["trained_rows"] = float(len(b.turns))
         if not b.turns:
             return metrics  # nothing left to learn from this batch: no step
-        chunks = torch.arange(len(b.turns)).split(cfg.micro_batch_size)
         n_tok = float(b.mask.sum())
         n_seq = float(len(b.turns))
+        # Data parallel (W ranks): every rank holds the same global batch and trains on rows rank::W.
+        # The loss stays normalised by the GLOBAL counts, so the ranks' losses add up to the global
+        # loss; scaled by W, their gradients average (the engines' cross-rank mean) to the 1-process one.
+        world = dist.world_size()
+        chunks = shard_chunks(len(b.turns), cfg.micro_batch_size, dist.rank(), world)
         sums: dict[str, float] = {}
         model = self.engine.train_module
         # Eval mode: dropout off, so the training forward is the distribution that sampled
@@ -381,6 +411,13 @@ class Learner:
         model.eval()
         for _ in range(cfg.epochs):
             for k, ix in enumerate(chunks):
+                last = k == len(chunks) - 1
+                if len(ix) == 0:
+                    # No row of this rank at this micro-step: take part with a zero loss all the same
+                    # (ZeRO-2 reduces gradients at every micro-step, a collective every rank must join).
+                    _, logp = response_logits_and_logp(model, b.rows(torch.arange(1)), self.temperature)
+                    self.engine.backward(logp.sum() * 0.0, last=last)
+                    continue
                 mb = b.rows(ix)
                 logits, logp = response_logits_and_logp(model, mb, self.temperature)
                 pg, pg_metrics = clipped_policy_loss(logp, mb.logp_old, adv[ix], mb.mask, clip_low=cfg.clip_low,
@@ -397,7 +434,7 @@ class Learner:
                     ent = aggregate(entropy_from_logits(logits), mb.mask, cfg.loss_agg, **agg)
                     loss = loss - cfg.entropy_coef * ent
                     sums["entropy"] = sums.get("entropy", 0.0) + float(ent.detach())
-                self.engine.backward(loss, last=k == len(chunks) - 1)
+                self.engine.backward(loss * world if world > 1 else loss, last=last)
                 sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
                 with torch.no_grad():
                     drift = ((logp - mb.logp_old).abs() * mb.mask).sum() / n_tok
@@ -406,6 +443,7 @@ class Learner:
                     sums[name] = sums.get(name, 0.0) + float(value) * share
             metrics.update(self.engine.step())
             self.steps += 1
+        sums = sum_over_ranks(sums)  # each rank's share of the step-level sums and means -> the global values
         metrics.update({k: v / cfg.epochs for k, v in sums.items()})
         if self.critic is not None and self._returns is not None:
             # Only the PPO rows train the critic (rows of other roles have no GAE returns).

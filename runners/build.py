@@ -9,14 +9,17 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from cogym.agents.errors import ModelLoadError
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy
+from cogym.agents.lora import ADAPTER_CONFIG, LoraBase, adapter_base, is_adapter_dir
+from cogym.agents.policy import Policy, resolve_model_dir
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
 from cogym.envs import make, scripted_strategies
@@ -141,6 +144,43 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
                     "argument that seats several players of the role")
 
 
+def _base_key(model: str) -> str:
+    """The base model directory a LoRA policy's ``model`` names (an adapter directory names its base)."""
+    base = adapter_base(model) if is_adapter_dir(model) else model
+    try:
+        return str(resolve_model_dir(base).resolve())
+    except ModelLoadError as exc:
+        raise ConfigError(f"policies: {exc}") from exc
+
+
+def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -> Policy:
+    """Policy ``pid`` as a LoRA adapter on the base model shared by every LoRA policy of the same base.
+
+    The adapter starts fresh (``policies.<id>.lora``), or from ``path`` when it is an adapter directory:
+    a checkpoint being resumed, or a ``model`` that is itself a trained adapter.
+    """
+    pc, where = cfg.policies[pid], f"policies.{pid}.lora"
+    adapter_dir = Path(path) if is_adapter_dir(path) else None
+    if adapter_dir is None and str(path) != str(pc.model):
+        raise ConfigError(f"{where}.r > 0, but {str(path)!r} (the checkpoint being resumed) is a full model, not a LoRA "
+                          f"adapter directory; resume with the lora settings the run was started with ({where}.r: 0)")
+    if adapter_dir is not None:
+        saved = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
+        if saved.get("r") != pc.lora.r or float(saved.get("lora_alpha", 0)) != pc.lora.alpha:
+            raise ConfigError(f"{where}: the adapter at {str(adapter_dir)!r} has r={saved.get('r')}, alpha="
+                              f"{saved.get('lora_alpha')}, but the config says r={pc.lora.r}, alpha={pc.lora.alpha}; "
+                              "make them equal")
+    key = _base_key(pc.model)
+    if key not in bases:
+        base = adapter_base(pc.model) if is_adapter_dir(pc.model) else pc.model
+        bases[key] = LoraBase(base)
+    try:
+        return bases[key].add(pid, pc.lora, adapter_dir=adapter_dir, trainable=cfg.learners[pid].algorithm != "frozen",
+                              seed=cfg.run.seed)
+    except ModelLoadError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``; ``critic_dirs`` holds
@@ -169,17 +209,30 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     _check_groups(cfg, game, assignment)
     policies, agents, learners = {}, {}, {}
     used = {pid for pid, _ in assignment.values()}
-    for pid, pc in cfg.policies.items():
+    lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
+    for pid, pc in cfg.policies.items():  # every policy (every adapter) first, then the learners that copy them
         if pid not in used:
             continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
         path = (policy_dirs or {}).get(pid, pc.model)
-        policies[pid] = Policy.from_pretrained(path, name=pid)
+        if pc.lora.enabled:
+            policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
+        else:
+            policies[pid] = Policy.from_pretrained(path, name=pid)
         agents[pid] = LLMAgent(policies[pid], pc.sampling, name=pid)
+    for pid, pc in cfg.policies.items():
+        if pid not in used:
+            continue
+        path = (policy_dirs or {}).get(pid, pc.model)
         lc = cfg.learners[pid]
         if lc.algorithm != "frozen":
             # The KL anchor and PRIME's pi_ref are the config's model, not a checkpoint being resumed.
             needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off" or "prime" in (lc.algorithm, *lc.role_algorithms.values())
-            reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
+            if needs_ref and pc.lora.enabled and not is_adapter_dir(pc.model):
+                # A LoRA policy starts as its base model (a fresh adapter adds zero): the base with every
+                # adapter disabled is the reference, sharing the base weights instead of copying them.
+                reference = lora_bases[_base_key(pc.model)].base_view()
+            else:
+                reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             critic = (critic_dirs or {}).get(pid)
             if lc.algorithm == "spin":  # a learner of its own: the SPIN loss against its previous iteration
                 from cogym.learners.spin import SpinLearner

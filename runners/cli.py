@@ -20,7 +20,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .train import train
 
     if args.resume:
         run_path = Path(args.resume)
@@ -31,8 +30,25 @@ def _train(args: argparse.Namespace) -> int:
     else:
         run_path = Path(args.run_dir) if args.run_dir else None
         cfg = load_config(args.config, args.overrides)
-    summary = train(cfg, run_path=run_path, resume=bool(args.resume), progress=not args.no_progress)
-    print_summary(summary)
+    if args.nproc > 1:  # the launcher: N workers run this command without --nproc
+        from .launch import launch_train
+
+        return launch_train(args, cfg)
+    from cogym.learners import distributed as dist
+
+    from .train import train
+
+    started = dist.init_from_env()  # a worker of `--nproc N` (or of torchrun): join the process group
+    main = dist.is_main()
+    try:
+        summary = train(cfg, run_path=run_path, resume=bool(args.resume), progress=not args.no_progress)
+    finally:
+        if started:
+            import torch.distributed
+
+            torch.distributed.destroy_process_group()
+    if main:
+        print_summary(summary)
     return 0
 
 
@@ -128,6 +144,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--nproc", type=_positive_int, default=1, metavar="N",
+                   help="data parallel: run N processes (torch.distributed, gloo on CPU) that each play "
+                        "game.num_games / N games and train on the gathered batch; num_games must be divisible by N "
+                        "(default 1)")
     t.set_defaults(fn=_train)
     e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
     e.add_argument("--model", default="tiny", help="HF model directory or 'tiny' (default)")

@@ -10,6 +10,16 @@ the run directory, and returns a summary. Layout of a run directory::
     checkpoints/step_N/  policies/<id>/ (HF dirs), learners/<id>/optimizer.pt, trainer_state.json
     learning_curve.png   rewards and held-out accuracy over iterations
     summary.json         the final table
+
+Data parallel (``cogym train ... --nproc W``, :mod:`cogym.runners.launch`; or torchrun): rank r
+plays games r, r + W, r + 2W, ... of each iteration's game list, with the game seeds of a
+one-process run and a sampling stream of its own; right after each rollout every rank gathers all
+ranks' results, so metrics, dynamic sampling and the learners see the global batch on every rank.
+The learners train data-parallel on it (each rank its share of the rows, gradients averaged: the
+same update as one process up to float rounding). Rank 0 alone evaluates, writes metrics,
+TensorBoard, plots and the summary, and shows the progress bar; every rank writes its own ZeRO
+optimizer partitions into checkpoints. ``game.num_games`` must be divisible by W, and ``--resume``
+of a ZeRO checkpoint needs the W that wrote it.
 """
 
 from __future__ import annotations
@@ -20,16 +30,20 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import yaml
 
 from cogym.envs.arithmetic import load_heldout
+from cogym.learners import distributed as dist
+from cogym.learners.engines import ZERO_FILE
 
 from .build import Run, build
-from .config import Config
+from .config import Config, ConfigError
 from .evaluate import heldout_accuracy
+from .launch import check_data_parallel
 from .rollout import RolloutResult, rollout
 from .token_rollout import token_rollout
 
@@ -38,10 +52,61 @@ def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
     return [int(x) for x in np.random.SeedSequence([seed, iteration]).generate_state(n)]
 
 
+def grouped(seeds: list[int], group_size: int) -> list[int]:
+    """Each seed repeated ``group_size`` times: the episodes of a group start from the same state."""
+    return [s for s in seeds for _ in range(group_size)]
+
+
 def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
     """Game seeds of dynamic sampling's extra rollout ``round_`` (>= 1) of an iteration (round 0 is
     :func:`iteration_seeds`); a pure function, so resume replays them too."""
     return [int(x) for x in np.random.SeedSequence([seed, iteration, round_]).generate_state(n)]
+
+
+def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
+    """Seed of the sampling stream of one iteration (replayed exactly on resume); rank r > 0 of a
+    data-parallel run draws its own stream."""
+    if rank == 0:
+        return seed * 100_003 + iteration
+    return int(np.random.SeedSequence([seed, iteration, rank]).generate_state(1)[0])
+
+
+def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
+    """The result of the whole game list from each rank's result and its games' places in the list:
+    returns and infos in game order, turns in game order (each game's in order of play), generated
+    tokens and rollout stats summed, seconds the slowest rank's."""
+    n = sum(len(ix) for ix in indices)
+    returns: list = [None] * n
+    infos: list = [None] * n
+    for part, ix in zip(parts, indices):
+        for local, g in enumerate(ix):
+            returns[g], infos[g] = part.returns[local], part.infos[local]
+    turns = sorted((t for part in parts for t in part.turns), key=lambda t: t.game_index)  # stable
+    stats: dict = {}
+    for part in parts:
+        for key, value in part.stats.items():
+            stats[key] = stats.get(key, 0) + value
+    return RolloutResult(turns=turns, returns=returns, infos=infos,
+                         generated_tokens=sum(p.generated_tokens for p in parts),
+                         generate_seconds=max(p.generate_seconds for p in parts),
+                         seconds=max(p.seconds for p in parts), stats=stats)
+
+
+def data_parallel(play: Callable) -> Callable:
+    """``play`` (rollout or token_rollout) for a data-parallel run: this rank plays games r, r + W,
+    r + 2W, ... of the list it is given (with their seeds, episode ids and group keys), then every
+    rank gets the result of the whole list (:func:`gather_rollouts`). The identity in one process."""
+    world, rank = dist.world_size(), dist.rank()
+    if world == 1:
+        return play
+
+    def play_shard(games, seat_map, system, seeds, **kwargs) -> RolloutResult:
+        shares = [list(range(r, len(games), world)) for r in range(world)]
+        mine = shares[rank]
+        res = play([games[g] for g in mine], seat_map, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
+        return gather_rollouts(dist.all_gather_objects(res), shares)
+
+    return play_shard
 
 
 def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: RolloutResult,
@@ -66,8 +131,9 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
                 if sum(decisions[pid].values()) < target[pid] and rounds < lr.cfg.max_sampling_rounds]
 
     while short():
-        seeds = refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games))
-        res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}")
+        k = run.cfg.game.group_size
+        seeds = grouped(refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games) // k), k)
+        res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k)
         for pid in short():
             new = [t for t in res.turns if t.policy_id == pid]
             pool[pid] += new
@@ -175,21 +241,75 @@ class RunDir:
         return self.path / "checkpoints"
 
 
-def save_checkpoint(run: Run, run_dir: RunDir, iteration: int) -> Path:
-    """Write checkpoints/step_N atomically: build it in a temp dir, then rename."""
+class RankRunDir:
+    """The run directory as a data-parallel rank r > 0 sees it: it logs nothing (rank 0 writes
+    metrics, TensorBoard, plots and the summary) and only adds its parts to checkpoints."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def first(self, key: str):
+        return None
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+
+def save_checkpoint(run: Run, run_dir: RunDir | RankRunDir, iteration: int) -> Path:
+    """Write checkpoints/step_N atomically: build it in a temp dir, then rename.
+
+    In a data-parallel run every rank calls this: rank 0 writes the checkpoint; rank r > 0 saves its
+    learners into a scratch dir and moves what only it holds (its ZeRO optimizer partitions,
+    ``zero_optimizer.rank{r}.pt``) into rank 0's temp dir; rank 0 renames after a barrier. (Policy
+    weights are the same on every rank; ZeRO-3, whose saves would gather, is refused with W > 1.)
+    """
     final = run_dir.checkpoints / f"step_{iteration:06d}"
     tmp = run_dir.checkpoints / f".tmp_step_{iteration:06d}"
-    if tmp.exists():
+    rank = dist.rank()
+    if rank == 0 and tmp.exists():
         shutil.rmtree(tmp)
-    for pid, policy in run.policies.items():
-        policy.save(tmp / "policies" / pid)
+    dist.barrier()
+    out = tmp if rank == 0 else run_dir.checkpoints / f".tmp_step_{iteration:06d}.rank{rank}"
+    if rank == 0:
+        for pid, policy in run.policies.items():
+            policy.save(tmp / "policies" / pid)
+    elif out.exists():
+        shutil.rmtree(out)
     for pid, learner in run.learners.items():
-        learner.save(tmp / "learners" / pid)  # optimizer, critic, PRM, RAE baselines, step count
-    (tmp / "trainer_state.json").write_text(json.dumps({"iteration": iteration, "seed": run.cfg.run.seed}))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+        learner.save(out / "learners" / pid)  # optimizer, critic, PRM, RAE baselines, step count
+    if rank:
+        for part in sorted(out.rglob(ZERO_FILE.format(rank=rank))):
+            dest = tmp / part.relative_to(out)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(part, dest)
+        shutil.rmtree(out)
+    dist.barrier()
+    if rank == 0:
+        state = {"iteration": iteration, "seed": run.cfg.run.seed, "world_size": dist.world_size()}
+        (tmp / "trainer_state.json").write_text(json.dumps(state))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    dist.barrier()
     return final
+
+
+def check_resume_world(ckpt: Path, world: int) -> None:
+    """ZeRO optimizer state is one file per rank: resume it with as many processes as wrote it."""
+    ranks = {p.name for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
+    prefix, suffix = ZERO_FILE.split("{rank}")
+    count = len({int(name[len(prefix):-len(suffix)]) for name in ranks})
+    if count and count != world:
+        how = f"--nproc {count}" if count > 1 else "no --nproc"
+        raise ConfigError(f"--resume: {ckpt} holds ZeRO optimizer partitions of {count} process(es), and this run has "
+                          f"{world}; resume it with {how}")
 
 
 def last_checkpoint(run_path: Path) -> Path | None:
@@ -249,11 +369,15 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     """Run a whole training job; return the summary (also written to summary.json)."""
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if dist.world_size() > 1:  # a data-parallel worker: every rank writes to rank 0's run directory
+        check_data_parallel(cfg, dist.world_size())
+        run_path = Path(dist.broadcast_object(str(run_path)))
     start_it, policy_dirs, ckpt = 1, None, None
     if resume:
         ckpt = last_checkpoint(run_path)
         if ckpt is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
+        check_resume_world(ckpt, dist.world_size())
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
         policy_dirs = {pid: ckpt / "policies" / pid for pid in cfg.policies}
     threads = cfg.run.threads or (1 if cfg.game.granularity == "token" else 0)
@@ -275,39 +399,41 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
     if ckpt is not None:
         for pid, learner in run.learners.items():
             learner.load(ckpt / "learners" / pid)
-    rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it)
+    main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
+    rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it) if main else RankRunDir(run_path)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     history: list[dict] = []
     summary: dict = {"run_dir": str(run_path), "engines": engines}
     try:
-        acc0 = _heldout(run) if start_it == 1 else rd.first("heldout_acc")
+        acc0 = (_heldout(run) if start_it == 1 else rd.first("heldout_acc")) if main else None
         if acc0 is not None:
             if start_it == 1:
                 rd.log({"iteration": 0, "heldout_acc": acc0})
             summary["heldout_acc_before"] = acc0
         from tqdm.auto import tqdm
 
-        bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not progress,
+        bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
         system = {role: p.system for role, p in cfg.prompts.items()}
-        play = token_rollout if cfg.game.granularity == "token" else rollout
+        play = data_parallel(token_rollout if cfg.game.granularity == "token" else rollout)
         for it in bar:
-            torch.manual_seed(cfg.run.seed * 100_003 + it)  # sampling stream, replayed exactly on resume
-            seeds = iteration_seeds(cfg.run.seed, it, len(run.games))
-            run.reseed_scripted(it)
-            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}")
+            torch.manual_seed(sampling_seed(cfg.run.seed, it, dist.rank()))  # replayed exactly on resume
+            k = cfg.game.group_size
+            seeds = grouped(iteration_seeds(cfg.run.seed, it, len(run.games) // k), k)
+            run.reseed_scripted(it, dist.rank())
+            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}", group_size=k)
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
             batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
             rec.update(dynamic_sampling(run, play, system, it, res, batches))
             t_up = time.perf_counter()
             for pid, learner in run.learners.items():
                 turns = batches[pid]
-                if turns:
+                if turns and main:
                     rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
                 for k, v in learner.update(turns).items():
                     rec[f"{pid}/{k}"] = v
             rec["update_s"] = time.perf_counter() - t_up
-            if cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
+            if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
                 rec["heldout_acc"] = _heldout(run)
             rd.log(rec)
             history.append(rec)
@@ -316,9 +442,10 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
             if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
                 save_checkpoint(run, rd, it)
         bar.close()
-        if cfg.run.checkpoint_every and not (rd.checkpoints / f"step_{cfg.run.iterations:06d}").is_dir():
+        missed = not (rd.checkpoints / f"step_{cfg.run.iterations:06d}").is_dir()
+        if cfg.run.checkpoint_every and dist.broadcast_object(missed):
             save_checkpoint(run, rd, cfg.run.iterations)  # the final state, when the cadence missed it
-        acc1 = _heldout(run)
+        acc1 = _heldout(run) if main else None
         if acc1 is not None:
             rd.log({"iteration": cfg.run.iterations, "heldout_acc": acc1})
             summary["heldout_acc_after"] = acc1
@@ -333,7 +460,8 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
     finally:
         summary["wall_s"] = round(time.time() - t_start, 1)
         rd.close()
-        if cfg.run.plot and (run_path / "metrics.jsonl").stat().st_size:
-            plot_learning_curve(run_path / "metrics.jsonl", run_path / "learning_curve.png", run.roles)
-        (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
+        if main:
+            if cfg.run.plot and (run_path / "metrics.jsonl").stat().st_size:
+                plot_learning_curve(run_path / "metrics.jsonl", run_path / "learning_curve.png", run.roles)
+            (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

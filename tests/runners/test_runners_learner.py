@@ -345,3 +345,36 @@ def test_deepspeed_optimizer_state_round_trips(ds_cpu, policy, tmp_path):
 def test_deepspeed_reports_grad_norm_like_torch(ds_cpu, policy):
     metrics = Learner(policy, LearnerConfig(engine="deepspeed", lr=1e-3)).update(_turns(policy))
     assert "grad_norm" in metrics
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("zero_stage, offload_optimizer, offload_params", [
+    (1, True, False), (2, True, False), (3, True, True), (3, False, True),
+])
+def test_cpu_offload_from_config_takes_the_torch_step(ds_cpu, tiny_model_dir, zero_stage, offload_optimizer,
+                                                      offload_params):
+    """ZeRO-Offload (optimizer state and step on the CPU) and ZeRO-3 parameter offload, switched on from
+    the learner config: DeepSpeed really offloads, and the step equals the torch engine's."""
+    from cogym.learners.engines import deepspeed_config
+
+    turns = _turns(Policy.from_pretrained(tiny_model_dir))
+    after = {}
+    for key, cfg in (("torch", LearnerConfig(engine="torch", lr=1e-3, max_grad_norm=100.0)),
+                     ("offload", LearnerConfig(engine="deepspeed", lr=1e-3, max_grad_norm=100.0, micro_batch_size=3,
+                                               zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+                                               offload_params=offload_params))):
+        p = Policy.from_pretrained(tiny_model_dir)
+        learner = Learner(p, cfg)
+        if key == "offload":
+            zero = deepspeed_config(cfg)["zero_optimization"]
+            assert ("offload_optimizer" in zero) == offload_optimizer and ("offload_param" in zero) == offload_params
+            zc = learner.engine.ds.zero_optimization()
+            assert zc and learner.engine.ds.zero_optimization_stage() == zero_stage
+            assert learner.engine.ds.zero_cpu_offload() == offload_optimizer
+            if offload_params:
+                assert learner.engine.ds.zero_offload_param() is not None
+        learner.update(turns)
+        with learner.engine.gathered_params():
+            after[key] = _snapshot(p.model)
+    for n, v in after["offload"].items():
+        torch.testing.assert_close(v, after["torch"][n], atol=1e-5, rtol=0, msg=lambda m, n=n: f"{n}: {m}")
