@@ -418,10 +418,10 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
         play = data_parallel(token_rollout if cfg.game.granularity == "token" else rollout)
         for it in bar:
             torch.manual_seed(sampling_seed(cfg.run.seed, it, dist.rank()))  # replayed exactly on resume
-            k = cfg.game.group_size
-            seeds = grouped(iteration_seeds(cfg.run.seed, it, len(run.games) // k), k)
+            group_size = cfg.game.group_size
+            seeds = grouped(iteration_seeds(cfg.run.seed, it, len(run.games) // group_size), group_size)
             run.reseed_scripted(it, dist.rank())
-            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}", group_size=k)
+            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}", group_size=group_size)
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
             batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
             rec.update(dynamic_sampling(run, play, system, it, res, batches))
