@@ -13,10 +13,10 @@ import copy
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from .config import LearnerConfig
-from .engines import make_engine
+from .engines import make_engine, save_weights
 from .gae import clipped_value_loss
 from .losses import aggregate
 
@@ -91,10 +91,7 @@ class Critic:
     def save(self, directory: Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        with self.engine.gathered_params():
-            # Copies: tied weights become two entries, and ZeRO's flat-buffer views become plain tensors.
-            save_file({k: v.detach().clone().contiguous() for k, v in self.model.state_dict().items()},
-                      str(directory / WEIGHTS_FILE))
+        save_weights(self.model, directory / WEIGHTS_FILE, self.engine)
         self.engine.save(directory)
 
     def load_optimizer(self, directory: Path) -> None:

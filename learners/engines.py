@@ -253,6 +253,16 @@ class DeepSpeedEngine:
 ENGINES = {"torch": TorchEngine, "deepspeed": DeepSpeedEngine}
 
 
+def save_weights(model: torch.nn.Module, path: Path, engine: "Engine | None" = None) -> None:
+    """``model``'s state dict as one safetensors file, gathered from ZeRO-3 partitions when an engine
+    is given. Tensors are copied: tied weights become two entries and ZeRO's flat-buffer views plain
+    tensors, which safetensors requires."""
+    from safetensors.torch import save_file
+
+    with engine.gathered_params() if engine is not None else contextlib.nullcontext():
+        save_file({k: v.detach().clone().contiguous().cpu() for k, v in model.state_dict().items()}, str(path))
+
+
 def make_engine(model: torch.nn.Module, cfg: LearnerConfig) -> Engine:
     try:
         cls = ENGINES[cfg.engine]

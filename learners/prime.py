@@ -16,10 +16,10 @@ import copy
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from .config import LearnerConfig
-from .engines import make_engine
+from .engines import make_engine, save_weights
 from .learner import TokenBatch, response_logits_and_logp
 from .multiagent import prime_ce_loss, prime_process_rewards, prime_q
 
@@ -129,10 +129,7 @@ class PrimeRewardModel:
         """``prm.safetensors`` (the PRM's weights) and the engine's optimizer state."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        with self.engine.gathered_params():
-            # Copies: tied weights become two entries, and ZeRO's flat-buffer views become plain tensors.
-            save_file({k: v.detach().clone().contiguous() for k, v in self.model.state_dict().items()},
-                      str(directory / WEIGHTS_FILE))
+        save_weights(self.model, directory / WEIGHTS_FILE, self.engine)
         self.engine.save(directory)
 
     def load(self, directory: Path) -> None:

@@ -29,13 +29,13 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from cogym.agents.policy import Policy
 from cogym.agents.types import Turn
 
 from .config import LearnerConfig
-from .engines import Engine, make_engine
+from .engines import Engine, make_engine, save_weights
 from .learner import TokenBatch, response_logits_and_logp
 
 ALGORITHM = "spin"
@@ -162,9 +162,7 @@ class SpinLearner:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.engine.save(directory)
-        # Copies: tied weights become two entries (safetensors refuses shared storage).
-        save_file({k: v.detach().clone().contiguous().cpu() for k, v in self.opponent.state_dict().items()},
-                  str(directory / OPPONENT_FILE))
+        save_weights(self.opponent, directory / OPPONENT_FILE)  # a plain module: nothing to gather
         (directory / STATE_FILE).write_text(json.dumps({"steps": self.steps, "spin_updates": self.updates}))
 
     def load(self, directory: Path) -> None:
