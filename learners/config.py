@@ -39,7 +39,7 @@ class LearnerConfig:
     critic_lr: float = 1e-4
     value_clip: Optional[float] = 0.5
     whiten: str = "verl"  # verl | openrlhf
-    # SPIRAL RAE (algorithm "rae", ALGORITHMS.md §8.2): one EMA baseline per (game, role), decay
+    # SPIRAL RAE (algorithm "rae", ALGORITHMS.md §8.2): one EMA baseline per (game, seat), decay
     # rae_decay, subtracted before ("pre") or after ("update_first") the update; turns whose advantage
     # is exactly 0 are dropped (filter_zero_adv). The baselines are saved with the checkpoint.
     rae_decay: float = 0.95
@@ -51,20 +51,22 @@ class LearnerConfig:
     # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
     # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
     # until as many groups survive as one rollout makes; the surplus is trimmed.
+    # Bounds of the mean predicates; null: the predicate's default ((0, 1) open, (0.2, 0.8) closed).
     dynamic_sampling: str = "off"
-    dynamic_sampling_low: float = 0.0
-    dynamic_sampling_high: float = 1.0
+    dynamic_sampling_low: Optional[float] = None
+    dynamic_sampling_high: Optional[float] = None
     max_sampling_rounds: int = 10
     # DAPO overlong shaping (§7.4): with overlong_buffer > 0, a response longer than
     # max_new_tokens - overlong_buffer loses (excess / overlong_buffer) * overlong_penalty, up to
-    # overlong_penalty at max_new_tokens. mask_truncated drops responses cut at max_new_tokens from the loss.
+    # overlong_penalty at max_new_tokens. mask_truncated drops every unfinished response (cut at
+    # max_new_tokens; at token level also one the game interrupted or max_turn_tokens cut) from the loss.
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     mask_truncated: bool = False
     # PRIME (algorithm "prime", §8.1): an implicit PRM (a copy of the policy's initial weights unless
     # prime_model names an HF directory) trained online with cross-entropy on the outcome labels (the
-    # turn's reward, in [0, 1]) gives token-level process rewards; RLOO over the group (batch when each
-    # episode has one turn of the role). prime_update: "before" (update the PRM, then score) or "after".
+    # turn's reward, in [0, 1]) gives token-level process rewards; RLOO over the group (the batch when
+    # every group has one member). prime_update: "before" (update the PRM, then score) or "after".
     prime_model: str = ""
     prime_beta: float = 0.05
     prime_lr: float = 1e-6

@@ -25,6 +25,7 @@ from . import distributed as dist
 from .config import LearnerConfig
 from .gae import gae_advantages
 from .critic import Critic
+from .dapo import _DEFAULT_BOUNDS as DEFAULT_BOUNDS
 from .dapo import FILTER_PREDICATES, apply_overlong_shaping, filter_groups, mask_truncated
 from .engines import Engine, make_engine
 from .losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
@@ -232,8 +233,8 @@ class Learner:
             self.prm.load(directory / "prm")
         if self.rae is not None:
             state = json.loads((directory / RAE_STATE_FILE).read_text())
-            self.rae = RAEBaselines(float(state["alpha"]), str(state["order"]),
-                                    {tuple(k): float(v) for k, v in state["values"]})
+            # The baselines resume; decay and order are the config's (a resumed run may change them).
+            self.rae = RAEBaselines(self.rae.alpha, self.rae.order, {tuple(k): float(v) for k, v in state["values"]})
         self.steps = int(json.loads((directory / "state.json").read_text())["steps"])
 
     # -- advantages ------------------------------------------------------------------------------
@@ -246,8 +247,8 @@ class Learner:
         """SPIRAL RAE (§8.2): one outcome per (episode, seat), in order of play; each of the seat's
         turns gets A * gamma**(turns after it) on every token; rows with A == 0 may be dropped."""
         outcomes: dict[tuple, float] = {}
-        for t in b.turns:
-            outcomes.setdefault((t.episode_id, t.seat), float(t.reward))
+        for t, score in zip(b.turns, b.scores.tolist()):  # the outcome as scored (overlong shaping included)
+            outcomes.setdefault((t.episode_id, t.seat), float(score))
         keys = [(self.game_id, seat) for _, seat in outcomes]
         adv_game, self.rae = self.rae.update(keys, torch.tensor(list(outcomes.values()), dtype=torch.float64))
         by_outcome = dict(zip(outcomes, adv_game.tolist()))
@@ -260,7 +261,7 @@ class Learner:
         a = torch.tensor([by_outcome[(t.episode_id, t.seat)] for t in b.turns], dtype=torch.float64)
         k = torch.tensor(index)
         n = torch.tensor([count[(t.episode_id, t.seat)] for t in b.turns])
-        per_turn = rae_turn_discount(a, k, n, gamma=self.cfg.gamma).to(b.mask.dtype)
+        per_turn = rae_turn_discount(a, k, n, gamma=self.cfg.gamma).to(device=b.mask.device, dtype=b.mask.dtype)
         for seat in sorted({s for _, s in outcomes}):
             metrics[f"{role}/rae_baseline/{seat}"] = self.rae.get((self.game_id, seat))
         keep = nonzero_rows(per_turn) if self.cfg.rae_filter_zero_adv else torch.ones(len(b.turns), dtype=torch.bool)
@@ -355,9 +356,15 @@ class Learner:
             lengths = torch.tensor([len(t.response_ids) for t in turns])
             scores = apply_overlong_shaping(scores, lengths, self.max_new_tokens, self.cfg.overlong_buffer,
                                             self.cfg.overlong_penalty)
-        bounds = (self.cfg.dynamic_sampling_low, self.cfg.dynamic_sampling_high)
+        low, high = self.cfg.dynamic_sampling_low, self.cfg.dynamic_sampling_high
+        bounds = None  # the predicate's own, where a bound is not given
+        if self.cfg.dynamic_sampling != "std_gt_0" and (low is not None or high is not None):
+            default_low, default_high = DEFAULT_BOUNDS[self.cfg.dynamic_sampling]
+            bounds = (default_low if low is None else low, default_high if high is None else high)
+        # Rows the loss will not see (truncated, with mask_truncated) do not count in the predicate either.
+        valid = torch.tensor([t.finished for t in turns]) if self.cfg.mask_truncated else None
         _, decisions = filter_groups(scores, [t.group_key for t in turns], predicate=self.cfg.dynamic_sampling,
-                                     bounds=None if self.cfg.dynamic_sampling == "std_gt_0" else bounds)
+                                     bounds=bounds, valid=valid)
         return decisions
 
     # -- the update ------------------------------------------------------------------------------

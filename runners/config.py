@@ -255,7 +255,8 @@ def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str)
         raise ConfigError(f"{where}.rae_decay must be in [0, 1] (the EMA decay of the RAE baselines), got {lc.rae_decay}")
     _check_choice(lc.rae_order, RAE_ORDERS, f"{where}.rae_order")
     _check_choice(lc.dynamic_sampling, DYNAMIC_SAMPLING, f"{where}.dynamic_sampling")
-    if not lc.dynamic_sampling_low <= lc.dynamic_sampling_high:
+    low, high = lc.dynamic_sampling_low, lc.dynamic_sampling_high
+    if low is not None and high is not None and not low <= high:
         raise ConfigError(f"{where}: dynamic_sampling_low must be <= dynamic_sampling_high, got "
                           f"{lc.dynamic_sampling_low} and {lc.dynamic_sampling_high}")
     if lc.max_sampling_rounds < 1:
@@ -281,12 +282,16 @@ def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str)
     if own_reward and lc.kl_in_reward != "off":
         raise ConfigError(f"{where}: {' and '.join(own_reward)} compute advantages from the outcome alone and would "
                           "ignore kl_in_reward; use kl_in_loss (e.g. kl_in_loss: k3) to keep the policy near its reference")
+    if "prime" in (lc.algorithm, *lc.role_algorithms.values()) and lc.overlong_buffer:
+        raise ConfigError(f"{where}: prime trains its PRM on the outcome labels (0/1 correctness); overlong shaping would "
+                          "turn them into penalties. Remove overlong_buffer (mask_truncated works with prime)")
     if lc.spin_refresh < 1:
         raise ConfigError(f"{where}.spin_refresh must be >= 1 (updates between opponent refreshes), got {lc.spin_refresh}")
     if lc.algorithm == "spin" and (lc.role_algorithms or lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
-                                   or lc.entropy_coef or lc.dynamic_sampling != "off"):
-        raise ConfigError(f"{where}: algorithm spin has its own objective; remove role_algorithms, kl_in_*, entropy_coef "
-                          "and dynamic_sampling from this learner")
+                                   or lc.entropy_coef or lc.dynamic_sampling != "off" or lc.overlong_buffer
+                                   or lc.mask_truncated):
+        raise ConfigError(f"{where}: algorithm spin has its own objective; remove role_algorithms, kl_in_*, entropy_coef, "
+                          "dynamic_sampling, overlong_buffer and mask_truncated from this learner")
 
 
 def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:

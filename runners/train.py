@@ -302,14 +302,16 @@ def save_checkpoint(run: Run, run_dir: RunDir | RankRunDir, iteration: int) -> P
 
 
 def check_resume_world(ckpt: Path, world: int) -> None:
-    """ZeRO optimizer state is one file per rank: resume it with as many processes as wrote it."""
+    """Resume with as many processes as wrote the checkpoint: ZeRO optimizer state is one file per
+    rank, and each rank's sampling stream depends on the process count (a replay needs the same)."""
     ranks = {p.name for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
     prefix, suffix = ZERO_FILE.split("{rank}")
     count = len({int(name[len(prefix):-len(suffix)]) for name in ranks})
-    if count and count != world:
+    count = count or int(json.loads((ckpt / "trainer_state.json").read_text()).get("world_size", 1))
+    if count != world:
         how = f"--nproc {count}" if count > 1 else "no --nproc"
-        raise ConfigError(f"--resume: {ckpt} holds ZeRO optimizer partitions of {count} process(es), and this run has "
-                          f"{world}; resume it with {how}")
+        raise ConfigError(f"--resume: {ckpt} was written by {count} process(es), and this run has {world}; resume it "
+                          f"with {how} (ZeRO partitions and each rank's sampling stream depend on the count)")
 
 
 def last_checkpoint(run_path: Path) -> Path | None:

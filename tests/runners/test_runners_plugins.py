@@ -186,3 +186,33 @@ def test_dynamic_sampling_stops_after_max_rounds_and_reports_the_shortfall():
 def test_grouped_seeds_repeat_each_seed():
     assert grouped([5, 7], 3) == [5, 5, 5, 7, 7, 7]
     assert grouped([5, 7], 1) == [5, 7]
+
+
+def test_rae_outcome_includes_overlong_shaping(policy):
+    gens = _gens(policy, 2, max_new_tokens=4)
+    turns = [_turn(policy, g, "e0", f"s{i}", 1.0) for i, g in enumerate(gens)]
+    for t, n in zip(turns, (2, 4)):
+        t.response_ids, t.logprobs, t.finished = t.response_ids[:n], t.logprobs[:n], n < 4
+    cfg = LearnerConfig(algorithm="rae", engine="torch", lr=1e-3, overlong_buffer=2, overlong_penalty=1.0)
+    learner = Learner(policy, cfg, game_id="g", max_new_tokens=4)
+    learner.update(turns)
+    # s0 (2 tokens) keeps its 1; s1 (4 tokens = L_max) loses the full penalty: outcome 0, baseline stays 0
+    assert learner.rae.values == {("g", "s0"): pytest.approx(0.05), ("g", "s1"): pytest.approx(0.0)}
+
+
+def test_dynamic_sampling_ignores_rows_the_loss_will_not_see():
+    first = _round("it1", [[1, 0, 0], [1, 0, 1]])
+    first.turns[0].finished = False  # group 0 varies only through a truncated response
+    on = _ds_learner()
+    on.cfg.mask_truncated = True
+    assert on.group_decisions(first.turns) == {("it1-0", "solver"): False, ("it1-1", "solver"): True}
+    assert _ds_learner().group_decisions(first.turns) == {("it1-0", "solver"): True, ("it1-1", "solver"): True}
+
+
+def test_mean_predicates_use_their_own_default_bounds():
+    turns = _round("it1", [[1, 1, 1, 1, 0], [1, 0, 0, 0, 0], [1, 1, 1, 0, 0]]).turns  # means 0.8, 0.2, 0.6
+    closed = _ds_learner("mean_in_closed")
+    assert list(closed.group_decisions(turns).values()) == [True, True, True]  # [0.2, 0.8] inclusive
+    closed.cfg.dynamic_sampling_high = 0.7  # one bound given: the other stays the predicate's 0.2
+    assert list(closed.group_decisions(turns).values()) == [False, True, True]
+    assert list(_ds_learner("mean_in_open").group_decisions(turns).values()) == [True, True, True]  # (0, 1)

@@ -54,7 +54,6 @@ def test_game_dependent_mistakes_fail_before_any_run_directory(tiny_model_dir, t
     ("learners.solver.rae_decay=1.5", "rae_decay must be in [0, 1]"),
     ("learners.solver.rae_order=post", "rae_order must be one of pre, update_first"),
     ("learners.solver.dynamic_sampling=std", "dynamic_sampling must be one of off, std_gt_0"),
-    ("learners.solver.dynamic_sampling_high=-0.5", "dynamic_sampling_low must be <= dynamic_sampling_high"),
     ("learners.solver.max_sampling_rounds=0", "max_sampling_rounds must be >= 1"),
     ("learners.solver.overlong_buffer=9", "overlong_buffer must be in [0, policies.solver.sampling.max_new_tokens = 8]"),
     ("learners.solver.prime_norm=batch", "prime_norm must be one of batch_norm, none"),
@@ -78,6 +77,10 @@ def test_values_that_would_fail_mid_run_fail_at_load(override, needle):
     (["learners.solver.algorithm=rae", "learners.solver.kl_in_reward=k1"], "rae compute advantages from the outcome alone"),
     (["learners.solver.algorithm=spin", "learners.solver.entropy_coef=0.1"], "algorithm spin has its own objective"),
     (["learners.solver.algorithm=spin", "learners.solver.role_algorithms.proposer=grpo"], "algorithm spin has its own"),
+    (["learners.solver.algorithm=spin", "learners.solver.mask_truncated=true"], "algorithm spin has its own"),
+    (["learners.solver.algorithm=prime", "learners.solver.overlong_buffer=2"], "prime trains its PRM on the outcome"),
+    (["learners.solver.dynamic_sampling_low=0.9", "learners.solver.dynamic_sampling_high=0.1"],
+     "dynamic_sampling_low must be <= dynamic_sampling_high"),
 ])
 def test_plugin_combinations_that_cannot_work_fail_at_load(overrides, needle):
     with pytest.raises(ConfigError) as err:
