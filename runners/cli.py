@@ -1,4 +1,4 @@
-"""The ``cogym`` command: train, eval, games, build-tiny-model. Each has ``--help``."""
+"""The ``cogym`` command: train, eval, games, tournament, build-tiny-model. Each has ``--help``."""
 
 from __future__ import annotations
 
@@ -120,6 +120,63 @@ def _games(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_values(items: list[str] | None, what: str) -> dict:
+    import yaml
+
+    from .config import ConfigError
+
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"{what} {item!r} must look like key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value) if what == "--kwarg" else value
+    return out
+
+
+def _tournament(args: argparse.Namespace) -> int:
+    import glob
+
+    import yaml
+
+    from .config import ConfigError
+    from .tournament import TournamentSpec, print_leaderboard, report, resolve_players, run_tournament, run_prompts
+
+    tree: dict = {}
+    if args.config:
+        tree = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{args.config} must hold a mapping")
+        known = {"game", "game_kwargs", "players", "policy", "sides", "fixed", "schedule", "games_per_pairing", "pool",
+                 "swiss_rounds", "anchor", "seed", "batch_games", "max_new_tokens", "temperature", "prompts", "out"}
+        unknown = sorted(set(tree) - known)
+        if unknown:
+            raise ConfigError(f"{args.config}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    specs = [m for p in (args.players or tree.get("players") or []) for m in (sorted(glob.glob(p)) or [p])]
+    game = args.game or tree.get("game")
+    if not game:
+        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
+    players = resolve_players(specs, args.policy or tree.get("policy"))
+    prompts = {**run_prompts(players), **tree.get("prompts", {}), **_key_values(args.system, "--system")}
+    spec = TournamentSpec(
+        game=game, players=players, game_kwargs={**tree.get("game_kwargs", {}), **_key_values(args.kwarg, "--kwarg")},
+        sides=[s.split(",") for s in args.sides] if args.sides else tree.get("sides"),
+        fixed={**tree.get("fixed", {}), **_key_values(args.fixed, "--fixed")},
+        schedule=args.schedule or tree.get("schedule", "round_robin"),
+        games_per_pairing=args.games_per_pairing or tree.get("games_per_pairing", 100),
+        pool=args.pool or tree.get("pool", []), swiss_rounds=args.swiss_rounds or tree.get("swiss_rounds", 0),
+        anchor=args.anchor or tree.get("anchor"), seed=args.seed if args.seed is not None else tree.get("seed", 0),
+        batch_games=args.batch_games or tree.get("batch_games", 256),
+        max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 8),
+        temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts)
+    out = Path(args.out or tree.get("out") or f"tournaments/{game}")
+    rows = run_tournament(spec, out, progress=not args.no_progress)
+    board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
+                   plots=not args.no_plots)
+    print_leaderboard(board, title=f"cogym tournament: {game}, {len(rows)} games ({out})")
+    return 0
+
+
 def _build_tiny(args: argparse.Namespace) -> int:
     from .build_tiny_model import main as build_main
 
@@ -158,6 +215,38 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                    help="import a module or .py file that registers games first (repeatable)")
     g.set_defaults(fn=_games)
+    tt = sub.add_parser(
+        "tournament", help="rate checkpoints, models and scripted agents against each other",
+        description="Play every scheduled pairing of the players (both seat orders, paired seeds), log each game to "
+                    "OUT/results.jsonl (a rerun skips finished games), and write a Bradley-Terry leaderboard with 95%% "
+                    "bootstrap intervals, the cross-play matrix, heatmap.png, ratings.png and CSV/JSON files to OUT.")
+    tt.add_argument("--config", help="YAML with any of the options below (command-line options win)")
+    tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
+    tt.add_argument("--players", nargs="+", metavar="PLAYER",
+                    help="checkpoint dirs (runs/x/checkpoints/step_N), run dirs (all their checkpoints), HF model dirs, "
+                         "'tiny', or scripted:<twin>; globs are expanded")
+    tt.add_argument("--policy", help="which policy of a checkpoint plays (needed when it holds several)")
+    tt.add_argument("--sides", nargs=2, metavar="SEATS", help="the seats of each side, comma-separated, e.g. "
+                    "--sides player_0 player_1 (default: the two seats, or the halves of the one role with several seats)")
+    tt.add_argument("--fixed", action="append", metavar="SEAT_OR_ROLE=AGENT",
+                    help="who plays a seat outside the sides, e.g. --fixed judge=scripted:oracle (repeatable)")
+    tt.add_argument("--schedule", choices=("round_robin", "gauntlet", "swiss"), help="default round_robin")
+    tt.add_argument("--games-per-pairing", type=_positive_int, help="even; half the seeds, each in both seat orders (100)")
+    tt.add_argument("--pool", nargs="+", metavar="NAME", help="gauntlet: the anchored pool the other players face")
+    tt.add_argument("--swiss-rounds", type=_positive_int, help="swiss: rounds (default ceil(log2 players) + 1)")
+    tt.add_argument("--anchor", metavar="NAME", help="player whose rating is 0 (default: the mean rating is 0)")
+    tt.add_argument("--seed", type=int, help="seeds of the games (default 0)")
+    tt.add_argument("--out", help="output directory (default tournaments/<game>); rerunning resumes it")
+    tt.add_argument("--batch-games", type=_positive_int, help="games played at once (default 256)")
+    tt.add_argument("--max-new-tokens", type=_positive_int, help="model players' message limit (default 8)")
+    tt.add_argument("--temperature", type=float, help="model players' sampling temperature (default 1.0)")
+    tt.add_argument("--system", action="append", metavar="ROLE=TEXT",
+                    help="system message of a role for model players (default: the checkpoints' run config)")
+    tt.add_argument("--kwarg", action="append", metavar="KEY=VALUE", help="a game argument (repeatable)")
+    tt.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+    tt.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tt.add_argument("--no-plots", action="store_true", help="no heatmap.png / ratings.png")
+    tt.set_defaults(fn=_tournament)
     b = sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model (see its --help)", add_help=False)
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=_build_tiny)

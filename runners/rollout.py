@@ -35,6 +35,12 @@ class RolloutResult:
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
 
 
+def seat_map_of(seat_map: SeatMap | Sequence[SeatMap], g: int) -> SeatMap:
+    """The seat map of game ``g``: one map for every game (training), or one per game (a tournament
+    seats different players in each game; generation is still batched by agent across games)."""
+    return seat_map if callable(seat_map) else seat_map[g]
+
+
 def chat_messages(system: str | None, text: str) -> list[dict]:
     """What a seat is asked: the role's system message (when it has one), then the game's text."""
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
@@ -72,7 +78,7 @@ def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, floa
     return turns
 
 
-def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[str, str], seeds: Sequence[int],
+def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
             episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 10_000,
             game_indices: Sequence[int] | None = None) -> RolloutResult:
     """Play one episode in every game, batching generation across games; return its turns.
@@ -111,7 +117,7 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap, system_prompts: dict[s
             pending[g] = []
             for seat in ready:
                 role = env.role_of(seat)
-                policy_id, agent = seat_map(seat, role)
+                policy_id, agent = seat_map_of(seat_map, g)(seat, role)
                 messages = chat_messages(system_prompts.get(role), env.observe(seat)["text"])
                 slot = by_agent.setdefault(id(agent), (agent, []))
                 slot[1].append((g, len(pending[g]), Request(messages=messages, role=role, seat=seat)))

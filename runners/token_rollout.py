@@ -31,7 +31,7 @@ from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Request, Turn
 from cogym.envs.token_level import TokenLevelEnv
 
-from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages, credit
+from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages, credit, seat_map_of
 
 
 class ChatCodec:
@@ -72,7 +72,7 @@ class _Open:
     logprobs: list[float] = field(default_factory=list)
 
 
-def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prompts: dict[str, str], seeds: Sequence[int],
+def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
                   episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 1_000_000,
                   game_indices: Sequence[int] | None = None) -> RolloutResult:
     """Play one episode in every token-level game; return its turns (one per LLM message).
@@ -120,7 +120,7 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap, system_prom
                 raise RuntimeError(f"game {g} ({env.spec.id}) has live seats {env.agents} but none is ready")
             seat = ready[0]
             role = env.role_of(seat)
-            policy_id, agent = seat_map(seat, role)
+            policy_id, agent = seat_map_of(seat_map, g)(seat, role)
             key = (g, seat)
             if isinstance(agent, LLMAgent):
                 msg = open_.get(key)

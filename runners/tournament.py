@@ -1,0 +1,468 @@
+"""Tournaments between checkpoints, models and scripted agents: schedules, an append-only results
+log, ratings with confidence intervals, a leaderboard and plots.
+
+A *player* is a checkpoint's policy (``runs/x/checkpoints/step_000200``, or a run directory: every
+complete checkpoint in it), any HF model directory, or a scripted twin (``scripted:nash``). Two
+players meet in a *pairing*: each takes one *side* of the game (a set of seats; by default, for a
+game whose players are two seats, one seat each, and for a game with several seats of one role,
+half of them each), and every other seat is played by a *fixed* agent (``fixed: {judge:
+scripted:oracle}``). A pairing is ``games_per_pairing`` games: ``games_per_pairing / 2`` seeds, each
+played once in each seat order, so both orders of a pair see the same problems and deals. A game's
+result is the sign of the difference of the two sides' returns (a draw when equal).
+
+Every finished game is one line of ``results.jsonl`` in the output directory, written and flushed
+as each batch of games ends; running the same tournament again skips the games already there, so
+a killed run loses at most the batch in flight. Games of a batch run in parallel, and all games in
+which the same player sits share one generate call (:func:`cogym.runners.rollout.rollout` batches
+by agent). Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
+(:mod:`cogym.runners.ratings`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from cogym.agents.types import Agent
+
+from .config import ConfigError
+
+SCRIPTED = "scripted:"
+SCHEDULES = ("round_robin", "gauntlet", "swiss")
+RESULTS_FILE = "results.jsonl"
+
+
+# ------------------------------------------------------------------------------------------ players
+@dataclass(frozen=True)
+class Player:
+    """One entrant: ``path`` (an HF model directory) or ``twin`` (a scripted strategy name)."""
+
+    name: str
+    path: Path | None = None
+    twin: str | None = None
+
+
+def _checkpoint_policy(step: Path, policy: str | None) -> Path:
+    policies = sorted(p.name for p in (step / "policies").iterdir() if p.is_dir())
+    if policy is not None:
+        if policy not in policies:
+            raise ConfigError(f"checkpoint {step} has no policy {policy!r} (it has: {', '.join(policies)})")
+        return step / "policies" / policy
+    if len(policies) != 1:
+        raise ConfigError(f"checkpoint {step} holds policies {', '.join(policies)}; pick one with --policy")
+    return step / "policies" / policies[0]
+
+
+def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Player]:
+    """Players from command-line specs: ``scripted:<twin>``, an HF model directory, a checkpoint
+    directory (``.../checkpoints/step_N``) or a run directory (each of its complete checkpoints).
+    Names are stable: ``<run>/step_N`` for checkpoints, the directory name for a model."""
+    players: list[Player] = []
+    for spec in specs:
+        if spec.startswith(SCRIPTED):
+            players.append(Player(name=spec, twin=spec[len(SCRIPTED):]))
+            continue
+        path = Path(spec)
+        if (path / "policies").is_dir() and (path / "trainer_state.json").is_file():
+            steps = [path]
+        elif (path / "checkpoints").is_dir():
+            steps = sorted(p for p in (path / "checkpoints").glob("step_*") if (p / "trainer_state.json").is_file())
+            if not steps:
+                raise ConfigError(f"player {spec!r}: the run has no complete checkpoint under {path / 'checkpoints'}")
+        elif (path / "config.json").is_file() or (path / "adapter_config.json").is_file() or spec == "tiny":
+            players.append(Player(name=path.name if spec != "tiny" else "tiny", path=path))
+            continue
+        else:
+            raise ConfigError(f"player {spec!r} is not scripted:<twin>, a model directory, a checkpoint or a run directory")
+        for step in steps:
+            run_name = step.parent.parent.name
+            players.append(Player(name=f"{run_name}/{step.name}", path=_checkpoint_policy(step, policy)))
+    names = [p.name for p in players]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"players named twice: {', '.join(dupes)} (each player must appear once)")
+    if len(players) < 2:
+        raise ConfigError(f"a tournament needs at least 2 players, got {len(players)}")
+    return players
+
+
+def run_prompts(players: Sequence[Player]) -> dict[str, str]:
+    """The per-role system messages of the first checkpoint player's run (``<run>/config.yaml``), so a
+    checkpoint plays with the prompts it was trained with; {} when no player comes from a run."""
+    import yaml
+
+    for p in players:
+        if p.path is not None and p.path.parent.name == "policies":
+            config = p.path.parents[3] / "config.yaml"  # <run>/checkpoints/step_N/policies/<id>
+            if config.is_file():
+                tree = yaml.safe_load(config.read_text()) or {}
+                return {role: (v or {}).get("system", "") for role, v in (tree.get("prompts") or {}).items()}
+    return {}
+
+
+# ---------------------------------------------------------------------------------------- schedules
+def round_robin(names: Sequence[str]) -> list[tuple[str, str]]:
+    """Every unordered pair once (each pairing is then played in both seat orders)."""
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+
+
+def gauntlet(new: Sequence[str], pool: Sequence[str]) -> list[tuple[str, str]]:
+    """Each new player against each player of the (anchored) pool; pool players do not meet each other."""
+    return [(n, p) for n in new for p in pool if n != p]
+
+
+def swiss_round(names: Sequence[str], points: dict[str, float], met: set[frozenset], rng: np.random.Generator
+                ) -> list[tuple[str, str]]:
+    """One Swiss round: players sorted by points (ties broken by a seeded shuffle) are paired top
+    down with the nearest player they have not met; with an odd count the lowest unpaired sits out."""
+    order = list(names)
+    rng.shuffle(order)
+    order.sort(key=lambda n: -points.get(n, 0.0))
+    pairs, left = [], list(order)
+    while len(left) > 1:
+        a = left.pop(0)
+        k = next((i for i, b in enumerate(left) if frozenset((a, b)) not in met), 0)
+        pairs.append((a, left.pop(k)))
+    return pairs
+
+
+# ------------------------------------------------------------------------------------------ results
+@dataclass(frozen=True)
+class GameKey:
+    """One game: pairing (a, b), the seed index k, and the seat order (0: a on side 0)."""
+
+    a: str
+    b: str
+    k: int
+    order: int
+
+    @property
+    def id(self) -> str:
+        return json.dumps([self.a, self.b, self.k, self.order])
+
+
+def game_seeds(seed: int, n: int) -> list[int]:
+    """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
+    return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
+
+
+class ResultsLog:
+    """``results.jsonl``: one line per finished game, appended and flushed batch by batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+        if path.is_file():
+            text = path.read_text()
+            lines = text.splitlines()
+            for line in lines:
+                try:
+                    self.rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill mid-write: that game is played again
+            if len(self.rows) != len(lines) or (text and not text.endswith("\n")):
+                # Drop the cut line, so the next append starts on a line of its own (atomically).
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+                os.replace(tmp, path)
+        self.done = {r["id"] for r in self.rows}
+
+    def append(self, rows: Iterable[dict]) -> None:
+        rows = [r for r in rows if r["id"] not in self.done]
+        if not rows:
+            return
+        with open(self.path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+            f.flush()
+            os.fsync(f.fileno())
+        self.rows += rows
+        self.done |= {r["id"] for r in rows}
+
+
+# --------------------------------------------------------------------------------------- the runner
+@dataclass
+class TournamentSpec:
+    """What to play; see :func:`run_tournament`."""
+
+    game: str
+    players: list[Player]
+    game_kwargs: dict = field(default_factory=dict)
+    sides: list[list[str]] | None = None  # seats of side 0 and side 1; None: the game's default
+    fixed: dict[str, str] = field(default_factory=dict)  # seat or role -> scripted:<twin> or model dir
+    schedule: str = "round_robin"
+    games_per_pairing: int = 100
+    pool: list[str] = field(default_factory=list)  # gauntlet: the anchored pool (player names)
+    swiss_rounds: int = 0  # swiss: rounds (0: ceil(log2(players)) + 1)
+    anchor: str | None = None  # the player whose rating is fixed at 0 (default: the mean is 0)
+    seed: int = 0
+    batch_games: int = 256  # games played at once
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    prompts: dict[str, str] = field(default_factory=dict)  # role -> system message of model players
+
+
+def default_sides(env) -> list[list[str]]:
+    """Two seats: one each. Otherwise the one role with several seats, split in halves."""
+    seats = list(env.possible_agents)
+    if len(seats) == 2:
+        return [[seats[0]], [seats[1]]]
+    by_role: dict[str, list[str]] = {}
+    for s in seats:
+        by_role.setdefault(env.role_of(s), []).append(s)
+    multi = [r for r, ss in by_role.items() if len(ss) >= 2]
+    if len(multi) != 1:
+        raise ConfigError(f"{env.spec.id}: cannot guess the two sides (seats: {', '.join(seats)}); give --sides, "
+                          "e.g. --sides player_0 player_1")
+    ss = by_role[multi[0]]
+    return [ss[: len(ss) // 2], ss[len(ss) // 2: 2 * (len(ss) // 2)]]
+
+
+class _Agents:
+    """One agent per model player (loaded once), one per (scripted twin, role)."""
+
+    def __init__(self, spec: TournamentSpec, twins: dict) -> None:
+        self.spec, self.twins, self.cache = spec, twins, {}
+
+    def get(self, who: str | Player, role: str) -> Agent:
+        from cogym.agents.llm import LLMAgent
+        from cogym.agents.policy import Policy, SamplingParams
+        from cogym.agents.scripted import ScriptedAgent
+
+        name = who.name if isinstance(who, Player) else who
+        twin = who.twin if isinstance(who, Player) else (who[len(SCRIPTED):] if who.startswith(SCRIPTED) else None)
+        if twin is not None:
+            key = (name, role)
+            if key not in self.cache:
+                if twin not in self.twins.get(role, {}):
+                    raise ConfigError(f"{name}: {self.spec.game} has no scripted twin {twin!r} for role {role!r} "
+                                      f"(available: {', '.join(self.twins.get(role, {})) or 'none'})")
+                self.cache[key] = ScriptedAgent(self.twins[role][twin], name=f"{name}@{role}", seed=self.spec.seed)
+            return self.cache[key]
+        if name not in self.cache:
+            path = who.path if isinstance(who, Player) else Path(who)
+            sampling = SamplingParams(max_new_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
+            self.cache[name] = LLMAgent(Policy.from_pretrained(path, name=name), sampling, name=name)
+        return self.cache[name]
+
+    def reseed(self, batch: int) -> None:
+        from cogym.agents.scripted import ScriptedAgent
+
+        for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: str(kv[0]))):
+            if isinstance(agent, ScriptedAgent):
+                agent.rng = np.random.default_rng([self.spec.seed, batch, k])
+
+
+def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.random.Generator, swiss_round_no: int
+              ) -> list[tuple[str, str]]:
+    if spec.schedule == "round_robin":
+        return round_robin(names)
+    if spec.schedule == "gauntlet":
+        unknown = [p for p in spec.pool if p not in names]
+        if not spec.pool or unknown:
+            raise ConfigError(f"gauntlet needs --pool naming players of the tournament (unknown: {', '.join(unknown)})")
+        return gauntlet([n for n in names if n not in spec.pool], spec.pool)
+    points: dict[str, float] = {}
+    met: set[frozenset] = set()
+    for r in log.rows:
+        points[r["a"]] = points.get(r["a"], 0.0) + r["score"]
+        points[r["b"]] = points.get(r["b"], 0.0) + 1.0 - r["score"]
+        met.add(frozenset((r["a"], r["b"])))
+    return swiss_round(names, points, met, rng)
+
+
+def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
+                   on_batch: Callable[[int], None] | None = None) -> list[dict]:
+    """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
+
+    ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill)."""
+    from tqdm.auto import tqdm
+
+    from cogym.envs import make, scripted_strategies
+
+    from .rollout import rollout
+
+    if spec.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
+    if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
+        raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders), "
+                          f"got {spec.games_per_pairing}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    probe = make(spec.game, **spec.game_kwargs)
+    sides = spec.sides or default_sides(probe)
+    seats = list(probe.possible_agents)
+    if len(sides) != 2 or not all(sides) or set(sides[0]) & set(sides[1]) or not set(sides[0] + sides[1]) <= set(seats):
+        raise ConfigError(f"sides must be two disjoint, non-empty lists of seats of {spec.game} (seats: {', '.join(seats)})")
+    fixed: dict[str, str] = {}
+    for seat in seats:
+        if seat in sides[0] or seat in sides[1]:
+            continue
+        who = spec.fixed.get(seat, spec.fixed.get(probe.role_of(seat)))
+        if who is None:
+            raise ConfigError(f"seat {seat!r} (role {probe.role_of(seat)!r}) is on no side and has no fixed agent; "
+                              f"give --fixed {probe.role_of(seat)}=scripted:<twin> (or a model directory)")
+        fixed[seat] = who
+    names = [p.name for p in spec.players]
+    by_name = {p.name: p for p in spec.players}
+    (out_dir / "tournament.json").write_text(json.dumps(
+        {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed, "schedule": spec.schedule,
+         "games_per_pairing": spec.games_per_pairing, "seed": spec.seed,
+         "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}}, indent=1))
+    log = ResultsLog(out_dir / RESULTS_FILE)
+    agents = _Agents(spec, scripted_strategies(spec.game))
+    seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
+    system = dict(spec.prompts)
+    rng = np.random.default_rng([spec.seed, 1])
+    rounds = 1 if spec.schedule != "swiss" else (spec.swiss_rounds or math.ceil(math.log2(len(names))) + 1)
+    envs: list = []
+    batch_no = 0
+    for round_no in range(rounds):
+        keys = [GameKey(a, b, k, o) for a, b in _pairings(spec, names, log, rng, round_no)
+                for k in range(len(seeds)) for o in (0, 1)]
+        todo = [key for key in keys if key.id not in log.done]
+        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
+                   desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
+        for start in range(0, len(todo), spec.batch_games):
+            batch = todo[start: start + spec.batch_games]
+            while len(envs) < len(batch):
+                envs.append(make(spec.game, **spec.game_kwargs))
+            agents.reseed(batch_no)
+            maps = []
+            for key in batch:
+                seat_of = {s: (key.a if key.order == 0 else key.b) for s in sides[0]}
+                seat_of |= {s: (key.b if key.order == 0 else key.a) for s in sides[1]}
+
+                def seat_map(seat, role, seat_of=seat_of):
+                    who = seat_of.get(seat)
+                    if who is None:
+                        return fixed[seat], agents.get(fixed[seat], role)
+                    return who, agents.get(by_name[who], role)
+                maps.append(seat_map)
+            import torch
+
+            torch.manual_seed(spec.seed * 1_000_003 + batch_no)
+            res = rollout(envs[: len(batch)], maps, system, [seeds[key.k] for key in batch],
+                          episode_prefix=f"t{batch_no}")
+            rows = []
+            for key, returns in zip(batch, res.returns):
+                side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
+                ra = sum(returns.get(s, 0.0) for s in side_a)
+                rb = sum(returns.get(s, 0.0) for s in side_b)
+                rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order,
+                             "seed": seeds[key.k], "return_a": ra, "return_b": rb,
+                             "score": 1.0 if ra > rb else 0.0 if ra < rb else 0.5})
+            log.append(rows)
+            bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(batch_no)
+            batch_no += 1
+        bar.close()
+    return log.rows
+
+
+# ------------------------------------------------------------------------------------------- report
+def score_matrix(rows: Sequence[dict], names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(mean score of row player against column player, games) over every game between them; NaN
+    where they did not meet."""
+    index = {n: i for i, n in enumerate(names)}
+    points = np.zeros((len(names), len(names)))
+    games = np.zeros((len(names), len(names)))
+    for r in rows:
+        i, j = index[r["a"]], index[r["b"]]
+        points[i, j] += r["score"]
+        points[j, i] += 1.0 - r["score"]
+        games[i, j] += 1
+        games[j, i] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(games > 0, points / np.maximum(games, 1), np.nan), games
+
+
+def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: str | None = None,
+           n_boot: int = 1000, seed: int = 0, plots: bool = True) -> list[dict]:
+    """Leaderboard (Bradley–Terry, Elo scale, bootstrap intervals) and the cross-play matrix, written
+    to ``out_dir`` as leaderboard.csv/.json, matrix.csv, results.csv and, with ``plots``,
+    heatmap.png and ratings.png. Returns the leaderboard rows (best first)."""
+    import csv
+
+    from .ratings import Result, leaderboard
+
+    played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
+    board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
+                        anchor=anchor)
+    (out_dir / "leaderboard.json").write_text(json.dumps(board, indent=1))
+    with open(out_dir / "leaderboard.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(board[0]))
+        w.writeheader()
+        w.writerows(board)
+    order = [row["name"] for row in board]
+    matrix, games = score_matrix(rows, order)
+    with open(out_dir / "matrix.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["row scores against column", *order])
+        for name, values in zip(order, matrix):
+            w.writerow([name, *("" if math.isnan(v) else f"{v:.4f}" for v in values)])
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["a", "b", "k", "order", "seed", "return_a", "return_b", "score"],
+                           extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    if plots:
+        _plots(board, matrix, order, out_dir)
+    return board
+
+
+def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(order)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.7 * n, 1.0 + 0.6 * n), dpi=110)
+    im = ax.imshow(matrix, vmin=0, vmax=1, cmap="RdBu")
+    ax.set_xticks(range(n), order, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(n), order, fontsize=8)
+    for i in range(n):
+        for j in range(n):
+            if not math.isnan(matrix[i, j]):
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_title("score of row against column")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(out_dir / "heatmap.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 1.0 + 0.35 * n), dpi=110)
+    ys = np.arange(n)[::-1]
+    ratings = [row["rating"] for row in board]
+    ax.scatter(ratings, ys, color="k", zorder=3)
+    if board[0]["lo"] is not None:
+        lo = [row["rating"] - row["lo"] for row in board]
+        hi = [row["hi"] - row["rating"] for row in board]
+        ax.errorbar(ratings, ys, xerr=[lo, hi], fmt="none", ecolor="C0", capsize=3)
+    ax.set_yticks(ys, order, fontsize=8)
+    ax.set_xlabel("Bradley–Terry rating (Elo scale), 95% bootstrap interval")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_dir / "ratings.png")
+    plt.close(fig)
+
+
+def print_leaderboard(board: list[dict], title: str = "cogym tournament") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("#", "player", "rating", "95% interval", "games", "W", "D", "L", "score"):
+        table.add_column(col, justify="left" if col == "player" else "right", no_wrap=True,
+                         overflow="fold" if col == "player" else "ellipsis")
+    for k, row in enumerate(board, 1):
+        ci = f"[{row['lo']:.0f}, {row['hi']:.0f}]" if row["lo"] is not None else ""
+        table.add_row(str(k), row["name"], f"{row['rating']:.0f}", ci, str(row["games"]), str(row["wins"]),
+                      str(row["draws"]), str(row["losses"]), f"{row['score']:.3f}")
+    Console().print(table)

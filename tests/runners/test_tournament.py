@@ -1,0 +1,258 @@
+"""Tournaments: players, schedules, paired seeds, the append-only log (kill and rerun), fixed seats,
+ratings of scripted players of known strength, the report files and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cogym.runners.config import ConfigError
+from cogym.runners.tournament import (
+    RESULTS_FILE,
+    Player,
+    ResultsLog,
+    TournamentSpec,
+    gauntlet,
+    report,
+    resolve_players,
+    round_robin,
+    run_tournament,
+    swiss_round,
+)
+
+
+def _scripted(*twins: str) -> list[Player]:
+    return resolve_players([f"scripted:{t}" for t in twins])
+
+
+def test_scripted_players_of_known_strength_come_out_in_order_with_separate_intervals(tmp_path):
+    # Kuhn poker, hand by hand: always betting wins most hands (opponents fold), a random player
+    # beats one who never bets, and a player who always checks can only win showdowns.
+    players = _scripted("always_check", "random", "always_bet")
+    spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=200, seed=3)
+    rows = run_tournament(spec, tmp_path, progress=False)
+    assert len(rows) == 3 * 200
+    board = report(rows, [p.name for p in players], tmp_path, n_boot=500, plots=False)
+    assert [r["name"] for r in board] == ["scripted:always_bet", "scripted:random", "scripted:always_check"]
+    for upper, lower in zip(board, board[1:]):
+        assert upper["lo"] > lower["hi"], f"intervals overlap: {upper} vs {lower}"
+    assert all(r["games"] == 400 for r in board)
+
+
+def test_both_seat_orders_of_a_pairing_see_the_same_seeds(tmp_path):
+    spec = TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random", "always_bet"),
+                          games_per_pairing=10)
+    rows = run_tournament(spec, tmp_path, progress=False)
+    by_pair: dict = {}
+    for r in rows:
+        by_pair.setdefault((r["a"], r["b"]), {}).setdefault(r["order"], []).append(r["seed"])
+    seeds = None
+    for orders in by_pair.values():
+        assert sorted(orders[0]) == sorted(orders[1]) and len(orders[0]) == 5
+        seeds = seeds or sorted(orders[0])
+        assert sorted(orders[0]) == seeds  # every pairing plays the same seeds too
+    # deterministic symmetric strategies on the same deal in both orders split the pair exactly
+    cc = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_scripted("always_check", "calling_station"),
+                                       games_per_pairing=20), tmp_path / "cc", progress=False)
+    assert np.mean([r["score"] for r in cc]) == 0.5
+
+
+def test_a_killed_tournament_loses_no_finished_game_and_repeats_none(tmp_path):
+    spec = TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random", "always_bet", "always_check"),
+                          games_per_pairing=20, batch_games=16)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after(batch: int) -> None:
+        if batch == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_tournament(spec, tmp_path, progress=False, on_batch=kill_after)
+    first = [json.loads(line) for line in (tmp_path / RESULTS_FILE).read_text().splitlines()]
+    assert len(first) == 3 * 16  # three batches finished and written before the "kill"
+    # a kill in the middle of a write leaves a cut last line: that game is simply played again
+    with open(tmp_path / RESULTS_FILE, "a") as f:
+        f.write('{"id": "[\\"scripted:nash\\", \\"scr')
+    rows = run_tournament(spec, tmp_path, progress=False)
+    lines = (tmp_path / RESULTS_FILE).read_text().splitlines()
+    parsed = [json.loads(line) for line in lines]  # every line whole: the cut one was dropped
+    ids = [r["id"] for r in parsed]
+    assert len(ids) == len(set(ids)) == 6 * 20  # every scheduled game exactly once
+    assert parsed[: len(first)] == first  # the finished games were kept as they were, not replayed
+    assert len(rows) == 6 * 20
+    again = run_tournament(spec, tmp_path, progress=False)  # nothing left to play
+    assert len(again) == 6 * 20 and len((tmp_path / RESULTS_FILE).read_text().splitlines()) == len(lines)
+
+
+def test_fixed_seats_and_sides(tmp_path):
+    players = _scripted("honest", "liar")
+    with pytest.raises(ConfigError, match="judge.*has no fixed agent"):
+        run_tournament(TournamentSpec(game="debate-v0", players=players, games_per_pairing=2), tmp_path, progress=False)
+    # each debater chooses its answer: the honest twin the true one, the liar a wrong one
+    spec = TournamentSpec(game="debate-v0", players=players, games_per_pairing=20, fixed={"judge": "scripted:oracle"},
+                          game_kwargs={"answers": "chosen"})
+    rows = run_tournament(spec, tmp_path, progress=False)
+    honest_wins = [r["score"] if r["a"] == "scripted:honest" else 1 - r["score"] for r in rows]
+    assert np.mean(honest_wins) == 1.0  # the oracle judge always sides with the reference answer
+    with pytest.raises(ConfigError, match="two disjoint"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random"), sides=[["player_0"],
+                                      ["player_0"]]), tmp_path / "x", progress=False)
+    with pytest.raises(ConfigError, match="even"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random"), games_per_pairing=3),
+                       tmp_path / "y", progress=False)
+
+
+def test_several_seats_per_side_split_the_role(tmp_path):
+    # proposer_solver: 8 solver seats split 4/4 between the players; the proposer is fixed.
+    spec = TournamentSpec(game="proposer_solver-v0", players=_scripted("oracle", "always_wrong"), games_per_pairing=6,
+                          fixed={"proposer": "scripted:random"})
+    rows = run_tournament(spec, tmp_path, progress=False)
+    oracle = [r["score"] if r["a"] == "scripted:oracle" else 1 - r["score"] for r in rows]
+    assert np.mean(oracle) == 1.0
+    assert json.loads((tmp_path / "tournament.json").read_text())["sides"] == [
+        [f"solver_{i}" for i in range(4)], [f"solver_{i}" for i in range(4, 8)]]
+
+
+def test_schedules():
+    names = ["a", "b", "c", "d"]
+    assert round_robin(names) == [("a", "b"), ("a", "c"), ("a", "d"), ("b", "c"), ("b", "d"), ("c", "d")]
+    assert gauntlet(["new1", "new2"], ["a", "b"]) == [("new1", "a"), ("new1", "b"), ("new2", "a"), ("new2", "b")]
+    rng = np.random.default_rng(0)
+    first = swiss_round(names, {}, set(), rng)
+    assert len(first) == 2 and sorted(sum(first, ())) == names
+    met = {frozenset(p) for p in first}
+    points = {"a": 2.0, "b": 1.0, "c": 1.0, "d": 0.0}
+    second = swiss_round(names, points, met, rng)
+    assert not ({frozenset(p) for p in second} & met)  # no rematch while a new opponent exists
+    assert swiss_round(["a", "b", "c"], {}, set(), rng).__len__() == 1  # one player sits out
+
+
+def test_swiss_and_gauntlet_run(tmp_path):
+    players = _scripted("nash", "random", "always_bet", "always_check")
+    sw = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="swiss", swiss_rounds=2,
+                                       games_per_pairing=4), tmp_path / "sw", progress=False)
+    assert len(sw) == 2 * 2 * 4  # 2 rounds x 2 pairings x 4 games
+    pairs = {frozenset((r["a"], r["b"])) for r in sw}
+    assert len(pairs) == 4  # round 2 paired players who had not met
+    ga = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="gauntlet",
+                                       pool=["scripted:nash", "scripted:random"], games_per_pairing=4),
+                        tmp_path / "ga", progress=False)
+    assert {(r["a"], r["b"]) for r in ga} == {(n, p) for n in ("scripted:always_bet", "scripted:always_check")
+                                              for p in ("scripted:nash", "scripted:random")}
+    with pytest.raises(ConfigError, match="gauntlet needs --pool"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="gauntlet", pool=["nobody"],
+                                      games_per_pairing=2), tmp_path / "gb", progress=False)
+
+
+def _fake_run(root: Path, name: str, steps: list[int], policies: list[str], model_dir: Path) -> Path:
+    import shutil
+
+    run = root / name
+    for s in steps:
+        step = run / "checkpoints" / f"step_{s:06d}"
+        for pid in policies:
+            shutil.copytree(model_dir, step / "policies" / pid)
+        (step / "trainer_state.json").write_text(json.dumps({"iteration": s}))
+    (run / "checkpoints" / ".tmp_step_000099").mkdir()  # a half-written checkpoint is not a player
+    (run / "config.yaml").write_text("prompts:\n  first: {system: Poker.}\n  second: {system: Poker.}\n")
+    return run
+
+
+def test_players_from_runs_checkpoints_models_and_twins(tmp_path, tiny_model_dir):
+    run = _fake_run(tmp_path, "exp1", [10, 20], ["player"], tiny_model_dir)
+    assert [p.name for p in resolve_players([str(run), "scripted:nash"])] == ["exp1/step_000010", "exp1/step_000020",
+                                                                              "scripted:nash"]
+    assert resolve_players([str(run / "checkpoints" / "step_000020"), "scripted:nash"])[0].name == "exp1/step_000020"
+    with pytest.raises(ConfigError, match="named twice"):
+        resolve_players([str(run), str(run / "checkpoints" / "step_000010")])
+    two = _fake_run(tmp_path, "exp2", [5], ["proposer", "solver"], tiny_model_dir)
+    with pytest.raises(ConfigError, match="pick one with --policy"):
+        resolve_players([str(two), "scripted:random"])
+    assert resolve_players([str(two), "scripted:random"], policy="solver")[0].path.name == "solver"
+    assert resolve_players([str(tiny_model_dir), "tiny"])[0].name == tiny_model_dir.name
+    with pytest.raises(ConfigError, match="at least 2 players"):
+        resolve_players(["scripted:nash"])
+    with pytest.raises(ConfigError, match="is not scripted"):
+        resolve_players([str(tmp_path / "nothing"), "scripted:nash"])
+
+
+def test_checkpoints_play_with_their_run_prompts_and_share_generate_calls(tmp_path, tiny_model_dir, monkeypatch):
+    from cogym.agents.llm import LLMAgent
+    from cogym.runners.tournament import run_prompts
+
+    run = _fake_run(tmp_path, "exp1", [10, 20], ["player"], tiny_model_dir)
+    players = resolve_players([str(run), "scripted:random"])
+    assert run_prompts(players) == {"first": "Poker.", "second": "Poker."}
+    calls: list[int] = []
+    original = LLMAgent.act
+
+    def counting(self, requests):
+        calls.append(len(requests))
+        return original(self, requests)
+
+    monkeypatch.setattr(LLMAgent, "act", counting)
+    spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=8, max_new_tokens=2,
+                          prompts=run_prompts(players))
+    rows = run_tournament(spec, tmp_path / "t", progress=False)
+    assert len(rows) == 3 * 8
+    # 24 games in one batch: at each step of play, each checkpoint answers all of its seats in one call
+    # (Kuhn poker has at most 3 moves a game: at most 2 checkpoints x 3 steps calls, each of many requests)
+    assert len(calls) <= 2 * 3 and max(calls) >= 8 and sum(calls) > 2 * len(calls)
+
+
+def test_report_files_and_cli(tmp_path):
+    from cogym.runners.cli import main
+
+    out = tmp_path / "out"
+    code = main(["tournament", "--game", "kuhn_poker-v0", "--players", "scripted:nash", "scripted:random",
+                 "scripted:always_bet", "--games-per-pairing", "20", "--out", str(out), "--no-progress",
+                 "--bootstrap", "50"])
+    assert code == 0
+    for name in ("results.jsonl", "results.csv", "leaderboard.csv", "leaderboard.json", "matrix.csv", "heatmap.png",
+                 "ratings.png", "tournament.json"):
+        assert (out / name).is_file(), name
+    board = json.loads((out / "leaderboard.json").read_text())
+    assert len(board) == 3 and all(row["lo"] <= row["rating"] <= row["hi"] for row in board)
+    matrix = (out / "matrix.csv").read_text().splitlines()
+    assert len(matrix) == 4 and matrix[1].split(",")[1] == ""  # no score against oneself
+    assert len((out / "results.csv").read_text().splitlines()) == 1 + 3 * 20
+    # rerunning the same command plays nothing new
+    assert main(["tournament", "--game", "kuhn_poker-v0", "--players", "scripted:nash", "scripted:random",
+                 "scripted:always_bet", "--games-per-pairing", "20", "--out", str(out), "--no-progress",
+                 "--bootstrap", "0", "--no-plots"]) == 0
+    assert len((out / RESULTS_FILE).read_text().splitlines()) == 3 * 20
+    assert main(["tournament", "--players", "scripted:nash", "scripted:random"]) == 2  # no --game
+
+
+def test_results_log_skips_duplicates(tmp_path):
+    log = ResultsLog(tmp_path / "r.jsonl")
+    log.append([{"id": "x", "a": "p", "b": "q", "score": 1.0}])
+    log.append([{"id": "x", "a": "p", "b": "q", "score": 0.0}, {"id": "y", "a": "p", "b": "q", "score": 0.5}])
+    assert [r["id"] for r in ResultsLog(tmp_path / "r.jsonl").rows] == ["x", "y"]
+
+
+@pytest.mark.slow
+def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
+    """The issue's end-to-end case at small scale: 4 checkpoints of a Kuhn poker run of the embedded
+    model, round-robin, 100 games per pairing."""
+    from cogym.runners.config import load_config
+    from cogym.runners.train import train
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
+                      ["run.checkpoint_every=10", "run.tensorboard=false", "run.plot=false"])
+    train(cfg, tmp_path / "run", progress=False)
+    players = resolve_players([str(tmp_path / "run")])
+    assert [p.name for p in players] == [f"run/step_{s:06d}" for s in (10, 20, 30, 40)]
+    from cogym.runners.tournament import run_prompts
+
+    rows = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=100,
+                                         prompts=run_prompts(players)), tmp_path / "t", progress=False)
+    assert len(rows) == 6 * 100
+    board = report(rows, [p.name for p in players], tmp_path / "t", n_boot=200, plots=False)
+    rank = [row["name"] for row in board]
+    assert rank.index("run/step_000040") < rank.index("run/step_000010"), rank
