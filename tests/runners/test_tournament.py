@@ -256,3 +256,34 @@ def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
     board = report(rows, [p.name for p in players], tmp_path / "t", n_boot=200, plots=False)
     rank = [row["name"] for row in board]
     assert rank.index("run/step_000040") < rank.index("run/step_000010"), rank
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_rerun_loses_and_repeats_no_game(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "cogym.runners.cli", "tournament", "--game", "kuhn_poker-v0", "--players",
+           "scripted:nash", "scripted:random", "scripted:always_bet", "scripted:always_check",
+           "--games-per-pairing", "1000", "--batch-games", "32", "--out", str(out), "--no-progress",
+           "--bootstrap", "0", "--no-plots"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = out / RESULTS_FILE
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.is_file() or log.stat().st_size < 20_000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = log.read_text().splitlines()
+    whole = [line for line in before if line.endswith("}")]
+    assert 0 < len(whole) < 6 * 1000, "the kill should land mid-run"
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
+    after = [json.loads(line) for line in log.read_text().splitlines()]
+    ids = [r["id"] for r in after]
+    assert len(ids) == len(set(ids)) == 6 * 1000
+    assert [json.dumps(r) for r in after[: len(whole)]] == whole  # finished games kept, not replayed
