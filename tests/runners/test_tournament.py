@@ -287,3 +287,21 @@ def test_kill_9_mid_run_then_rerun_loses_and_repeats_no_game(tmp_path):
     ids = [r["id"] for r in after]
     assert len(ids) == len(set(ids)) == 6 * 1000
     assert [json.dumps(r) for r in after[: len(whole)]] == whole  # finished games kept, not replayed
+
+
+def test_a_yaml_config_gives_the_options_and_the_command_line_wins(tmp_path):
+    from cogym.runners.cli import main
+
+    config = tmp_path / "t.yaml"
+    config.write_text("game: debate-v0\nplayers: [scripted:honest, scripted:liar]\ngames_per_pairing: 4\n"
+                      "fixed: {judge: scripted:oracle}\ngame_kwargs: {answers: chosen}\n"
+                      f"out: {tmp_path / 'from_yaml'}\n")
+    assert main(["tournament", "--config", str(config), "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "from_yaml" / RESULTS_FILE).read_text().splitlines()]
+    assert len(rows) == 4 and json.loads((tmp_path / "from_yaml" / "tournament.json").read_text())["fixed"] == {
+        "judge": "scripted:oracle"}
+    assert main(["tournament", "--config", str(config), "--games-per-pairing", "6", "--out", str(tmp_path / "cli"),
+                 "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
+    assert len((tmp_path / "cli" / RESULTS_FILE).read_text().splitlines()) == 6
+    config.write_text("game: debate-v0\nplayerz: [a]\n")
+    assert main(["tournament", "--config", str(config)]) == 2
