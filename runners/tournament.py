@@ -321,9 +321,20 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     rounds = 1 if spec.schedule != "swiss" else (spec.swiss_rounds or math.ceil(math.log2(len(names))) + 1)
     envs: list = []
     batch_no = 0
+    # The pairings of every round are written down before it is played, so a rerun replays the same
+    # schedule (Swiss pairings depend on the results so far, which a rerun would otherwise see more of).
+    schedule_file = out_dir / "schedule.json"
+    stamp = {"players": names, "schedule": spec.schedule, "pool": spec.pool}
+    saved = json.loads(schedule_file.read_text()) if schedule_file.is_file() else {}
+    schedule: list = saved.get("rounds", []) if all(saved.get(k) == v for k, v in stamp.items()) else []
     for round_no in range(rounds):
-        keys = [GameKey(a, b, k, o) for a, b in _pairings(spec, names, log, rng, round_no)
-                for k in range(len(seeds)) for o in (0, 1)]
+        if round_no < len(schedule):
+            pairs = [tuple(p) for p in schedule[round_no]]
+        else:
+            pairs = _pairings(spec, names, log, rng, round_no)
+            schedule.append([list(p) for p in pairs])
+            schedule_file.write_text(json.dumps({**stamp, "rounds": schedule}))
+        keys = [GameKey(a, b, k, o) for a, b in pairs for k in range(len(seeds)) for o in (0, 1)]
         todo = [key for key in keys if key.id not in log.done]
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
                    desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
@@ -362,7 +373,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                 on_batch(batch_no)
             batch_no += 1
         bar.close()
-    return log.rows
+    # Only this tournament's players (an output directory reused with other players keeps their games too).
+    return [r for r in log.rows if r["a"] in by_name and r["b"] in by_name]
 
 
 # ------------------------------------------------------------------------------------------- report

@@ -305,3 +305,28 @@ def test_a_yaml_config_gives_the_options_and_the_command_line_wins(tmp_path):
     assert len((tmp_path / "cli" / RESULTS_FILE).read_text().splitlines()) == 6
     config.write_text("game: debate-v0\nplayerz: [a]\n")
     assert main(["tournament", "--config", str(config)]) == 2
+
+
+def test_a_rerun_swiss_tournament_replays_its_pairings(tmp_path):
+    players = _scripted("nash", "random", "always_bet", "always_check", "calling_station", "invalid")
+    spec = TournamentSpec(game="kuhn_poker-v0", players=players, schedule="swiss", swiss_rounds=3, games_per_pairing=4,
+                          batch_games=8)
+
+    def kill_after(batch: int) -> None:
+        if batch == 2:  # the first batch of round 2 (round 1: 12 games = batches 0 and 1)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_tournament(spec, tmp_path, progress=False, on_batch=kill_after)
+    planned = json.loads((tmp_path / "schedule.json").read_text())["rounds"]
+    assert len(planned) == 2  # round 2 was paired (from round 1's results) before it started
+    rows = run_tournament(spec, tmp_path, progress=False)
+    played = {frozenset((r["a"], r["b"])) for r in rows}
+    # round 2 is replayed with its recorded pairings, though a rerun knows more results than it did then
+    assert {frozenset(p) for p in planned[1]} <= played
+    assert len(json.loads((tmp_path / "schedule.json").read_text())["rounds"]) == 3
+    assert len(rows) == len({r["id"] for r in rows}) == 3 * 3 * 4
+    # the same directory with other players: the old games stay in the log, out of this result
+    other = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random"),
+                                          games_per_pairing=2), tmp_path, progress=False)
+    assert {frozenset((r["a"], r["b"])) for r in other} == {frozenset(("scripted:nash", "scripted:random"))}
