@@ -26,7 +26,8 @@ from cogym.envs import make, scripted_strategies
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners.learner import Learner
 
-from .config import Config, ConfigError, _suggest
+from .config import Config, ConfigError, _suggest, league_policy
+from .league import League
 from .token_rollout import ChatCodec
 
 SCRIPTED_PREFIX = "scripted:"
@@ -94,6 +95,7 @@ class Run:
     learners: dict[str, Learner]
     roles: tuple[str, ...]
     seats: dict[str, tuple[str, Agent]]  # seat name -> (policy id, agent)
+    league: League | None = None  # league.seats set: past selves of a policy play those seats
 
     def seat_map(self, seat: str, role: str) -> tuple[str, Agent]:
         return self.seats[seat]
@@ -142,6 +144,27 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
                     "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
                     f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
                     "argument that seats several players of the role")
+
+
+def _league_seats(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """league.seats as seats of the game (a role stands for its seats), and the learner's seats (the
+    league policy's other seats); every league seat must be the league policy's in ``seats``."""
+    pid = league_policy(cfg)
+    names = (*game.spec.roles, *game.possible_agents)
+    league: list[str] = []
+    for key in cfg.league.seats:
+        if key not in names:
+            raise ConfigError(f"league.seats: {cfg.game.id} has no role or seat {key!r}{_suggest(key, names)}")
+        league += [s for s in game.possible_agents if (s == key or game.role_of(s) == key) and s not in league]
+    for seat in league:
+        if assignment[seat][0] != pid:
+            raise ConfigError(f"league.seats: seat {seat!r} is played by {assignment[seat][0]!r}, but the league plays "
+                              f"past selves of policy {pid!r} in its seats; seat it there (seats.{seat}={pid})")
+    learner = [s for s, (p, _) in assignment.items() if p == pid and s not in league]
+    if not learner:
+        raise ConfigError(f"league.seats cover every seat of policy {pid!r}, so it would only watch its past selves play; "
+                          "leave it at least one seat of its own (the league seats are its opponents)")
+    return league, learner
 
 
 def _base_key(model: str) -> str:
@@ -207,6 +230,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
                               f"{cfg.game.id} (available: {', '.join(twins.get(role, {})) or 'none'})")
         assignment[seat] = (pid, role)
     _check_groups(cfg, game, assignment)
+    league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats else None
     policies, agents, learners = {}, {}, {}
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
@@ -253,4 +277,8 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
             seats[seat] = (pid, agents[key])
         else:
             seats[seat] = (pid, agents[pid])
-    return Run(cfg, games, policies, learners, roles, seats)
+    league = None
+    if league_seats is not None:  # its members are added when training starts (League.start)
+        pid = league_policy(cfg)
+        league = League(cfg.league, pid, policies[pid], cfg.policies[pid].sampling, *league_seats, seed=cfg.run.seed)
+    return Run(cfg, games, policies, learners, roles, seats, league)

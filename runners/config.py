@@ -92,6 +92,30 @@ class RunConfig:
     threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
 
 
+LEAGUE_SAMPLING = ("uniform", "pfsp")
+
+
+@dataclass
+class LeagueConfig:
+    """Self-play against past selves (:mod:`cogym.runners.league`); ``seats`` empty = off.
+
+    The seats (or roles) in ``seats`` are played, in each game, by a snapshot of ``policy`` drawn from
+    the league (``uniform``, or ``pfsp``: weight ``(1 - p_win)^pfsp_power``, ``p_win`` the learner's
+    win rate against that snapshot with a +1/+2 prior); with probability ``latest_prob`` a game is
+    plain self-play (the current policy in those seats, and its turns there train). A snapshot is
+    added every ``every`` iterations (the initial weights are the first); ``size`` > 0 keeps only the
+    most recent ``size``.
+    """
+
+    seats: list = field(default_factory=list)  # seat or role names played by league opponents
+    policy: str = ""  # the trained policy whose past selves form the league; "": the policy of those seats
+    every: int = 10
+    size: int = 0
+    sampling: str = "uniform"
+    pfsp_power: float = 1.0
+    latest_prob: float = 0.0
+
+
 @dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
@@ -101,6 +125,7 @@ class Config:
     learners: dict = field(default_factory=dict)  # policy id -> LearnerConfig
     prompts: dict = field(default_factory=dict)  # role -> PromptConfig
     eval: EvalConfig = field(default_factory=EvalConfig)
+    league: LeagueConfig = field(default_factory=LeagueConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -312,6 +337,64 @@ def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
                           "torch (only the adapter has optimizer state, so ZeRO-3 saves little)")
 
 
+def league_policy(cfg: Config) -> str:
+    """The policy whose past selves form the league: ``league.policy``, else the one policy the league
+    seats name in ``seats``, else the only trained policy; ConfigError when none of these decides."""
+    lg = cfg.league
+    if lg.policy:
+        return lg.policy
+    named = {cfg.seats[s] for s in lg.seats if s in cfg.seats}
+    if len(named) == 1 and len(lg.seats) == sum(s in cfg.seats for s in lg.seats):
+        return named.pop()
+    trained = [pid for pid, lc in cfg.learners.items() if lc.algorithm != "frozen"]
+    if len(trained) == 1:
+        return trained[0]
+    raise ConfigError(f"league.policy: cannot tell whose past selves form the league (trained policies: "
+                      f"{', '.join(trained) or 'none'}); set league.policy to one of them")
+
+
+def _check_league(cfg: Config) -> None:
+    """league.*: values in range and a trained, full-model policy (seats are checked against the game in build)."""
+    lg = cfg.league
+    if not lg.seats:
+        if lg != LeagueConfig():
+            raise ConfigError("league: league.seats is empty, so the league is off and the other league.* keys do "
+                              "nothing; name the seats its opponents play, e.g. league.seats=[second]")
+        return
+    if len(set(lg.seats)) != len(lg.seats):
+        raise ConfigError(f"league.seats names a seat twice: {lg.seats}")
+    _check_choice(lg.sampling, LEAGUE_SAMPLING, "league.sampling")
+    if lg.every < 1:
+        raise ConfigError(f"league.every must be >= 1 (iterations between snapshots), got {lg.every}")
+    if lg.size < 0:
+        raise ConfigError(f"league.size must be >= 0 (most recent snapshots kept; 0 = all), got {lg.size}")
+    if not (math.isfinite(lg.pfsp_power) and lg.pfsp_power >= 0):
+        raise ConfigError(f"league.pfsp_power must be >= 0 (0 = uniform), got {lg.pfsp_power}")
+    if not 0 <= lg.latest_prob < 1:
+        raise ConfigError(f"league.latest_prob must be in [0, 1) (the share of plain self-play games; 1 would never "
+                          f"play the league), got {lg.latest_prob}")
+    pid = league_policy(cfg)
+    if pid not in cfg.policies and not lg.policy:
+        raise ConfigError(f"league.seats: seats gives them to {pid!r}; the league plays past selves of a trained policy "
+                          f"there, so seat that policy (e.g. seats.{lg.seats[0]}=<policy>) or set league.policy")
+    if pid not in cfg.policies:
+        raise ConfigError(f"league.policy names policy {pid!r}, which is not under policies "
+                          f"(defined: {', '.join(cfg.policies) or 'none'})")
+    lc = cfg.learners[pid]
+    if lc.algorithm == "frozen":
+        raise ConfigError(f"league.policy {pid!r} is frozen, so every snapshot would be the same model; name a "
+                          "trained policy (or drop league.seats and seat a frozen copy directly)")
+    if cfg.policies[pid].lora.enabled:
+        raise ConfigError(f"league.policy {pid!r} is a LoRA adapter; leagues snapshot full models only (set "
+                          f"policies.{pid}.lora.r: 0)")
+    if lc.engine == "deepspeed" and lc.zero_stage == 3:
+        raise ConfigError(f"league.policy {pid!r} trains with ZeRO-3, whose partitioned weights a snapshot cannot "
+                          f"copy; use learners.{pid}.zero_stage 1 or 2")
+    reserved = [p for p in cfg.policies if p.startswith("league:")]
+    if reserved:
+        raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {reserved[0]!r}")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
     if cfg.run.seed < 0:
@@ -408,3 +491,4 @@ def validate(cfg: Config) -> None:
                               "set it to the maximum response length")
         if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
             raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")
+    _check_league(cfg)

@@ -7,7 +7,8 @@ the run directory, and returns a summary. Layout of a run directory::
     config.yaml          the resolved config
     metrics.jsonl        one line per iteration (and held-out evaluations)
     tb/                  TensorBoard events
-    checkpoints/step_N/  policies/<id>/ (HF dirs), learners/<id>/optimizer.pt, trainer_state.json
+    checkpoints/step_N/  policies/<id>/ (HF dirs), learners/<id>/optimizer.pt, trainer_state.json,
+                         league/ (with league.seats: members' HF dirs and league.json)
     learning_curve.png   rewards and held-out accuracy over iterations
     summary.json         the final table
 
@@ -103,7 +104,8 @@ def data_parallel(play: Callable) -> Callable:
     def play_shard(games, seat_map, system, seeds, **kwargs) -> RolloutResult:
         shares = [list(range(r, len(games), world)) for r in range(world)]
         mine = shares[rank]
-        res = play([games[g] for g in mine], seat_map, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
+        maps = seat_map if callable(seat_map) else [seat_map[g] for g in mine]  # one map per game (a league)
+        res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
         return gather_rollouts(dist.all_gather_objects(res), shares)
 
     return play_shard
@@ -133,7 +135,10 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
     while short():
         k = run.cfg.game.group_size
         seeds = grouped(refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games) // k), k)
-        res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k)
+        seat_map, opponents = league_maps(run, iteration, rounds)
+        res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k)
+        if run.league is not None:
+            run.league.record(res.returns, opponents, iteration)
         for pid in short():
             new = [t for t in res.turns if t.policy_id == pid]
             pool[pid] += new
@@ -148,6 +153,14 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
         m[f"{pid}/ds_groups"] = float(len(chosen))
         m[f"{pid}/ds_short"] = float(len(chosen) < target[pid])
     return m
+
+
+def league_maps(run: Run, iteration: int, round_: int = 0) -> tuple:
+    """The seat map(s) of one rollout: the config's, or with a league one per game (its league seats
+    played by the game's opponent, :mod:`cogym.runners.league`), and each game's opponent."""
+    if run.league is None:
+        return run.seat_map, None
+    return run.league.assign(run.seat_map, iteration, len(run.games), run.cfg.game.group_size, round_)
 
 
 def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
@@ -280,6 +293,8 @@ def save_checkpoint(run: Run, run_dir: RunDir | RankRunDir, iteration: int) -> P
     if rank == 0:
         for pid, policy in run.policies.items():
             policy.save(tmp / "policies" / pid)
+        if run.league is not None:
+            run.league.save(tmp / "league")  # its members (HF dirs), win counts and ratings
     elif out.exists():
         shutil.rmtree(out)
     for pid, learner in run.learners.items():
@@ -403,6 +418,8 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
             learner.load(ckpt / "learners" / pid)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     rd = RunDir(run_path, cfg, cfg.run.tensorboard, start_iteration=start_it) if main else RankRunDir(run_path)
+    if run.league is not None:
+        run.league.start(start_it - 1, ckpt)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     history: list[dict] = []
     summary: dict = {"run_dir": str(run_path), "engines": engines}
@@ -423,8 +440,11 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
             group_size = cfg.game.group_size
             seeds = grouped(iteration_seeds(cfg.run.seed, it, len(run.games) // group_size), group_size)
             run.reseed_scripted(it, dist.rank())
-            res = play(run.games, run.seat_map, system, seeds, episode_prefix=f"it{it}", group_size=group_size)
+            seat_map, opponents = league_maps(run, it)
+            res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{it}", group_size=group_size)
             rec = {"iteration": it, **rollout_metrics(res, run.roles)}
+            if run.league is not None:
+                rec.update(run.league.record(res.returns, opponents, it))
             batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
             rec.update(dynamic_sampling(run, play, system, it, res, batches))
             t_up = time.perf_counter()
@@ -435,6 +455,8 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
                 for k, v in learner.update(turns).items():
                     rec[f"{pid}/{k}"] = v
             rec["update_s"] = time.perf_counter() - t_up
+            if run.league is not None:
+                run.league.after_update(it)  # a snapshot every league.every iterations
             if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
                 rec["heldout_acc"] = _heldout(run)
             rd.log(rec)
@@ -459,6 +481,8 @@ def _train(cfg: Config, run_path: Path, start_it: int, policy_dirs: dict | None,
                 summary[f"{role}_reward_last5"] = last
         summary["iterations"] = cfg.run.iterations
         summary["tokens_per_s"] = _mean_last(history, "tokens_per_s", k=len(history) or 1)
+        if run.league is not None:
+            summary["league"] = run.league.leaderboard()
     finally:
         summary["wall_s"] = round(time.time() - t_start, 1)
         rd.close()
