@@ -258,7 +258,7 @@ class _Agents:
                 agent.rng = np.random.default_rng([self.spec.seed, batch, k])
 
 
-def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.random.Generator, swiss_round_no: int
+def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.random.Generator
               ) -> list[tuple[str, str]]:
     if spec.schedule == "round_robin":
         return round_robin(names)
@@ -269,7 +269,7 @@ def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.r
         return gauntlet([n for n in names if n not in spec.pool], spec.pool)
     points: dict[str, float] = {}
     met: set[frozenset] = set()
-    for r in log.rows:
+    for r in (r for r in log.rows if r["a"] in names and r["b"] in names):
         points[r["a"]] = points.get(r["a"], 0.0) + r["score"]
         points[r["b"]] = points.get(r["b"], 0.0) + 1.0 - r["score"]
         met.add(frozenset((r["a"], r["b"])))
@@ -281,6 +281,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
 
     ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill)."""
+    import torch
     from tqdm.auto import tqdm
 
     from cogym.envs import make, scripted_strategies
@@ -292,8 +293,11 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
         raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders), "
                           f"got {spec.games_per_pairing}")
+    try:
+        probe = make(spec.game, **spec.game_kwargs)
+    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
+        raise ConfigError(f"--game: {exc}") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
-    probe = make(spec.game, **spec.game_kwargs)
     sides = spec.sides or default_sides(probe)
     seats = list(probe.possible_agents)
     if len(sides) != 2 or not all(sides) or set(sides[0]) & set(sides[1]) or not set(sides[0] + sides[1]) <= set(seats):
@@ -331,7 +335,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         if round_no < len(schedule):
             pairs = [tuple(p) for p in schedule[round_no]]
         else:
-            pairs = _pairings(spec, names, log, rng, round_no)
+            pairs = _pairings(spec, names, log, rng)
             schedule.append([list(p) for p in pairs])
             schedule_file.write_text(json.dumps({**stamp, "rounds": schedule}))
         keys = [GameKey(a, b, k, o) for a, b in pairs for k in range(len(seeds)) for o in (0, 1)]
@@ -354,8 +358,6 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                         return fixed[seat], agents.get(fixed[seat], role)
                     return who, agents.get(by_name[who], role)
                 maps.append(seat_map)
-            import torch
-
             torch.manual_seed(spec.seed * 1_000_003 + batch_no)
             res = rollout(envs[: len(batch)], maps, system, [seeds[key.k] for key in batch],
                           episode_prefix=f"t{batch_no}")
