@@ -75,6 +75,16 @@ def print_summary(summary: dict) -> None:
     table.add_row("wall time", f"{summary['wall_s']:.0f} s")
     table.add_row("run directory", summary["run_dir"])
     Console().print(table)
+    if summary.get("league"):
+        league = Table(title="league (openskill ratings; win rate = the learner's against the member)")
+        for col in ("member", "iteration", "mu", "sigma", "games", "learner win rate"):
+            league.add_column(col, justify="left" if col == "member" else "right")
+        for row in summary["league"]:
+            rate = row["learner_win_rate"]
+            league.add_row(row["member"] + ("" if row["active"] else " (dropped)"),
+                           "-" if row["iteration"] is None else str(row["iteration"]), f"{row['mu']:.2f}",
+                           f"{row['sigma']:.2f}", str(row["games"]), "-" if rate is None else f"{rate:.3f}")
+        Console().print(league)
 
 
 def _eval(args: argparse.Namespace) -> int:
