@@ -150,7 +150,8 @@ def _tournament(args: argparse.Namespace) -> int:
     import yaml
 
     from .config import ConfigError
-    from .tournament import TournamentSpec, print_leaderboard, report, resolve_players, run_tournament, run_prompts
+    from .tournament import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, run_prompts,
+                             run_tournament)
 
     tree: dict = {}
     if args.config:
@@ -184,6 +185,7 @@ def _tournament(args: argparse.Namespace) -> int:
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
     print_leaderboard(board, title=f"cogym tournament: {game}, {len(rows)} games ({out})")
+    print_matrix(rows, board)
     return 0
 
 

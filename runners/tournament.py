@@ -467,16 +467,38 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
     plt.close(fig)
 
 
+def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12) -> None:
+    """The cross-play matrix (score of the row player against the column player) in the terminal,
+    players in leaderboard order; larger pools are only written to matrix.csv / heatmap.png."""
+    from rich.console import Console
+    from rich.table import Table
+
+    order = [row["name"] for row in board]
+    if len(order) > max_players:
+        Console().print(f"cross-play matrix of {len(order)} players: see matrix.csv and heatmap.png")
+        return
+    matrix, _ = score_matrix(rows, order)
+    table = Table(title="cross-play: score of row against column")
+    table.add_column("", no_wrap=True)
+    for k in range(len(order)):
+        table.add_column(str(k + 1), justify="right")
+    for k, (name, values) in enumerate(zip(order, matrix)):
+        table.add_row(f"{k + 1} {name}", *("-" if math.isnan(v) else f"{v:.2f}" for v in values))
+    Console().print(table)
+
+
 def print_leaderboard(board: list[dict], title: str = "cogym tournament") -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("#", "player", "rating", "95% interval", "games", "W", "D", "L", "score"):
-        table.add_column(col, justify="left" if col == "player" else "right", no_wrap=True,
-                         overflow="fold" if col == "player" else "ellipsis")
+    for col in ("#", "player", "rating", "95% CI", "games", "W", "D", "L", "score"):
+        if col == "player":
+            table.add_column(col, overflow="fold", ratio=1)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     for k, row in enumerate(board, 1):
-        ci = f"[{row['lo']:.0f}, {row['hi']:.0f}]" if row["lo"] is not None else ""
+        ci = f"[{row['lo']:.0f},{row['hi']:.0f}]" if row["lo"] is not None else ""
         table.add_row(str(k), row["name"], f"{row['rating']:.0f}", ci, str(row["games"]), str(row["wins"]),
                       str(row["draws"]), str(row["losses"]), f"{row['score']:.3f}")
     Console().print(table)
