@@ -159,7 +159,7 @@ def _tournament(args: argparse.Namespace) -> int:
         if not isinstance(tree, dict):
             raise ConfigError(f"{args.config} must hold a mapping")
         known = {"game", "game_kwargs", "players", "policy", "sides", "fixed", "schedule", "games_per_pairing", "pool",
-                 "swiss_rounds", "anchor", "seed", "batch_games", "max_new_tokens", "temperature", "prompts", "out"}
+                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "temperature", "prompts", "out"}
         unknown = sorted(set(tree) - known)
         if unknown:
             raise ConfigError(f"{args.config}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -178,6 +178,7 @@ def _tournament(args: argparse.Namespace) -> int:
         pool=args.pool or tree.get("pool", []), swiss_rounds=args.swiss_rounds or tree.get("swiss_rounds", 0),
         anchor=args.anchor or tree.get("anchor"), seed=args.seed if args.seed is not None else tree.get("seed", 0),
         batch_games=args.batch_games or tree.get("batch_games", 256),
+        max_loaded=args.max_loaded or tree.get("max_loaded", 0),
         max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 8),
         temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts)
     out = Path(args.out or tree.get("out") or f"tournaments/{game}")
@@ -250,6 +251,8 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--seed", type=int, help="seeds of the games (default 0)")
     tt.add_argument("--out", help="output directory (default tournaments/<game>); rerunning resumes it")
     tt.add_argument("--batch-games", type=_positive_int, help="games played at once (default 256)")
+    tt.add_argument("--max-loaded", type=_positive_int, help="hold at most N model players in memory at once "
+                    "(batches then hold the games of at most N; default: all loaded)")
     tt.add_argument("--max-new-tokens", type=_positive_int, help="model players' message limit (default 8)")
     tt.add_argument("--temperature", type=float, help="model players' sampling temperature (default 1.0)")
     tt.add_argument("--system", action="append", metavar="ROLE=TEXT",

@@ -202,6 +202,7 @@ class TournamentSpec:
     anchor: str | None = None  # the player whose rating is fixed at 0 (default: the mean is 0)
     seed: int = 0
     batch_games: int = 256  # games played at once
+    max_loaded: int = 0  # model players held in memory at once (0: all); batches then never need more
     max_new_tokens: int = 8
     temperature: float = 1.0
     prompts: dict[str, str] = field(default_factory=dict)  # role -> system message of model players
@@ -228,6 +229,8 @@ class _Agents:
 
     def __init__(self, spec: TournamentSpec, twins: dict) -> None:
         self.spec, self.twins, self.cache = spec, twins, {}
+        self.players = {p.name for p in spec.players if p.twin is None}  # model players (fixed models are kept)
+        self.loads = 0
 
     def get(self, who: str | Player, role: str) -> Agent:
         from cogym.agents.llm import LLMAgent
@@ -248,7 +251,21 @@ class _Agents:
             path = who.path if isinstance(who, Player) else Path(who)
             sampling = SamplingParams(max_new_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
             self.cache[name] = LLMAgent(Policy.from_pretrained(path, name=name), sampling, name=name)
+            self.loads += 1
         return self.cache[name]
+
+    def keep_only(self, needed: set[str], max_loaded: int) -> None:
+        """With a limit, unload the model players the next batch does not need (fixed seats stay)."""
+        from cogym.agents.llm import LLMAgent
+
+        loaded = [k for k, a in self.cache.items() if isinstance(a, LLMAgent) and k in self.players]
+        if max_loaded and len(loaded) + len([n for n in needed if n in self.players and n not in self.cache]) > max_loaded:
+            for name in loaded:
+                if name not in needed:
+                    del self.cache[name]
+            import gc
+
+            gc.collect()
 
     def reseed(self, batch: int) -> None:
         from cogym.agents.scripted import ScriptedAgent
@@ -256,6 +273,23 @@ class _Agents:
         for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: str(kv[0]))):
             if isinstance(agent, ScriptedAgent):
                 agent.rng = np.random.default_rng([self.spec.seed, batch, k])
+
+
+def _batches(todo: list[GameKey], size: int, max_loaded: int, models: set[str]) -> Iterable[list[GameKey]]:
+    """Consecutive games of ``todo`` in batches of at most ``size``; with ``max_loaded`` > 0 a batch
+    also holds games of at most ``max_loaded`` model players (the schedule keeps a pairing's games
+    together, so a batch is a few pairings)."""
+    batch: list[GameKey] = []
+    players: set[str] = set()
+    for key in todo:
+        new = players | ({key.a, key.b} & models)
+        if batch and (len(batch) == size or (max_loaded and len(new) > max_loaded)):
+            yield batch
+            batch, new = [], {key.a, key.b} & models
+        batch.append(key)
+        players = new
+    if batch:
+        yield batch
 
 
 def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.random.Generator
@@ -317,6 +351,9 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed, "schedule": spec.schedule,
          "games_per_pairing": spec.games_per_pairing, "seed": spec.seed,
          "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}}, indent=1))
+    models = {p.name for p in spec.players if p.twin is None}
+    if spec.max_loaded and spec.max_loaded < 2:
+        raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
     log = ResultsLog(out_dir / RESULTS_FILE)
     agents = _Agents(spec, scripted_strategies(spec.game))
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
@@ -342,8 +379,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         todo = [key for key in keys if key.id not in log.done]
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
                    desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
-        for start in range(0, len(todo), spec.batch_games):
-            batch = todo[start: start + spec.batch_games]
+        for batch in _batches(todo, spec.batch_games, spec.max_loaded, models):
+            agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
             while len(envs) < len(batch):
                 envs.append(make(spec.game, **spec.game_kwargs))
             agents.reseed(batch_no)

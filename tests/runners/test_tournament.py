@@ -330,3 +330,29 @@ def test_a_rerun_swiss_tournament_replays_its_pairings(tmp_path):
     other = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_scripted("nash", "random"),
                                           games_per_pairing=2), tmp_path, progress=False)
     assert {frozenset((r["a"], r["b"])) for r in other} == {frozenset(("scripted:nash", "scripted:random"))}
+
+
+def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkeypatch):
+    from cogym.agents.llm import LLMAgent
+    from cogym.runners import tournament
+
+    run = _fake_run(tmp_path, "exp1", [1, 2, 3, 4], ["player"], tiny_model_dir)
+    players = resolve_players([str(run)])
+    peak, original = [0], tournament._Agents.get
+
+    def spy(self, who, role):
+        agent = original(self, who, role)
+        peak[0] = max(peak[0], sum(isinstance(a, LLMAgent) for a in self.cache.values()))
+        return agent
+
+    monkeypatch.setattr(tournament._Agents, "get", spy)
+    spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4, max_new_tokens=2, max_loaded=2)
+    rows = run_tournament(spec, tmp_path / "t", progress=False)
+    assert len(rows) == 6 * 4 and peak[0] == 2
+    peak[0] = 0
+    rows = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4, max_new_tokens=2),
+                          tmp_path / "all", progress=False)
+    assert len(rows) == 6 * 4 and peak[0] == 4  # no limit: one batch, every model loaded
+    with pytest.raises(ConfigError, match="max_loaded"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, max_loaded=1), tmp_path / "x",
+                       progress=False)
