@@ -150,8 +150,8 @@ def _tournament(args: argparse.Namespace) -> int:
     import yaml
 
     from .config import ConfigError
-    from .tournament import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, run_prompts,
-                             run_tournament)
+    from .build import import_game_modules
+    from .tournament import TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, run_tournament
 
     tree: dict = {}
     if args.config:
@@ -159,7 +159,7 @@ def _tournament(args: argparse.Namespace) -> int:
         if not isinstance(tree, dict):
             raise ConfigError(f"{args.config} must hold a mapping")
         known = {"game", "game_kwargs", "players", "policy", "sides", "fixed", "schedule", "games_per_pairing", "pool",
-                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "temperature", "prompts", "out"}
+                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "modules", "temperature", "prompts", "out"}
         unknown = sorted(set(tree) - known)
         if unknown:
             raise ConfigError(f"{args.config}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -168,7 +168,8 @@ def _tournament(args: argparse.Namespace) -> int:
     if not game:
         raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
     players = resolve_players(specs, args.policy or tree.get("policy"))
-    prompts = {**run_prompts(players), **tree.get("prompts", {}), **_key_values(args.system, "--system")}
+    import_game_modules([*(tree.get("modules") or []), *(args.module or [])])
+    prompts = {**tree.get("prompts", {}), **_key_values(args.system, "--system")}  # over each checkpoint's own
     spec = TournamentSpec(
         game=game, players=players, game_kwargs={**tree.get("game_kwargs", {}), **_key_values(args.kwarg, "--kwarg")},
         sides=[s.split(",") for s in args.sides] if args.sides else tree.get("sides"),
@@ -179,7 +180,7 @@ def _tournament(args: argparse.Namespace) -> int:
         anchor=args.anchor or tree.get("anchor"), seed=args.seed if args.seed is not None else tree.get("seed", 0),
         batch_games=args.batch_games or tree.get("batch_games", 256),
         max_loaded=args.max_loaded or tree.get("max_loaded", 0),
-        max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 8),
+        max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 0),
         temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts)
     out = Path(args.out or tree.get("out") or f"tournaments/{game}")
     rows = run_tournament(spec, out, progress=not args.no_progress)
@@ -237,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
     tt.add_argument("--players", nargs="+", metavar="PLAYER",
                     help="checkpoint dirs (runs/x/checkpoints/step_N), run dirs (all their checkpoints), HF model dirs, "
-                         "'tiny', or scripted:<twin>; globs are expanded")
+                         "'tiny', or scripted:<twin>; globs are expanded; PATH:POLICY picks a checkpoint's policy")
     tt.add_argument("--policy", help="which policy of a checkpoint plays (needed when it holds several)")
     tt.add_argument("--sides", nargs=2, metavar="SEATS", help="the seats of each side, comma-separated, e.g. "
                     "--sides player_0 player_1 (default: the two seats, or the halves of the one role with several seats)")
@@ -245,7 +246,8 @@ def parser() -> argparse.ArgumentParser:
                     help="who plays a seat outside the sides, e.g. --fixed judge=scripted:oracle (repeatable)")
     tt.add_argument("--schedule", choices=("round_robin", "gauntlet", "swiss"), help="default round_robin")
     tt.add_argument("--games-per-pairing", type=_positive_int, help="even; half the seeds, each in both seat orders (100)")
-    tt.add_argument("--pool", nargs="+", metavar="NAME", help="gauntlet: the anchored pool the other players face")
+    tt.add_argument("--pool", nargs="+", metavar="NAME", help="gauntlet: the fixed pool the other players face "
+                    "(pool players do not meet each other)")
     tt.add_argument("--swiss-rounds", type=_positive_int, help="swiss: rounds (default ceil(log2 players) + 1)")
     tt.add_argument("--anchor", metavar="NAME", help="player whose rating is 0 (default: the mean rating is 0)")
     tt.add_argument("--seed", type=int, help="seeds of the games (default 0)")
@@ -253,10 +255,13 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--batch-games", type=_positive_int, help="games played at once (default 256)")
     tt.add_argument("--max-loaded", type=_positive_int, help="hold at most N model players in memory at once "
                     "(batches then hold the games of at most N; default: all loaded)")
-    tt.add_argument("--max-new-tokens", type=_positive_int, help="model players' message limit (default 8)")
+    tt.add_argument("--max-new-tokens", type=_positive_int,
+                    help="model players' message limit (default: each checkpoint's run's, else 8)")
     tt.add_argument("--temperature", type=float, help="model players' sampling temperature (default 1.0)")
     tt.add_argument("--system", action="append", metavar="ROLE=TEXT",
-                    help="system message of a role for model players (default: the checkpoints' run config)")
+                    help="system message of a role for model players (default: each checkpoint's run's prompts)")
+    tt.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
+                    help="import a module or .py file that registers games first (repeatable)")
     tt.add_argument("--kwarg", action="append", metavar="KEY=VALUE", help="a game argument (repeatable)")
     tt.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
     tt.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -41,22 +41,40 @@ RESULTS_FILE = "results.jsonl"
 # ------------------------------------------------------------------------------------------ players
 @dataclass(frozen=True)
 class Player:
-    """One entrant: ``path`` (an HF model directory) or ``twin`` (a scripted strategy name)."""
+    """One entrant: ``path`` (an HF model directory) or ``twin`` (a scripted strategy name).
+    A checkpoint's player also carries its run's per-role system prompts and message limit."""
 
     name: str
     path: Path | None = None
     twin: str | None = None
+    prompts: dict | None = field(default=None, compare=False)
+    max_new_tokens: int | None = None
 
 
-def _checkpoint_policy(step: Path, policy: str | None) -> Path:
+def _checkpoint_policy(step: Path, policy: str | None) -> tuple[Path, bool]:
+    """The policy directory that plays, and whether the checkpoint holds several."""
     policies = sorted(p.name for p in (step / "policies").iterdir() if p.is_dir())
+    if policy is not None and policy in policies:
+        return step / "policies" / policy, len(policies) > 1
+    if len(policies) == 1:  # --policy names another run's policy: this checkpoint has one, it plays
+        return step / "policies" / policies[0], False
     if policy is not None:
-        if policy not in policies:
-            raise ConfigError(f"checkpoint {step} has no policy {policy!r} (it has: {', '.join(policies)})")
-        return step / "policies" / policy
-    if len(policies) != 1:
-        raise ConfigError(f"checkpoint {step} holds policies {', '.join(policies)}; pick one with --policy")
-    return step / "policies" / policies[0]
+        raise ConfigError(f"checkpoint {step} has no policy {policy!r} (it has: {', '.join(policies)})")
+    raise ConfigError(f"checkpoint {step} holds policies {', '.join(policies)}; pick one with --policy "
+                      "(or PATH:POLICY for this player)")
+
+
+def _run_settings(run: Path, policy: str) -> tuple[dict | None, int | None]:
+    """The run's per-role system prompts and the policy's max_new_tokens (``<run>/config.yaml``)."""
+    import yaml
+
+    config = run / "config.yaml"
+    if not config.is_file():
+        return None, None
+    tree = yaml.safe_load(config.read_text()) or {}
+    prompts = {role: (v or {}).get("system", "") for role, v in (tree.get("prompts") or {}).items()}
+    limit = (((tree.get("policies") or {}).get(policy) or {}).get("sampling") or {}).get("max_new_tokens")
+    return prompts, limit
 
 
 def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Player]:
@@ -68,7 +86,10 @@ def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Pla
         if spec.startswith(SCRIPTED):
             players.append(Player(name=spec, twin=spec[len(SCRIPTED):]))
             continue
-        path = Path(spec)
+        path, own_policy = Path(spec), policy
+        if ":" in spec and not path.exists():  # PATH:POLICY
+            head, own_policy = spec.rsplit(":", 1)
+            path = Path(head)
         if (path / "policies").is_dir() and (path / "trainer_state.json").is_file():
             steps = [path]
         elif (path / "checkpoints").is_dir():
@@ -81,8 +102,11 @@ def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Pla
         else:
             raise ConfigError(f"player {spec!r} is not scripted:<twin>, a model directory, a checkpoint or a run directory")
         for step in steps:
-            run_name = step.parent.parent.name
-            players.append(Player(name=f"{run_name}/{step.name}", path=_checkpoint_policy(step, policy)))
+            run = step.parent.parent
+            where, several = _checkpoint_policy(step, own_policy)
+            prompts, limit = _run_settings(run, where.name)
+            name = f"{run.name}/{step.name}" + (f"/{where.name}" if several else "")
+            players.append(Player(name=name, path=where, prompts=prompts, max_new_tokens=limit))
     names = [p.name for p in players]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -92,18 +116,21 @@ def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Pla
     return players
 
 
-def run_prompts(players: Sequence[Player]) -> dict[str, str]:
-    """The per-role system messages of the first checkpoint player's run (``<run>/config.yaml``), so a
-    checkpoint plays with the prompts it was trained with; {} when no player comes from a run."""
-    import yaml
+class _Prompted:
+    """A model player with its own system prompts: rewrites each request's system message for its
+    role, then asks the agent (the rollout builds messages with the tournament's prompts)."""
 
-    for p in players:
-        if p.path is not None and p.path.parent.name == "policies":
-            config = p.path.parents[3] / "config.yaml"  # <run>/checkpoints/step_N/policies/<id>
-            if config.is_file():
-                tree = yaml.safe_load(config.read_text()) or {}
-                return {role: (v or {}).get("system", "") for role, v in (tree.get("prompts") or {}).items()}
-    return {}
+    def __init__(self, agent: Agent, prompts: dict[str, str]) -> None:
+        self.agent, self.prompts, self.name = agent, prompts, agent.name
+
+    def act(self, requests):
+        from cogym.runners.rollout import chat_messages
+
+        out = []
+        for r in requests:
+            user = r.messages[-1]["content"]
+            out.append(type(r)(messages=chat_messages(self.prompts.get(r.role, ""), user), role=r.role, seat=r.seat))
+        return self.agent.act(out)
 
 
 # ---------------------------------------------------------------------------------------- schedules
@@ -135,21 +162,31 @@ def swiss_round(names: Sequence[str], points: dict[str, float], met: set[frozens
 # ------------------------------------------------------------------------------------------ results
 @dataclass(frozen=True)
 class GameKey:
-    """One game: pairing (a, b), the seed index k, and the seat order (0: a on side 0)."""
+    """One game: pairing (a, b), the seed index k, the seat order (0: a on side 0), and for Swiss the
+    round (a rematch in a later round is a new game)."""
 
     a: str
     b: str
     k: int
     order: int
+    round: int | None = None
 
     @property
     def id(self) -> str:
-        return json.dumps([self.a, self.b, self.k, self.order])
+        parts = [self.a, self.b, self.k, self.order] + ([self.round] if self.round is not None else [])
+        return json.dumps(parts)
 
 
 def game_seeds(seed: int, n: int) -> list[int]:
     """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
     return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
+
+
+def _write_json(path: Path, data) -> None:
+    """Write a small JSON file atomically (a kill leaves the old file or the new one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
 
 
 class ResultsLog:
@@ -197,15 +234,15 @@ class TournamentSpec:
     fixed: dict[str, str] = field(default_factory=dict)  # seat or role -> scripted:<twin> or model dir
     schedule: str = "round_robin"
     games_per_pairing: int = 100
-    pool: list[str] = field(default_factory=list)  # gauntlet: the anchored pool (player names)
-    swiss_rounds: int = 0  # swiss: rounds (0: ceil(log2(players)) + 1)
+    pool: list[str] = field(default_factory=list)  # gauntlet: the fixed pool (player names)
+    swiss_rounds: int = 0  # swiss: rounds (0: ceil(log2(players)) + 1, at most players - 1)
     anchor: str | None = None  # the player whose rating is fixed at 0 (default: the mean is 0)
     seed: int = 0
     batch_games: int = 256  # games played at once
     max_loaded: int = 0  # model players held in memory at once (0: all); batches then never need more
-    max_new_tokens: int = 8
+    max_new_tokens: int = 0  # model players' message limit; 0: each checkpoint's run's, else 8
     temperature: float = 1.0
-    prompts: dict[str, str] = field(default_factory=dict)  # role -> system message of model players
+    prompts: dict[str, str] = field(default_factory=dict)  # role -> system message (over the runs' own)
 
 
 def default_sides(env) -> list[list[str]]:
@@ -249,8 +286,13 @@ class _Agents:
             return self.cache[key]
         if name not in self.cache:
             path = who.path if isinstance(who, Player) else Path(who)
-            sampling = SamplingParams(max_new_tokens=self.spec.max_new_tokens, temperature=self.spec.temperature)
-            self.cache[name] = LLMAgent(Policy.from_pretrained(path, name=name), sampling, name=name)
+            own = who if isinstance(who, Player) else Player(name)
+            limit = self.spec.max_new_tokens or own.max_new_tokens or 8
+            sampling = SamplingParams(max_new_tokens=limit, temperature=self.spec.temperature)
+            agent = LLMAgent(Policy.from_pretrained(path, name=name), sampling, name=name)
+            if own.prompts is not None:  # a checkpoint plays with its run's prompts (--system still wins)
+                agent = _Prompted(agent, {**own.prompts, **self.spec.prompts})
+            self.cache[name] = agent
             self.loads += 1
         return self.cache[name]
 
@@ -258,7 +300,7 @@ class _Agents:
         """With a limit, unload the model players the next batch does not need (fixed seats stay)."""
         from cogym.agents.llm import LLMAgent
 
-        loaded = [k for k, a in self.cache.items() if isinstance(a, LLMAgent) and k in self.players]
+        loaded = [k for k, a in self.cache.items() if isinstance(a, (LLMAgent, _Prompted)) and k in self.players]
         if max_loaded and len(loaded) + len([n for n in needed if n in self.players and n not in self.cache]) > max_loaded:
             for name in loaded:
                 if name not in needed:
@@ -297,9 +339,6 @@ def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.r
     if spec.schedule == "round_robin":
         return round_robin(names)
     if spec.schedule == "gauntlet":
-        unknown = [p for p in spec.pool if p not in names]
-        if not spec.pool or unknown:
-            raise ConfigError(f"gauntlet needs --pool naming players of the tournament (unknown: {', '.join(unknown)})")
         return gauntlet([n for n in names if n not in spec.pool], spec.pool)
     points: dict[str, float] = {}
     met: set[frozenset] = set()
@@ -347,10 +386,29 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         fixed[seat] = who
     names = [p.name for p in spec.players]
     by_name = {p.name: p for p in spec.players}
-    (out_dir / "tournament.json").write_text(json.dumps(
-        {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed, "schedule": spec.schedule,
-         "games_per_pairing": spec.games_per_pairing, "seed": spec.seed,
-         "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}}, indent=1))
+    if spec.anchor is not None and spec.anchor not in by_name:
+        raise ConfigError(f"--anchor {spec.anchor!r} is not a player (players: {', '.join(names)})")
+    if spec.schedule == "gauntlet":
+        unknown = [p for p in spec.pool if p not in by_name]
+        if not spec.pool or unknown or set(spec.pool) >= set(names):
+            raise ConfigError(f"gauntlet needs --pool naming some, not all, players of the tournament"
+                              f"{' (unknown: ' + ', '.join(unknown) + ')' if unknown else ''}")
+    # What decides a game's outcome: a rerun in the same directory must play under the same settings.
+    settings = {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed, "seed": spec.seed,
+                "temperature": spec.temperature, "max_new_tokens": spec.max_new_tokens, "prompts": spec.prompts}
+    info_file = out_dir / "tournament.json"
+    if info_file.is_file() and (out_dir / RESULTS_FILE).is_file():
+        try:
+            before = json.loads(info_file.read_text()).get("settings", {})
+        except json.JSONDecodeError:
+            before = {}
+        changed = sorted(k for k in settings
+                         if json.dumps(before.get(k), sort_keys=True) != json.dumps(settings[k], sort_keys=True))
+        if before and changed:
+            raise ConfigError(f"{out_dir} holds games played with other settings ({', '.join(changed)} differ); "
+                              "use another --out, or delete the directory to start over")
+    _write_json(info_file, {"settings": settings, "schedule": spec.schedule, "games_per_pairing": spec.games_per_pairing,
+                            "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}})
     models = {p.name for p in spec.players if p.twin is None}
     if spec.max_loaded and spec.max_loaded < 2:
         raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
@@ -358,24 +416,28 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     agents = _Agents(spec, scripted_strategies(spec.game))
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
     system = dict(spec.prompts)
-    rng = np.random.default_rng([spec.seed, 1])
-    rounds = 1 if spec.schedule != "swiss" else (spec.swiss_rounds or math.ceil(math.log2(len(names))) + 1)
+    swiss = spec.schedule == "swiss"
+    rounds = 1 if not swiss else (spec.swiss_rounds or min(math.ceil(math.log2(len(names))) + 1, len(names) - 1))
     envs: list = []
     batch_no = 0
     # The pairings of every round are written down before it is played, so a rerun replays the same
     # schedule (Swiss pairings depend on the results so far, which a rerun would otherwise see more of).
     schedule_file = out_dir / "schedule.json"
     stamp = {"players": names, "schedule": spec.schedule, "pool": spec.pool}
-    saved = json.loads(schedule_file.read_text()) if schedule_file.is_file() else {}
+    try:
+        saved = json.loads(schedule_file.read_text()) if schedule_file.is_file() else {}
+    except json.JSONDecodeError:
+        saved = {}  # cut by a kill while written: the rounds not yet played are paired again
     schedule: list = saved.get("rounds", []) if all(saved.get(k) == v for k, v in stamp.items()) else []
     for round_no in range(rounds):
         if round_no < len(schedule):
             pairs = [tuple(p) for p in schedule[round_no]]
         else:
-            pairs = _pairings(spec, names, log, rng)
+            pairs = _pairings(spec, names, log, np.random.default_rng([spec.seed, 1, round_no]))
             schedule.append([list(p) for p in pairs])
-            schedule_file.write_text(json.dumps({**stamp, "rounds": schedule}))
-        keys = [GameKey(a, b, k, o) for a, b in pairs for k in range(len(seeds)) for o in (0, 1)]
+            _write_json(schedule_file, {**stamp, "rounds": schedule})
+        keys = [GameKey(a, b, k, o, round_no if swiss else None) for a, b in pairs for k in range(len(seeds))
+                for o in (0, 1)]
         todo = [key for key in keys if key.id not in log.done]
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
                    desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
@@ -403,7 +465,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                 side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
                 ra = sum(returns.get(s, 0.0) for s in side_a)
                 rb = sum(returns.get(s, 0.0) for s in side_b)
-                rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order,
+                rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
                              "seed": seeds[key.k], "return_a": ra, "return_b": rb,
                              "score": 1.0 if ra > rb else 0.0 if ra < rb else 0.5})
             log.append(rows)
@@ -412,8 +474,9 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                 on_batch(batch_no)
             batch_no += 1
         bar.close()
-    # Only this tournament's players (an output directory reused with other players keeps their games too).
-    return [r for r in log.rows if r["a"] in by_name and r["b"] in by_name]
+    # Only this tournament's games (a directory reused with other players or more games keeps those too).
+    return [r for r in log.rows if r["a"] in by_name and r["b"] in by_name and r["k"] < len(seeds)
+            and (r.get("round") is not None) == swiss]
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -443,8 +506,11 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     from .ratings import Result, leaderboard
 
     played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
-    board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
-                        anchor=anchor)
+    try:
+        board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
+                            anchor=anchor)
+    except ValueError as exc:  # nothing to rate, players that never met (a Swiss round too few)...
+        raise ConfigError(f"cannot rate these results: {exc}") from exc
     (out_dir / "leaderboard.json").write_text(json.dumps(board, indent=1))
     with open(out_dir / "leaderboard.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(board[0]))

@@ -114,7 +114,7 @@ def test_several_seats_per_side_split_the_role(tmp_path):
     rows = run_tournament(spec, tmp_path, progress=False)
     oracle = [r["score"] if r["a"] == "scripted:oracle" else 1 - r["score"] for r in rows]
     assert np.mean(oracle) == 1.0
-    assert json.loads((tmp_path / "tournament.json").read_text())["sides"] == [
+    assert json.loads((tmp_path / "tournament.json").read_text())["settings"]["sides"] == [
         [f"solver_{i}" for i in range(4)], [f"solver_{i}" for i in range(4, 8)]]
 
 
@@ -173,7 +173,12 @@ def test_players_from_runs_checkpoints_models_and_twins(tmp_path, tiny_model_dir
     two = _fake_run(tmp_path, "exp2", [5], ["proposer", "solver"], tiny_model_dir)
     with pytest.raises(ConfigError, match="pick one with --policy"):
         resolve_players([str(two), "scripted:random"])
-    assert resolve_players([str(two), "scripted:random"], policy="solver")[0].path.name == "solver"
+    picked = resolve_players([str(two), "scripted:random"], policy="solver")[0]
+    assert picked.path.name == "solver" and picked.name == "exp2/step_000005/solver"  # several: named by policy
+    both = resolve_players([f"{two}:proposer", f"{two}:solver"])
+    assert [p.name for p in both] == ["exp2/step_000005/proposer", "exp2/step_000005/solver"]
+    mixed = resolve_players([str(run), str(two)], policy="solver")  # exp1 has one policy: it plays
+    assert [p.name for p in mixed] == ["exp1/step_000010", "exp1/step_000020", "exp2/step_000005/solver"]
     assert resolve_players([str(tiny_model_dir), "tiny"])[0].name == tiny_model_dir.name
     with pytest.raises(ConfigError, match="at least 2 players"):
         resolve_players(["scripted:nash"])
@@ -183,26 +188,33 @@ def test_players_from_runs_checkpoints_models_and_twins(tmp_path, tiny_model_dir
 
 def test_checkpoints_play_with_their_run_prompts_and_share_generate_calls(tmp_path, tiny_model_dir, monkeypatch):
     from cogym.agents.llm import LLMAgent
-    from cogym.runners.tournament import run_prompts
 
     run = _fake_run(tmp_path, "exp1", [10, 20], ["player"], tiny_model_dir)
-    players = resolve_players([str(run), "scripted:random"])
-    assert run_prompts(players) == {"first": "Poker.", "second": "Poker."}
-    calls: list[int] = []
+    other = _fake_run(tmp_path, "exp2", [5], ["player"], tiny_model_dir)
+    (other / "config.yaml").write_text("prompts:\n  first: {system: Cards!}\n  second: {system: Cards!}\n"
+                                       "policies:\n  player: {sampling: {max_new_tokens: 3}}\n")
+    players = resolve_players([str(run), str(other), "scripted:random"])
+    assert players[0].prompts == {"first": "Poker.", "second": "Poker."} and players[2].prompts == {
+        "first": "Cards!", "second": "Cards!"} and players[2].max_new_tokens == 3
+    calls: list[tuple[str, int, set]] = []
     original = LLMAgent.act
 
-    def counting(self, requests):
-        calls.append(len(requests))
+    def spy(self, requests):
+        calls.append((self.name, len(requests), {r.messages[0]["content"] for r in requests}))
         return original(self, requests)
 
-    monkeypatch.setattr(LLMAgent, "act", counting)
-    spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=8, max_new_tokens=2,
-                          prompts=run_prompts(players))
+    monkeypatch.setattr(LLMAgent, "act", spy)
+    spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=8)
     rows = run_tournament(spec, tmp_path / "t", progress=False)
-    assert len(rows) == 3 * 8
-    # 24 games in one batch: at each step of play, each checkpoint answers all of its seats in one call
-    # (Kuhn poker has at most 3 moves a game: at most 2 checkpoints x 3 steps calls, each of many requests)
-    assert len(calls) <= 2 * 3 and max(calls) >= 8 and sum(calls) > 2 * len(calls)
+    assert len(rows) == 6 * 8
+    for name, _, systems in calls:  # every checkpoint plays with its own run's prompts
+        assert systems == ({"Cards!"} if name.startswith("exp2") else {"Poker."}), (name, systems)
+    # 48 games in one batch: at each step of play, each checkpoint answers all of its seats in one call
+    # (Kuhn poker has at most 3 moves a game: at most 3 checkpoints x 3 steps calls, each of many requests)
+    assert len(calls) <= 3 * 3 and max(n for _, n, _ in calls) >= 8
+    with pytest.raises(ConfigError, match="other settings \\(prompts differ\\)"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=8,
+                                      prompts={"first": "Hi."}), tmp_path / "t", progress=False)
 
 
 def test_report_files_and_cli(tmp_path):
@@ -248,10 +260,8 @@ def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
     train(cfg, tmp_path / "run", progress=False)
     players = resolve_players([str(tmp_path / "run")])
     assert [p.name for p in players] == [f"run/step_{s:06d}" for s in (10, 20, 30, 40)]
-    from cogym.runners.tournament import run_prompts
-
-    rows = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=100,
-                                         prompts=run_prompts(players)), tmp_path / "t", progress=False)
+    rows = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=100), tmp_path / "t",
+                          progress=False)  # each checkpoint with its run's prompts and message limit
     assert len(rows) == 6 * 100
     board = report(rows, [p.name for p in players], tmp_path / "t", n_boot=200, plots=False)
     rank = [row["name"] for row in board]
@@ -298,7 +308,7 @@ def test_a_yaml_config_gives_the_options_and_the_command_line_wins(tmp_path):
                       f"out: {tmp_path / 'from_yaml'}\n")
     assert main(["tournament", "--config", str(config), "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "from_yaml" / RESULTS_FILE).read_text().splitlines()]
-    assert len(rows) == 4 and json.loads((tmp_path / "from_yaml" / "tournament.json").read_text())["fixed"] == {
+    assert len(rows) == 4 and json.loads((tmp_path / "from_yaml" / "tournament.json").read_text())["settings"]["fixed"] == {
         "judge": "scripted:oracle"}
     assert main(["tournament", "--config", str(config), "--games-per-pairing", "6", "--out", str(tmp_path / "cli"),
                  "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
@@ -333,7 +343,7 @@ def test_a_rerun_swiss_tournament_replays_its_pairings(tmp_path):
 
 
 def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkeypatch):
-    from cogym.agents.llm import LLMAgent
+    from cogym.agents.scripted import ScriptedAgent
     from cogym.runners import tournament
 
     run = _fake_run(tmp_path, "exp1", [1, 2, 3, 4], ["player"], tiny_model_dir)
@@ -342,7 +352,7 @@ def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkey
 
     def spy(self, who, role):
         agent = original(self, who, role)
-        peak[0] = max(peak[0], sum(isinstance(a, LLMAgent) for a in self.cache.values()))
+        peak[0] = max(peak[0], sum(not isinstance(a, ScriptedAgent) for a in self.cache.values()))
         return agent
 
     monkeypatch.setattr(tournament._Agents, "get", spy)
@@ -356,3 +366,40 @@ def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkey
     with pytest.raises(ConfigError, match="max_loaded"):
         run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, max_loaded=1), tmp_path / "x",
                        progress=False)
+
+
+def test_reruns_refuse_changed_settings_and_bad_options_fail_before_playing(tmp_path):
+    players = _scripted("nash", "random", "always_bet")
+    run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4), tmp_path, progress=False)
+    with pytest.raises(ConfigError, match="seed differ"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4, seed=7), tmp_path,
+                       progress=False)
+    fewer = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=2), tmp_path,
+                           progress=False)
+    assert len(fewer) == 3 * 2  # the games asked for, though the directory holds more
+    (tmp_path / "schedule.json").write_text('{"players": [')  # cut by a kill while written
+    assert len(run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4), tmp_path,
+                              progress=False)) == 3 * 4
+    with pytest.raises(ConfigError, match="--anchor 'nobody' is not a player"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, anchor="nobody"), tmp_path / "a",
+                       progress=False)
+    with pytest.raises(ConfigError, match="some, not all"):
+        run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="gauntlet",
+                                      pool=[p.name for p in players]), tmp_path / "g", progress=False)
+    assert not (tmp_path / "a" / RESULTS_FILE).exists() and not (tmp_path / "g" / RESULTS_FILE).exists()
+
+
+def test_swiss_rematches_are_new_games(tmp_path):
+    players = _scripted("nash", "random")
+    rows = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="swiss", swiss_rounds=3,
+                                         games_per_pairing=4), tmp_path, progress=False)
+    assert len(rows) == len({r["id"] for r in rows}) == 3 * 4 and {r["round"] for r in rows} == {0, 1, 2}
+    default = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, schedule="swiss",
+                                            games_per_pairing=4), tmp_path / "d", progress=False)
+    assert len(default) == 4  # two players: one round (no rematch by default)
+
+
+def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
+    rows = [{"a": "x", "b": "y", "score": 1.0}, {"a": "z", "b": "w", "score": 0.0}]  # two groups that never met
+    with pytest.raises(ConfigError, match="cannot rate these results: .*disconnected"):
+        report(rows, ["x", "y", "z", "w"], tmp_path, n_boot=0, plots=False)
