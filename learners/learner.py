@@ -344,6 +344,13 @@ class Learner:
             metrics.update({f"{role}/{name}": float(value) for name, value in stats.items()})
         return out, keep, metrics
 
+    def _shaped(self, scores: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Outcome scores with DAPO's overlong penalty (§7.4) when ``overlong_buffer`` > 0."""
+        if self.cfg.overlong_buffer <= 0:
+            return scores
+        return apply_overlong_shaping(scores, lengths, self.max_new_tokens, self.cfg.overlong_buffer,
+                                      self.cfg.overlong_penalty)
+
     # -- dynamic sampling ------------------------------------------------------------------------
 
     def group_decisions(self, turns: Sequence[Turn]) -> dict:
@@ -351,11 +358,8 @@ class Learner:
         by the configured predicate on the turns' (overlong-shaped) rewards."""
         if not turns:
             return {}
-        scores = torch.tensor([float(t.reward) for t in turns], dtype=torch.float64)
-        if self.cfg.overlong_buffer > 0:
-            lengths = torch.tensor([len(t.response_ids) for t in turns])
-            scores = apply_overlong_shaping(scores, lengths, self.max_new_tokens, self.cfg.overlong_buffer,
-                                            self.cfg.overlong_penalty)
+        scores = self._shaped(torch.tensor([float(t.reward) for t in turns], dtype=torch.float64),
+                              torch.tensor([len(t.response_ids) for t in turns]))
         low, high = self.cfg.dynamic_sampling_low, self.cfg.dynamic_sampling_high
         bounds = None  # the predicate's own, where a bound is not given
         if self.cfg.dynamic_sampling != "std_gt_0" and (low is not None or high is not None):
@@ -377,8 +381,7 @@ class Learner:
         b = TokenBatch.from_turns(turns, self.policy.tokenizer.pad_token_id).to(self.policy.device)
         metrics: dict[str, float] = {}
         if cfg.overlong_buffer > 0:  # DAPO soft overlong punishment, added to the outcome (§7.4)
-            shaped = apply_overlong_shaping(b.scores.double(), b.mask.sum(1), self.max_new_tokens, cfg.overlong_buffer,
-                                            cfg.overlong_penalty)
+            shaped = self._shaped(b.scores.double(), b.mask.sum(1))
             metrics["overlong_penalty"] = float((shaped - b.scores.double()).mean())
             b.scores = shaped.to(b.scores.dtype)
         if cfg.mask_truncated:  # overlong filtering: responses cut at the limit leave the loss and the statistics

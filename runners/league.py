@@ -40,6 +40,7 @@ from cogym.agents.policy import Policy, SamplingParams
 
 from .config import LeagueConfig
 from .ratings import Result, StreamingRatings
+from .tournament import game_score  # the learner's seats as side a, the league's as side b
 
 PREFIX = "league:"  # policy id of a member's seats: no learner has it
 CURRENT = "current"  # the learner's name in the ratings table
@@ -58,13 +59,6 @@ def pfsp_weights(wins: Sequence[float], games: Sequence[int], power: float = 1.0
         raise ValueError("need 0 <= wins <= games for every opponent")
     weights = (1.0 - (w + 1.0) / (g + 2.0)) ** float(power)
     return weights / weights.sum()
-
-
-def game_score(returns: dict[str, float], learner_seats: Sequence[str], league_seats: Sequence[str]) -> float:
-    """1 if the learner's seats made more than the league's, 0 if less, 0.5 on a tie."""
-    a = sum(returns.get(s, 0.0) for s in learner_seats)
-    b = sum(returns.get(s, 0.0) for s in league_seats)
-    return 1.0 if a > b else 0.0 if a < b else 0.5
 
 
 @dataclass

@@ -177,6 +177,17 @@ class GameKey:
         return json.dumps(parts)
 
 
+def side_returns(returns: dict[str, float], *sides: Sequence[str]) -> list[float]:
+    """Each side's return: the sum of its seats' returns."""
+    return [sum(returns.get(seat, 0.0) for seat in side) for side in sides]
+
+
+def game_score(returns: dict[str, float], side_a: Sequence[str], side_b: Sequence[str]) -> float:
+    """The result for side a: 1 if its seats made more than side b's, 0 if less, 0.5 on a tie."""
+    ra, rb = side_returns(returns, side_a, side_b)
+    return 1.0 if ra > rb else 0.0 if ra < rb else 0.5
+
+
 def game_seeds(seed: int, n: int) -> list[int]:
     """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
     return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
@@ -463,11 +474,10 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
             rows = []
             for key, returns in zip(batch, res.returns):
                 side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
-                ra = sum(returns.get(s, 0.0) for s in side_a)
-                rb = sum(returns.get(s, 0.0) for s in side_b)
+                ra, rb = side_returns(returns, side_a, side_b)
                 rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
                              "seed": seeds[key.k], "return_a": ra, "return_b": rb,
-                             "score": 1.0 if ra > rb else 0.0 if ra < rb else 0.5})
+                             "score": game_score(returns, side_a, side_b)})
             log.append(rows)
             bar.update(len(batch))
             if on_batch is not None:

@@ -129,6 +129,7 @@ def _ds_learner(predicate: str = "std_gt_0", max_rounds: int = 10):
     cfg = LearnerConfig(dynamic_sampling=predicate, max_sampling_rounds=max_rounds)
     stub = types.SimpleNamespace(cfg=cfg, max_new_tokens=8)
     stub.group_decisions = lambda turns: Learner.group_decisions(stub, turns)
+    stub._shaped = lambda scores, lengths: Learner._shaped(stub, scores, lengths)
     return stub
 
 
