@@ -1,0 +1,97 @@
+"""Golden metrics: short runs of the shipped configs whose every non-timing metric is pinned.
+
+They guard behaviour across refactors: the same config, seed and code path must log the same
+numbers. A change that alters numbers on purpose (a new forward pass, a fix) regenerates them in
+its own commit that says why and by how much::
+
+    python tests/golden/golden.py            # rewrite every tests/golden/*.json
+    python tests/golden/golden.py kuhn_poker # rewrite one
+
+The runs: the default config (proposer_solver) for 30 iterations on the torch engine, and every
+shipped config (``configs/*.yaml`` and ``examples/number_guess.yaml``) for 5 iterations as shipped
+(its own engines; TensorBoard and checkpoints off, which log nothing). One intra-op thread, as
+the test suite uses, so float reductions run in one order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# Timings and where-things-are: everything else a run logs is pinned.
+TIMING_SUFFIXES = ("_s", "tokens_per_s", "_seconds")
+UNPINNED = {"run_dir", "wall_s", "tokens_per_s"}
+
+
+def runs() -> dict[str, tuple[Path, list[str]]]:
+    """name -> (config path, overrides) of every golden run."""
+    common = ["run.tensorboard=false", "run.checkpoint_every=0"]
+    out: dict[str, tuple[Path, list[str]]] = {
+        "default_torch_30": (REPO / "configs" / "proposer_solver.yaml",
+                             ["run.iterations=30", "learners.proposer.engine=torch",
+                              "learners.solver.engine=torch", *common]),
+    }
+    for path in sorted((REPO / "configs").glob("*.yaml")) + [REPO / "examples" / "number_guess.yaml"]:
+        out[f"{path.stem}_5"] = (path, ["run.iterations=5", *common])
+    return out
+
+
+def pinned(row: dict) -> dict:
+    """The non-timing entries of a metrics row or summary."""
+    return {k: v for k, v in row.items() if k not in UNPINNED and not k.endswith(TIMING_SUFFIXES)}
+
+
+def run_golden(name: str, out_dir: Path) -> dict:
+    """Train one golden run in ``out_dir``; return {"metrics": [rows], "summary": {...}}, pinned parts only."""
+    import torch
+
+    from cogym.runners.config import load_config
+    from cogym.runners.train import train
+
+    torch.set_num_threads(1)
+    path, overrides = runs()[name]
+    cfg = load_config(path, [*overrides, f"run.out_dir={out_dir}", "run.plot=false"])
+    summary = train(cfg, out_dir / "run", progress=False)
+    rows = [json.loads(line) for line in (out_dir / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"metrics": [pinned(r) for r in rows], "summary": pinned(summary)}
+
+
+def differences(expected, actual, where: str = "") -> list[str]:
+    """Every place two golden records differ (exact equality; NaN equals NaN)."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = [f"{where}.{k}: missing" for k in expected if k not in actual]
+        out += [f"{where}.{k}: new metric" for k in actual if k not in expected]
+        for k in expected:
+            if k in actual:
+                out += differences(expected[k], actual[k], f"{where}.{k}")
+        return out
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            return [f"{where}: {len(expected)} rows expected, {len(actual)} logged"]
+        return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{where}[{i}]")]
+    if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
+        return []
+    return [] if expected == actual else [f"{where}: expected {expected!r}, got {actual!r}"]
+
+
+def main(argv: list[str]) -> None:
+    import tempfile
+
+    names = argv or list(runs())
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            record = run_golden(name, Path(tmp))
+        (HERE / f"{name}.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {HERE / f'{name}.json'} ({len(record['metrics'])} rows)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,36 @@
+"""Every golden run (tests/golden/golden.py) logs exactly its recorded non-timing metrics.
+
+A failure lists each metric that moved. If the change was meant to move numbers, regenerate the
+files with ``python tests/golden/golden.py [NAME ...]`` in a commit of its own that says why and
+by how much; never loosen this comparison to make a refactor pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from golden import HERE, differences, run_golden, runs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", sorted(runs()))
+def test_golden_run_logs_its_recorded_metrics(name: str, tmp_path: Path) -> None:
+    expected = json.loads((HERE / f"{name}.json").read_text())
+    actual = json.loads(json.dumps(run_golden(name, tmp_path)))  # the same JSON round trip as the record
+    diffs = differences(expected, actual, name)
+    assert not diffs, f"{len(diffs)} golden values moved:\n" + "\n".join(diffs[:40])
+
+
+def test_differences_reports_a_moved_metric() -> None:
+    """The comparison itself: a changed, missing or new value is reported; NaN equals NaN."""
+    base = {"metrics": [{"a": 1.0, "b": float("nan")}], "summary": {"s": 0.5}}
+    assert differences(base, json.loads(json.dumps(base))) == []
+    moved = {"metrics": [{"a": 1.0000001, "b": float("nan")}], "summary": {"s": 0.5}}
+    assert differences(base, moved) == [".metrics[0].a: expected 1.0, got 1.0000001"]
+    assert differences(base, {"metrics": [{"a": 1.0}], "summary": {"s": 0.5, "t": 1}}) == [
+        ".metrics[0].b: missing", ".summary.t: new metric"]
+    assert differences(base, {"metrics": [], "summary": {"s": 0.5}}) == [".metrics: 1 rows expected, 0 logged"]
