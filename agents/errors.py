@@ -1,5 +1,5 @@
-"""Errors raised by cogym.agents that users are expected to catch."""
+"""Errors raised by cogym.agents that users are expected to catch (:mod:`cogym.core.errors`)."""
 
+from cogym.core.errors import ModelLoadError
 
-class ModelLoadError(ValueError):
-    """A model path that does not exist, is not an HF model directory, or fails to load."""
+__all__ = ["ModelLoadError"]

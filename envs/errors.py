@@ -1,15 +1,13 @@
-"""Errors the games raise at their boundaries, for users to catch.
+"""Errors the games raise at their boundaries, for users to catch (:mod:`cogym.core.errors`).
 
-They subclass the built-in type a caller would already catch (``ValueError`` for bad
-configuration or data), so ``except ValueError`` keeps working.
+:class:`DatasetError`: a problem file cannot be used (missing, unreadable, or a line that is not a
+valid record); the message is one line naming the file, the line number (when there is one), what
+is wrong and how to fix it, raised when the game is constructed, never in the middle of an episode.
+:class:`GameError`: an unknown game or argument, or a game that breaks the game contract.
 """
 
 from __future__ import annotations
 
+from cogym.core.errors import DatasetError, GameError
 
-class DatasetError(ValueError):
-    """A problem file cannot be used: missing, unreadable, or a line that is not a valid record.
-
-    The message is one line naming the file, the line number (when there is one), what is wrong
-    and how to fix it. Raised when the game is constructed, never in the middle of an episode.
-    """
+__all__ = ["DatasetError", "GameError"]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from cogym.envs.base import CogymEnv
+from cogym.envs.errors import GameError
 from cogym.envs.token_level import Codec, TokenLevelEnv, wrap
 
 ScriptedFn = Callable[[str, np.random.Generator], str]
@@ -51,7 +52,7 @@ def _check_arguments(reg: Registration, kwargs: Mapping[str, Any]) -> None:
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"game {reg.id!r} has no argument {key!r}{hint} Its arguments are: {', '.join(names)}")
+            raise GameError(f"game {reg.id!r} has no argument {key!r}{hint} Its arguments are: {', '.join(names)}")
 
 
 def register(
@@ -66,9 +67,9 @@ def register(
     ``scripted`` maps each role to its scripted twins (name -> function).
     """
     if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
-        raise ValueError(f"game id must look like 'name-v0' (lowercase name, '-v', version number), got {id!r}")
+        raise GameError(f"game id must look like 'name-v0' (lowercase name, '-v', version number), got {id!r}")
     if id in _REGISTRY:
-        raise ValueError(f"game {id!r} is already registered; bump the version (e.g. '{id.rsplit('-v', 1)[0]}-v{int(id.rsplit('-v', 1)[1]) + 1}') to change a game")
+        raise GameError(f"game {id!r} is already registered; bump the version (e.g. '{id.rsplit('-v', 1)[0]}-v{int(id.rsplit('-v', 1)[1]) + 1}') to change a game")
     if not callable(entry_point):
         raise TypeError(f"entry_point of {id!r} must be callable, got {type(entry_point).__name__}")
     frozen_scripted = MappingProxyType({role: MappingProxyType(dict(fns)) for role, fns in (scripted or {}).items()})
@@ -82,7 +83,7 @@ def _lookup(id: str) -> Registration:
         known = sorted(_REGISTRY)
         close = difflib.get_close_matches(id, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}")
+        raise GameError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}")
     return _REGISTRY[id]
 
 

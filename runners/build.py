@@ -11,26 +11,25 @@ import importlib
 import importlib.util
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.llm import LLMAgent
 from cogym.agents.lora import ADAPTER_CONFIG, LoraBase, adapter_base, is_adapter_dir
 from cogym.agents.policy import Policy, resolve_model_dir
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
-from cogym.envs import make, scripted_strategies
+from cogym.envs import make
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners.learner import Learner
 
-from .config import Config, ConfigError, _suggest, league_policy
+from .agent_factory import AgentFactory, twin_name
+from .config import Config, ConfigError, _build, _suggest, league_policy
+from .evaluation import evaluators_of
 from .league import League
 from .token_rollout import ChatCodec
-
-SCRIPTED_PREFIX = "scripted:"
 
 
 def import_game_modules(modules: list[str]) -> None:
@@ -96,6 +95,7 @@ class Run:
     roles: tuple[str, ...]
     seats: dict[str, tuple[str, Agent]]  # seat name -> (policy id, agent)
     league: League | None = None  # league.seats set: past selves of a policy play those seats
+    evaluators: list = field(default_factory=list)  # eval: held-out arithmetic, vs_scripted, ... (runners.evaluation)
 
     def seat_map(self, seat: str, role: str) -> tuple[str, Agent]:
         return self.seats[seat]
@@ -218,20 +218,20 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         if key not in roles and key not in game.possible_agents:
             raise ConfigError(f"seats.{key}: {cfg.game.id} has no role or seat {key!r} (roles: {', '.join(roles)})")
     _check_role_keys(cfg, roles)
-    twins = scripted_strategies(cfg.game.id)
+    factory = AgentFactory(cfg.game.id, seed=cfg.run.seed)
     assignment: dict[str, tuple[str, str]] = {}  # seat -> (policy id, role)
     for seat in game.possible_agents:
         role = game.role_of(seat)
         pid = cfg.seats.get(seat, cfg.seats.get(role))
         if pid is None:
             raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
-        if pid.startswith(SCRIPTED_PREFIX) and pid[len(SCRIPTED_PREFIX):] not in twins.get(role, {}):
-            raise ConfigError(f"seats: no scripted twin {pid[len(SCRIPTED_PREFIX):]!r} for role {role!r} of "
-                              f"{cfg.game.id} (available: {', '.join(twins.get(role, {})) or 'none'})")
+        if twin_name(pid) is not None:
+            factory.check_twin(twin_name(pid), role)
         assignment[seat] = (pid, role)
     _check_groups(cfg, game, assignment)
+    evaluators = evaluators_of(cfg, _build)  # after game.modules: they may register evaluator kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats else None
-    policies, agents, learners = {}, {}, {}
+    policies, learners = {}, {}
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
     for pid, pc in cfg.policies.items():  # every policy (every adapter) first, then the learners that copy them
@@ -242,7 +242,6 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
             policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
         else:
             policies[pid] = Policy.from_pretrained(path, name=pid)
-        agents[pid] = LLMAgent(policies[pid], pc.sampling, name=pid)
     for pid, pc in cfg.policies.items():
         if pid not in used:
             continue
@@ -267,18 +266,10 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
                                     critic_weights=critic if critic is not None and critic.is_dir() else None,
                                     game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)
     games = _make_games(cfg, policies, used)
-    seats: dict[str, tuple[str, Agent]] = {}
-    for seat, (pid, role) in assignment.items():
-        if pid.startswith(SCRIPTED_PREFIX):
-            # One agent per (twin, role): "scripted:random" is a different strategy for each role.
-            key = f"{pid}@{role}"
-            if key not in agents:
-                agents[key] = ScriptedAgent(twins[role][pid[len(SCRIPTED_PREFIX):]], name=key, seed=cfg.run.seed)
-            seats[seat] = (pid, agents[key])
-        else:
-            seats[seat] = (pid, agents[pid])
+    sampling = {pid: pc.sampling for pid, pc in cfg.policies.items()}
+    seats = {seat: (pid, factory.seat(pid, role, policies, sampling)) for seat, (pid, role) in assignment.items()}
     league = None
     if league_seats is not None:  # its members are added when training starts (League.start)
         pid = league_policy(cfg)
         league = League(cfg.league, pid, policies[pid], cfg.policies[pid].sampling, *league_seats, seed=cfg.run.seed)
-    return Run(cfg, games, policies, learners, roles, seats, league)
+    return Run(cfg, games, policies, learners, roles, seats, league, evaluators)

@@ -8,14 +8,11 @@ import sys
 from pathlib import Path
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors a user causes (bad config, model path, dataset, missing file): one line, exit 2.
-    Anything else is a bug and keeps its traceback."""
-    from cogym.agents.errors import ModelLoadError
-    from cogym.envs.errors import DatasetError
+    """Errors a user causes (any :class:`~cogym.core.errors.CogymError`: config, game, model path,
+    dataset; or a missing file): one line, exit 2. Anything else is a bug and keeps its traceback."""
+    from cogym.core.errors import CogymError
 
-    from .config import ConfigError
-
-    return (ConfigError, ModelLoadError, DatasetError, FileNotFoundError)
+    return (CogymError, FileNotFoundError)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import yaml
 
 from cogym.agents.lora import LoraConfig, peft_available
 from cogym.agents.policy import SamplingParams
+from cogym.core.errors import ConfigError
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.config import LearnerConfig
@@ -31,11 +32,11 @@ from cogym.learners.learner import DYNAMIC_SAMPLING
 from cogym.learners.multiagent import PRIME_GRANULARITIES, PRIME_NORMS, RAE_ORDERS
 from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
+from .agent_factory import twin_name
+
 DEFAULT_CONFIG = "proposer_solver.yaml"
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot be run; the message names the key and the fix."""
 
 
 @dataclass
@@ -77,6 +78,9 @@ class EvalConfig:
     heldout: bool = True  # greedy solver accuracy on the fixed held-out set, before and after
     size: int = 500
     max_new_tokens: int = 8
+    # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation), e.g.
+    # vs_nash: {kind: vs_scripted, opponent: nash, games: 200}
+    evaluators: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -425,7 +429,7 @@ def validate(cfg: Config) -> None:
     for seat, pid in cfg.seats.items():
         if not isinstance(pid, str):
             raise ConfigError(f"seats.{seat} must be a policy id (a string), got {pid!r}")
-        if pid.startswith("scripted:"):
+        if twin_name(pid) is not None:
             continue  # a scripted twin of the game's role; checked against the game when built
         if pid not in cfg.policies:
             raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "

@@ -38,7 +38,9 @@ import numpy as np
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy, SamplingParams
 
+from .agent_factory import model_agent
 from .config import LeagueConfig
+from .hooks import TrainHook
 from .ratings import Result, StreamingRatings
 from .tournament import game_score  # the learner's seats as side a, the league's as side b
 
@@ -91,7 +93,7 @@ class League:
     # -- members ---------------------------------------------------------------------------------
 
     def _member(self, name: str, iteration: int, policy: Policy) -> Member:
-        return Member(name, iteration, LLMAgent(policy, self.sampling, name=PREFIX + name))
+        return Member(name, iteration, model_agent(policy, self.sampling, PREFIX + name))
 
     def add(self, iteration: int) -> None:
         """Snapshot the policy's current weights as member ``it<iteration>``; drop the oldest beyond ``size``."""
@@ -234,3 +236,29 @@ class League:
             self.load(checkpoint / "league")
         else:
             self.add(iteration)
+
+
+class LeagueHook(TrainHook):
+    """A league as a training hook: it seats its opponents, rates their games, snapshots the policy,
+    checkpoints itself under ``league/`` and puts its table in the summary."""
+
+    def __init__(self, league: League) -> None:
+        self.league = league
+
+    def start(self, iteration: int, checkpoint: Path | None) -> None:
+        self.league.start(iteration, checkpoint)
+
+    def seat_maps(self, seat_map, iteration: int, n_games: int, group_size: int, round_: int = 0):
+        return self.league.assign(seat_map, iteration, n_games, group_size, round_)
+
+    def after_rollout(self, result, context, iteration: int) -> dict[str, float]:
+        return self.league.record(result.returns, context, iteration)
+
+    def after_update(self, iteration: int) -> None:
+        self.league.after_update(iteration)  # a snapshot every league.every iterations
+
+    def save(self, checkpoint: Path) -> None:
+        self.league.save(checkpoint / "league")  # its members (HF dirs), win counts and ratings
+
+    def summary(self) -> dict:
+        return {"league": self.league.leaderboard()}

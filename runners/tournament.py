@@ -31,9 +31,9 @@ import numpy as np
 
 from cogym.agents.types import Agent
 
+from .agent_factory import AgentFactory, twin_name
 from .config import ConfigError
 
-SCRIPTED = "scripted:"
 SCHEDULES = ("round_robin", "gauntlet", "swiss")
 RESULTS_FILE = "results.jsonl"
 
@@ -83,8 +83,8 @@ def resolve_players(specs: Sequence[str], policy: str | None = None) -> list[Pla
     Names are stable: ``<run>/step_N`` for checkpoints, the directory name for a model."""
     players: list[Player] = []
     for spec in specs:
-        if spec.startswith(SCRIPTED):
-            players.append(Player(name=spec, twin=spec[len(SCRIPTED):]))
+        if twin_name(spec) is not None:
+            players.append(Player(name=spec, twin=twin_name(spec)))
             continue
         path, own_policy = Path(spec), policy
         if ":" in spec and not path.exists():  # PATH:POLICY
@@ -275,35 +275,28 @@ def default_sides(env) -> list[list[str]]:
 class _Agents:
     """One agent per model player (loaded once), one per (scripted twin, role)."""
 
-    def __init__(self, spec: TournamentSpec, twins: dict) -> None:
-        self.spec, self.twins, self.cache = spec, twins, {}
+    def __init__(self, spec: TournamentSpec) -> None:
+        self.spec, self.factory = spec, AgentFactory(spec.game, seed=spec.seed)
+        self.cache = self.factory.agents
         self.players = {p.name for p in spec.players if p.twin is None}  # model players (fixed models are kept)
         self.loads = 0
 
     def get(self, who: str | Player, role: str) -> Agent:
-        from cogym.agents.llm import LLMAgent
         from cogym.agents.policy import Policy, SamplingParams
-        from cogym.agents.scripted import ScriptedAgent
 
         name = who.name if isinstance(who, Player) else who
-        twin = who.twin if isinstance(who, Player) else (who[len(SCRIPTED):] if who.startswith(SCRIPTED) else None)
+        twin = who.twin if isinstance(who, Player) else twin_name(who)
         if twin is not None:
-            key = (name, role)
-            if key not in self.cache:
-                if twin not in self.twins.get(role, {}):
-                    raise ConfigError(f"{name}: {self.spec.game} has no scripted twin {twin!r} for role {role!r} "
-                                      f"(available: {', '.join(self.twins.get(role, {})) or 'none'})")
-                self.cache[key] = ScriptedAgent(self.twins[role][twin], name=f"{name}@{role}", seed=self.spec.seed)
-            return self.cache[key]
+            self.factory.check_twin(twin, role, where=name)
+            return self.factory.scripted(twin, role, name=f"{name}@{role}")
         if name not in self.cache:
             path = who.path if isinstance(who, Player) else Path(who)
             own = who if isinstance(who, Player) else Player(name)
             limit = self.spec.max_new_tokens or own.max_new_tokens or 8
             sampling = SamplingParams(max_new_tokens=limit, temperature=self.spec.temperature)
-            agent = LLMAgent(Policy.from_pretrained(path, name=name), sampling, name=name)
-            if own.prompts is not None:  # a checkpoint plays with its run's prompts (--system still wins)
-                agent = _Prompted(agent, {**own.prompts, **self.spec.prompts})
-            self.cache[name] = agent
+            # A checkpoint plays with its run's prompts (--system still wins).
+            wrap = (lambda agent: _Prompted(agent, {**own.prompts, **self.spec.prompts})) if own.prompts is not None else None
+            self.factory.model(name, lambda: Policy.from_pretrained(path, name=name), sampling, wrap=wrap)
             self.loads += 1
         return self.cache[name]
 
@@ -323,7 +316,8 @@ class _Agents:
     def reseed(self, batch: int) -> None:
         from cogym.agents.scripted import ScriptedAgent
 
-        for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: str(kv[0]))):
+        # Scripted agents first, then by name: each batch's streams are fixed by the players in it.
+        for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: (twin_name(kv[0]) is None, kv[0]))):
             if isinstance(agent, ScriptedAgent):
                 agent.rng = np.random.default_rng([self.spec.seed, batch, k])
 
@@ -368,7 +362,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     import torch
     from tqdm.auto import tqdm
 
-    from cogym.envs import make, scripted_strategies
+    from cogym.envs import make
 
     from .rollout import rollout
 
@@ -424,7 +418,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     if spec.max_loaded and spec.max_loaded < 2:
         raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
     log = ResultsLog(out_dir / RESULTS_FILE)
-    agents = _Agents(spec, scripted_strategies(spec.game))
+    agents = _Agents(spec)
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
     system = dict(spec.prompts)
     swiss = spec.schedule == "swiss"

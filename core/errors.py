@@ -1,0 +1,28 @@
+"""cogym's error hierarchy: everything a user causes and is expected to catch is a :class:`CogymError`.
+
+Each subclass also derives from the built-in type a caller would already catch (``ValueError``),
+so ``except ValueError`` keeps working. The CLI prints any :class:`CogymError` as one line and
+exits 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class CogymError(Exception):
+    """Base of every error cogym raises for a user's input (config, game, model, data)."""
+
+
+class ConfigError(CogymError, ValueError):
+    """A configuration that cannot be run; the message names the key and the fix."""
+
+
+class GameError(CogymError, ValueError):
+    """An unknown game or argument, or a game that breaks the game contract."""
+
+
+class ModelLoadError(CogymError, ValueError):
+    """A model path that does not exist, is not an HF model directory, or fails to load."""
+
+
+class DatasetError(CogymError, ValueError):
+    """A problem or data file that is missing or malformed."""

@@ -1,0 +1,76 @@
+"""One agent factory for training, evaluation, tournaments and leagues.
+
+A seat is played by a model (an :class:`~cogym.agents.llm.LLMAgent` over a
+:class:`~cogym.agents.policy.Policy`) or by one of the game's scripted twins, named
+``scripted:<twin>``. A twin is a strategy *per role* ("scripted:random" plays each role its own
+way), so the factory keeps one agent per (twin, role), named ``scripted:<twin>@<role>``, and one
+agent per model key.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cogym.agents.llm import LLMAgent
+from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.scripted import ScriptedAgent
+from cogym.agents.types import Agent
+from cogym.core.errors import ConfigError
+from cogym.envs import scripted_strategies
+
+SCRIPTED_PREFIX = "scripted:"
+
+
+def twin_name(spec: str) -> str | None:
+    """``"nash"`` for ``"scripted:nash"``; None for anything that is not a scripted twin."""
+    return spec[len(SCRIPTED_PREFIX):] if spec.startswith(SCRIPTED_PREFIX) else None
+
+
+def model_agent(policy: Policy, sampling: SamplingParams, name: str) -> LLMAgent:
+    """A seat played by ``policy`` (batched generation; ids and behaviour log-probs kept)."""
+    return LLMAgent(policy, sampling, name=name)
+
+
+class AgentFactory:
+    """Agents for the seats of one game; ``seed`` starts every scripted agent's RNG (callers reseed
+    them per iteration or batch for replayable streams)."""
+
+    def __init__(self, game_id: str, seed: int = 0) -> None:
+        self.game_id, self.seed = game_id, seed
+        self.twins = scripted_strategies(game_id)
+        self.agents: dict[str, Agent] = {}
+
+    def check_twin(self, twin: str, role: str, where: str = "seats") -> None:
+        """A one-line error naming the available twins when ``role`` has no twin ``twin``."""
+        if twin not in self.twins.get(role, {}):
+            raise ConfigError(f"{where}: no scripted twin {twin!r} for role {role!r} of {self.game_id} "
+                              f"(available: {', '.join(self.twins.get(role, {})) or 'none'})")
+
+    def scripted(self, twin: str, role: str, name: str | None = None) -> ScriptedAgent:
+        """The agent playing twin ``twin`` in ``role`` (one per name; the name defaults to
+        ``scripted:<twin>@<role>``)."""
+        key = name or f"{SCRIPTED_PREFIX}{twin}@{role}"
+        if key not in self.agents:
+            self.check_twin(twin, role)
+            self.agents[key] = ScriptedAgent(self.twins[role][twin], name=key, seed=self.seed)
+        return self.agents[key]
+
+    def model(self, key: str, policy: Policy | Callable[[], Policy], sampling: SamplingParams,
+              wrap: Callable[[Agent], Agent] | None = None) -> Agent:
+        """The agent of model ``key`` (built once from ``policy``, or a function that loads it);
+        ``wrap`` decorates it (e.g. a player that brings its own prompts)."""
+        if key not in self.agents:
+            loaded = policy() if callable(policy) and not isinstance(policy, Policy) else policy
+            agent = model_agent(loaded, sampling, key)
+            self.agents[key] = wrap(agent) if wrap is not None else agent
+        return self.agents[key]
+
+    def seat(self, spec: str, role: str, policies: dict[str, Policy], sampling: dict[str, SamplingParams]) -> Agent:
+        """A seat's agent from a training config's ``seats`` value: ``scripted:<twin>`` or a policy id."""
+        twin = twin_name(spec)
+        if twin is not None:
+            return self.scripted(twin, role)
+        return self.model(spec, policies[spec], sampling[spec])
+
+    def drop(self, key: str) -> None:
+        self.agents.pop(key, None)

@@ -1,0 +1,195 @@
+"""Evaluations a config declares: run before training, every ``run.eval_every`` iterations, and after.
+
+An evaluator is a small object with ``name`` and ``evaluate(run) -> {metric: value}``, made from
+a mapping under ``eval.evaluators`` whose ``kind`` names a registered evaluator class and whose
+other keys are the fields of that class (typed and checked when the config loads)::
+
+    eval:
+      evaluators:
+        vs_nash: {kind: vs_scripted, opponent: nash, games: 200}   # metrics eval/vs_nash/...
+
+Shipped kinds:
+
+- ``heldout_arithmetic``: greedy accuracy of the policy behind a role (``solver``) on the fixed
+  500-problem arithmetic set, logged as ``heldout_acc``. ``eval.heldout: true`` (the default) adds
+  it when the game has that role.
+- ``vs_scripted``: the trained policy in its own seats against a scripted twin of the game in the
+  other seats (or in ``seats``), over ``games`` games with fixed seeds (the same games every time
+  it runs, so before and after are paired): ``eval/<name>/win_rate`` (1 for a win, 0.5 for a draw:
+  the sign of the two sides' return difference), ``eval/<name>/return`` (the policy's seats' mean
+  return) and ``eval/<name>/invalid`` when the game reports invalid moves.
+
+An evaluation never moves training: it plays on its own game copies, with its own scripted agents,
+and inside a forked torch RNG, so a run with evaluators logs the same training numbers as without.
+Register your own kind with :func:`register_evaluator` in a module listed under ``game.modules``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from cogym.core.errors import ConfigError
+from cogym.envs import make
+
+from .agent_factory import AgentFactory, model_agent
+from .evaluate import heldout_accuracy
+
+EVALUATORS: dict[str, type] = {}
+
+
+def register_evaluator(kind: str) -> Callable[[type], type]:
+    """Class decorator: make ``kind`` usable under ``eval.evaluators``."""
+
+    def add(cls: type) -> type:
+        if kind in EVALUATORS and EVALUATORS[kind] is not cls:
+            raise ConfigError(f"evaluator kind {kind!r} is already registered ({EVALUATORS[kind].__name__})")
+        EVALUATORS[kind] = cls
+        return cls
+
+    return add
+
+
+@register_evaluator("heldout_arithmetic")
+@dataclass
+class HeldoutArithmetic:
+    """Greedy accuracy of ``role``'s policy on the held-out arithmetic set (its first ``size`` problems)."""
+
+    name: str = "heldout"
+    role: str = "solver"
+    size: int = 500
+    max_new_tokens: int = 8
+
+    def evaluate(self, run) -> dict[str, float]:
+        from cogym.envs.arithmetic import load_heldout
+
+        policy = run.policy_for_role(self.role) if self.role in run.roles else None
+        if policy is None:
+            return {}
+        system = run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else ""
+        records = load_heldout()[: self.size]
+        return {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens)}
+
+
+@register_evaluator("vs_scripted")
+@dataclass
+class VsScripted:
+    """``policy`` (default: the first trained policy with a seat) against scripted twin ``opponent``."""
+
+    name: str = ""
+    opponent: str = "random"
+    policy: str = ""
+    seats: list = field(default_factory=list)  # seats or roles the twin plays; []: every seat not the policy's
+    games: int = 200
+    seed: int = 12345
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"vs_{self.opponent}"
+        if self.games < 1:
+            raise ValueError(f"games must be >= 1, got {self.games}")
+
+    def _policy_id(self, run) -> str:
+        if self.policy:
+            if self.policy not in run.policies:
+                raise ConfigError(f"eval.evaluators.{self.name}.policy: {self.policy!r} plays no seat "
+                                  f"(policies with seats: {', '.join(run.policies)})")
+            return self.policy
+        trained = [pid for pid in run.learners if pid in run.policies]
+        if not trained:
+            raise ConfigError(f"eval.evaluators.{self.name}: no trained policy plays a seat; name one with policy:")
+        return trained[0]
+
+    def _seating(self, run, game, pid: str) -> tuple[dict, list[str], list[str]]:
+        """seat -> (policy id, agent) for the evaluation games, the policy's seats and the twin's."""
+        factory = AgentFactory(run.cfg.game.id, seed=self.seed)
+        sampling = run.cfg.policies[pid].sampling
+        if self.greedy:
+            sampling = dataclasses.replace(sampling, temperature=0.0)
+        mine = [s for s in game.possible_agents if run.seats[s][0] == pid]
+        twin = [s for s in game.possible_agents if s not in mine
+                and (not self.seats or s in self.seats or game.role_of(s) in self.seats)]
+        if not mine or not twin:
+            raise ConfigError(f"eval.evaluators.{self.name}: policy {pid!r} needs a seat of its own and the twin one "
+                              f"(policy seats: {mine}, twin seats: {twin})")
+        seating = {}
+        for seat in game.possible_agents:
+            role = game.role_of(seat)
+            if seat in mine:
+                seating[seat] = (pid, model_agent(run.policies[pid], sampling, f"eval:{pid}"))
+            elif seat in twin:
+                seating[seat] = (f"scripted:{self.opponent}", factory.scripted(self.opponent, role))
+            else:  # a seat the config gives someone else (a frozen judge) keeps its player
+                seating[seat] = run.seats[seat]
+        return seating, mine, twin
+
+    def evaluate(self, run) -> dict[str, float]:
+        from .rollout import rollout
+        from .tournament import game_score
+
+        cfg, pid = run.cfg, self._policy_id(run)
+        games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(self.games)]
+        seating, mine, twin = self._seating(run, games[0], pid)
+        seeds = [int(s) for s in np.random.SeedSequence([self.seed]).generate_state(self.games)]
+        system = {role: p.system for role, p in cfg.prompts.items()}
+        with forked_rng(self.seed):
+            res = rollout(games, lambda seat, role: seating[seat], system, seeds, episode_prefix=f"eval-{self.name}")
+        scores = [game_score(ret, mine, twin) for ret in res.returns]
+        out = {f"eval/{self.name}/win_rate": float(np.mean(scores)),
+               f"eval/{self.name}/return": float(np.mean([sum(ret.get(s, 0.0) for s in mine) for ret in res.returns]))}
+        invalid = [bool(info[s].get("invalid")) for info in res.infos for s in mine if s in info and "invalid" in info[s]]
+        if invalid:
+            out[f"eval/{self.name}/invalid"] = float(np.mean(invalid))
+        return out
+
+
+@contextlib.contextmanager
+def forked_rng(seed: int):
+    """Run a block on its own torch RNG stream (CPU and every CUDA device), then restore the caller's."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
+    """An evaluator from its ``eval.evaluators.<name>`` mapping (``build_section`` types and checks the
+    fields, as for any config section)."""
+    where = f"eval.evaluators.{name}"
+    if not isinstance(spec, dict) or "kind" not in spec:
+        raise ConfigError(f"{where} must be a mapping with a kind (one of {', '.join(sorted(EVALUATORS))})")
+    kind = spec["kind"]
+    if kind not in EVALUATORS:
+        import difflib
+
+        close = difflib.get_close_matches(str(kind), list(EVALUATORS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{where}.kind: unknown evaluator {kind!r}{hint}; known: {', '.join(sorted(EVALUATORS))}. "
+                          "Register your own with cogym.runners.evaluation.register_evaluator in a game.modules module")
+    fields = {k: v for k, v in spec.items() if k != "kind"}
+    fields.setdefault("name", name)
+    return build_section(EVALUATORS[kind], fields, where)
+
+
+def evaluators_of(cfg, build_section: Callable) -> list:
+    """Every evaluator a config declares: the held-out arithmetic one (``eval.heldout``), then
+    ``eval.evaluators`` in order."""
+    out: list = []
+    if cfg.eval.heldout:
+        out.append(HeldoutArithmetic(size=cfg.eval.size, max_new_tokens=cfg.eval.max_new_tokens))
+    for name, spec in cfg.eval.evaluators.items():
+        out.append(evaluator_from(name, spec, build_section))
+    return out
+
+
+def evaluate(evaluators, run) -> dict[str, float]:
+    """Every evaluator's metrics, in order."""
+    metrics: dict[str, float] = {}
+    for ev in evaluators:
+        metrics.update(ev.evaluate(run))
+    return metrics

@@ -1,0 +1,72 @@
+"""What a rollout and a run report: per-role rewards and game-declared metrics, throughput, the
+retokenization drift check, and the run's summary."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .rollout import RolloutResult
+
+
+def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
+    m: dict[str, float] = {}
+    for role in roles:
+        infos = [(g, seat, i) for g, seats in enumerate(res.infos) for seat, i in seats.items() if i.get("role") == role]
+        # Seats whose info says correct=None never answered (the game ended before their turn).
+        played = [(g, seat, i) for g, seat, i in infos if i.get("correct", True) is not None]
+        if played:
+            m[f"{role}/reward"] = float(np.mean([res.returns[g].get(seat, 0.0) for g, seat, _ in played]))
+        answered = [i["correct"] for _, _, i in played if "correct" in i]
+        if answered:
+            m[f"{role}/correct"] = float(np.mean(answered))
+        if any("invalid" in i for _, _, i in infos):
+            m[f"{role}/invalid"] = float(np.mean([bool(i.get("invalid")) for _, _, i in infos]))
+        # Game-declared end-of-game metrics: infos[seat]["metrics"] = {name: float | bool | None};
+        # None means "not defined for this episode" and is left out of the mean.
+        values: dict[str, list[float]] = {}
+        for _, _, i in infos:
+            for key, v in (i.get("metrics") or {}).items():
+                if v is not None:
+                    values.setdefault(key, []).append(float(v))
+        for key, vs in values.items():
+            m[f"{role}/{key}"] = float(np.mean(vs))
+    m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
+    m["rollout_s"] = res.seconds
+    m["turns"] = float(len(res.turns))
+    for key, value in res.stats.items():  # e.g. token level: ids the models read, cache restarts
+        m[f"rollout/{key}"] = float(value)
+    return m
+
+
+def retokenize_mismatch(policy, turns) -> float:
+    """Fraction of turns whose decoded text does not re-encode to the generated ids.
+
+    Training always uses the generated ids (token-in, token-out); this only measures how far a
+    decode-then-re-encode pipeline would have drifted.
+    """
+    eos = set(policy.eos_ids)
+    bad = 0
+    for t in turns:
+        ids = [i for i in t.response_ids if i not in eos]
+        bad += policy.tokenizer.encode(t.text, add_special_tokens=False) != ids
+    return bad / len(turns)
+
+
+
+def mean_last(rows: list[dict], key: str, k: int = 5) -> float | None:
+    vals = [r[key] for r in rows if key in r]
+    return float(np.mean(vals[-k:])) if vals else None
+
+
+def reward_summary(history: Sequence[dict], roles: Sequence[str]) -> dict:
+    """Each role's mean reward over the first 5 and the last 5 iterations."""
+    summary: dict = {}
+    for role in roles:
+        first = [r[f"{role}/reward"] for r in history[:5] if f"{role}/reward" in r]
+        last = mean_last(list(history), f"{role}/reward")
+        if last is not None:
+            summary[f"{role}_reward_first5"] = float(np.mean(first)) if first else None
+            summary[f"{role}_reward_last5"] = last
+    return summary

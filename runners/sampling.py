@@ -1,0 +1,149 @@
+"""Sampling: what one iteration trains on. The rollout, played data-parallel when there are
+several processes, then DAPO's dynamic-sampling refill for the learners that enable it.
+
+Every seed is a pure function of (run seed, iteration, round), so a resumed run replays the same
+games; the sampling stream of an iteration is seeded the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from cogym.learners import distributed as dist
+
+from .build import Run
+from .hooks import TrainHook, after_rollout, seat_maps
+from .metrics import rollout_metrics
+from .rollout import RolloutResult
+
+
+def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
+    """Game seeds of one iteration: a pure function of (run seed, iteration), so resume replays them."""
+    return [int(x) for x in np.random.SeedSequence([seed, iteration]).generate_state(n)]
+
+
+def grouped(seeds: list[int], group_size: int) -> list[int]:
+    """Each seed repeated ``group_size`` times: the episodes of a group start from the same state."""
+    return [s for s in seeds for _ in range(group_size)]
+
+
+def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
+    """Game seeds of dynamic sampling's extra rollout ``round_`` (>= 1) of an iteration (round 0 is
+    :func:`iteration_seeds`); a pure function, so resume replays them too."""
+    return [int(x) for x in np.random.SeedSequence([seed, iteration, round_]).generate_state(n)]
+
+
+def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
+    """Seed of the sampling stream of one iteration (replayed exactly on resume); rank r > 0 of a
+    data-parallel run draws its own stream."""
+    if rank == 0:
+        return seed * 100_003 + iteration
+    return int(np.random.SeedSequence([seed, iteration, rank]).generate_state(1)[0])
+
+
+def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
+    """The result of the whole game list from each rank's result and its games' places in the list:
+    returns and infos in game order, turns in game order (each game's in order of play), generated
+    tokens and rollout stats summed, seconds the slowest rank's."""
+    n = sum(len(ix) for ix in indices)
+    returns: list = [None] * n
+    infos: list = [None] * n
+    for part, ix in zip(parts, indices):
+        for local, g in enumerate(ix):
+            returns[g], infos[g] = part.returns[local], part.infos[local]
+    turns = sorted((t for part in parts for t in part.turns), key=lambda t: t.game_index)  # stable
+    stats: dict = {}
+    for part in parts:
+        for key, value in part.stats.items():
+            stats[key] = stats.get(key, 0) + value
+    return RolloutResult(turns=turns, returns=returns, infos=infos,
+                         generated_tokens=sum(p.generated_tokens for p in parts),
+                         generate_seconds=max(p.generate_seconds for p in parts),
+                         seconds=max(p.seconds for p in parts), stats=stats)
+
+
+def data_parallel(play: Callable) -> Callable:
+    """``play`` (rollout or token_rollout) for a data-parallel run: this rank plays games r, r + W,
+    r + 2W, ... of the list it is given (with their seeds, episode ids and group keys), then every
+    rank gets the result of the whole list (:func:`gather_rollouts`). The identity in one process."""
+    world, rank = dist.world_size(), dist.rank()
+    if world == 1:
+        return play
+
+    def play_shard(games, seat_map, system, seeds, **kwargs) -> RolloutResult:
+        shares = [list(range(r, len(games), world)) for r in range(world)]
+        mine = shares[rank]
+        maps = seat_map if callable(seat_map) else [seat_map[g] for g in mine]  # one map per game (a league)
+        res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
+        return gather_rollouts(dist.all_gather_objects(res), shares)
+
+    return play_shard
+
+
+def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: RolloutResult,
+                     batches: dict[str, list], hooks: Sequence[TrainHook] = ()) -> dict[str, float]:
+    """DAPO dynamic sampling (docs/algorithms.md §7.2) for every learner that enables it: drop the groups
+    its predicate rejects and play more episodes until as many groups pass as the first rollout
+    made (at most ``max_sampling_rounds`` rollouts in all), then keep the first that many passing
+    groups. Replaces those learners' entries of ``batches`` in place; returns metrics. A learner
+    still short after its last round trains on the groups that passed (``<pid>/ds_short`` = 1)."""
+    from cogym.learners.dapo import select_groups
+
+    ds = {pid: lr for pid, lr in run.learners.items() if lr.cfg.dynamic_sampling != "off"}
+    if not ds:
+        return {}
+    pool = {pid: list(batches[pid]) for pid in ds}
+    target = {pid: len({t.group_key for t in batches[pid]}) for pid in ds}
+    decisions = {pid: lr.group_decisions(pool[pid]) for pid, lr in ds.items()}
+    rounds = 1
+
+    def short() -> list[str]:
+        return [pid for pid, lr in ds.items()
+                if sum(decisions[pid].values()) < target[pid] and rounds < lr.cfg.max_sampling_rounds]
+
+    while short():
+        k = run.cfg.game.group_size
+        seeds = grouped(refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games) // k), k)
+        seat_map, contexts = seat_maps(hooks, run.seat_map, iteration, len(run.games), k, rounds)
+        res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k)
+        after_rollout(hooks, res, contexts, iteration)  # e.g. the league rates these games too; metrics: round 0's
+        for pid in short():
+            new = [t for t in res.turns if t.policy_id == pid]
+            pool[pid] += new
+            decisions[pid].update(ds[pid].group_decisions(new))
+        rounds += 1
+    m: dict[str, float] = {}
+    for pid in ds:
+        chosen = set(select_groups(decisions[pid], target[pid]))
+        batches[pid] = [t for t in pool[pid] if t.group_key in chosen]
+        m[f"{pid}/ds_rounds"] = float(rounds)
+        m[f"{pid}/ds_pass_rate"] = sum(decisions[pid].values()) / max(len(decisions[pid]), 1)
+        m[f"{pid}/ds_groups"] = float(len(chosen))
+        m[f"{pid}/ds_short"] = float(len(chosen) < target[pid])
+    return m
+
+
+class Sampler:
+    """Plays one iteration's games and returns each learner's batch with the rollout's metrics."""
+
+    def __init__(self, run: Run, play: Callable, hooks: Sequence[TrainHook] = ()) -> None:
+        self.run, self.play, self.hooks = run, play, list(hooks)
+        self.system = {role: p.system for role, p in run.cfg.prompts.items()}
+
+    def sample(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
+        """(the rollout, {policy id: its turns}, metrics) of ``iteration``."""
+        run, cfg = self.run, self.run.cfg
+        torch.manual_seed(sampling_seed(cfg.run.seed, iteration, dist.rank()))  # replayed exactly on resume
+        k = cfg.game.group_size
+        seeds = grouped(iteration_seeds(cfg.run.seed, iteration, len(run.games) // k), k)
+        run.reseed_scripted(iteration, dist.rank())
+        seat_map, contexts = seat_maps(self.hooks, run.seat_map, iteration, len(run.games), k)
+        res = self.play(run.games, seat_map, self.system, seeds, episode_prefix=f"it{iteration}", group_size=k)
+        metrics = rollout_metrics(res, run.roles)
+        metrics.update(after_rollout(self.hooks, res, contexts, iteration))
+        batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
+        metrics.update(dynamic_sampling(run, self.play, self.system, iteration, res, batches, self.hooks))
+        return res, batches, metrics

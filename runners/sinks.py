@@ -1,0 +1,149 @@
+"""Metric sinks: where each iteration's record goes (JSONL, TensorBoard, the learning-curve plot).
+
+The trainer hands every record to :class:`Sinks`, which hands it to each sink it holds. In a
+data-parallel run only rank 0 holds sinks; the other ranks log nothing. A new destination (a
+tracker, a CSV) is one more class with ``log(record)`` and ``close()``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+import yaml
+
+from .config import Config
+
+
+class Sink(Protocol):
+    def log(self, record: dict) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlSink:
+    """``metrics.jsonl``: one JSON object per line. On resume (``start_iteration`` > 1) rows logged
+    after the checkpoint are dropped first, so replayed iterations appear once."""
+
+    def __init__(self, path: Path, start_iteration: int = 1) -> None:
+        self.path = path
+        if start_iteration > 1 and path.is_file():
+            keep = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("iteration", 0) < start_iteration]
+            path.write_text("".join(line + "\n" for line in keep))
+        self.file = open(path, "a")
+
+    def rows(self) -> list[dict]:
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def log(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class TensorBoardSink:
+    """TensorBoard events under ``tb/``; every finite number of a record is a scalar at its iteration."""
+
+    def __init__(self, path: Path, start_iteration: int = 1) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(path), purge_step=start_iteration if start_iteration > 1 else None)
+
+    def log(self, record: dict) -> None:
+        step = int(record.get("iteration", 0))
+        for k, v in record.items():
+            if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
+                self.writer.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class PlotSink:
+    """``learning_curve.png``, drawn from metrics.jsonl when the run closes (nothing per iteration)."""
+
+    def __init__(self, metrics: Path, out: Path, roles: tuple[str, ...]) -> None:
+        self.metrics, self.out, self.roles = metrics, out, roles
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.metrics.is_file() and self.metrics.stat().st_size:
+            plot_learning_curve(self.metrics, self.out, self.roles)
+
+
+class Sinks:
+    """Every sink of a run, in order; ``jsonl`` (when there is one) also answers what was logged."""
+
+    def __init__(self, sinks: Sequence[Sink] = (), jsonl: JsonlSink | None = None) -> None:
+        self.sinks, self.jsonl = list(sinks), jsonl
+
+    def logged(self, iteration: int) -> dict:
+        """The merged rows already logged at ``iteration`` (e.g. 0: the evaluations before training)."""
+        out: dict = {}
+        for row in self.jsonl.rows() if self.jsonl is not None else []:
+            if row.get("iteration") == iteration:
+                out.update(row)
+        return out
+
+    def log(self, record: dict) -> None:
+        for sink in self.sinks:
+            sink.log(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:
+    """The run directory's sinks (rank 0: config.yaml written, JSONL, TensorBoard and the plot as
+    configured); a data-parallel rank r > 0 gets none."""
+    if not main:
+        return Sinks()
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    jsonl = JsonlSink(path / "metrics.jsonl", start_iteration)
+    sinks: list[Sink] = [jsonl]
+    if cfg.run.tensorboard:
+        sinks.append(TensorBoardSink(path / "tb", start_iteration))
+    if cfg.run.plot:
+        sinks.append(PlotSink(path / "metrics.jsonl", path / "learning_curve.png", roles))
+    return Sinks(sinks, jsonl)
+
+
+def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    its = [r for r in rows if "rollout_s" in r]
+    evals = [r for r in rows if "heldout_acc" in r]  # the arithmetic evaluator's accuracy
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for role in roles:
+        xs = [r["iteration"] for r in its if f"{role}/reward" in r]
+        ys = [r[f"{role}/reward"] for r in its if f"{role}/reward" in r]
+        if xs:
+            line, = ax.plot(xs, ys, alpha=0.25)
+            k = max(1, len(ys) // 40)  # moving average so the trend shows through sampling noise
+            smooth = np.convolve(ys, np.ones(k) / k, mode="valid")
+            ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
+    if evals:
+        ax.plot([r["iteration"] for r in evals], [r["heldout_acc"] for r in evals], "ko--",
+                label="held-out solver accuracy (greedy)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("reward / accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(metrics_path.parent.name)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
