@@ -59,6 +59,10 @@ def print_summary(summary: dict) -> None:
     before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
     if before is not None and after is not None:
         table.add_row("solver held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+    for key in summary:  # declared evaluators (eval.evaluators): eval/<name>/<metric>, before -> after
+        if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
+            first, last = summary[key], summary[f"{key[:-7]}_after"]
+            table.add_row(f"{key[5:-7]} (before -> after)", f"{first:.3f} -> {last:.3f} ({last - first:+.3f})")
     for key in summary:
         if key.endswith("_reward_last5"):
             role = key[: -len("_reward_last5")]

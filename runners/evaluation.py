@@ -15,7 +15,8 @@ Shipped kinds:
   it when the game has that role.
 - ``vs_scripted``: the trained policy in its own seats against a scripted twin of the game in the
   other seats (or in ``seats``), over ``games`` games with fixed seeds (the same games every time
-  it runs, so before and after are paired): ``eval/<name>/win_rate`` (1 for a win, 0.5 for a draw:
+  it runs, so before and after are paired; in self-play the twin takes the seats of the game's last
+  role): ``eval/<name>/win_rate`` (1 for a win, 0.5 for a draw:
   the sign of the two sides' return difference), ``eval/<name>/return`` (the policy's seats' mean
   return) and ``eval/<name>/invalid`` when the game reports invalid moves.
 
@@ -84,7 +85,8 @@ class VsScripted:
     name: str = ""
     opponent: str = "random"
     policy: str = ""
-    seats: list = field(default_factory=list)  # seats or roles the twin plays; []: every seat not the policy's
+    # Seats or roles the twin plays; []: every seat the policy does not hold (in self-play: the last role's).
+    seats: list = field(default_factory=list)
     games: int = 200
     seed: int = 12345
     greedy: bool = False
@@ -111,9 +113,12 @@ class VsScripted:
         sampling = run.cfg.policies[pid].sampling
         if self.greedy:
             sampling = dataclasses.replace(sampling, temperature=0.0)
-        mine = [s for s in game.possible_agents if run.seats[s][0] == pid]
-        twin = [s for s in game.possible_agents if s not in mine
-                and (not self.seats or s in self.seats or game.role_of(s) in self.seats)]
+        if self.seats:
+            twin = [s for s in game.possible_agents if s in self.seats or game.role_of(s) in self.seats]
+        else:  # the seats the policy does not hold; in self-play (it holds all), those of the game's last role
+            twin = [s for s in game.possible_agents if run.seats[s][0] != pid]
+            twin = twin or [s for s in game.possible_agents if game.role_of(s) == game.spec.roles[-1]]
+        mine = [s for s in game.possible_agents if run.seats[s][0] == pid and s not in twin]
         if not mine or not twin:
             raise ConfigError(f"eval.evaluators.{self.name}: policy {pid!r} needs a seat of its own and the twin one "
                               f"(policy seats: {mine}, twin seats: {twin})")

@@ -126,7 +126,8 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
 
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     its = [r for r in rows if "rollout_s" in r]
-    evals = [r for r in rows if "heldout_acc" in r]  # the arithmetic evaluator's accuracy
+    # Evaluations in [0, 1]: the arithmetic accuracy and every declared evaluator's win rate.
+    eval_keys = sorted({k for r in rows for k in r if k == "heldout_acc" or (k.startswith("eval/") and k.endswith("/win_rate"))})
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for role in roles:
         xs = [r["iteration"] for r in its if f"{role}/reward" in r]
@@ -136,9 +137,10 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
             k = max(1, len(ys) // 40)  # moving average so the trend shows through sampling noise
             smooth = np.convolve(ys, np.ones(k) / k, mode="valid")
             ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
-    if evals:
-        ax.plot([r["iteration"] for r in evals], [r["heldout_acc"] for r in evals], "ko--",
-                label="held-out solver accuracy (greedy)")
+    for key, marker in zip(eval_keys, "osD^v<>"):
+        pts = [(r["iteration"], r[key]) for r in rows if key in r]
+        label = "held-out solver accuracy (greedy)" if key == "heldout_acc" else key[len("eval/"):]
+        ax.plot(*zip(*pts), marker=marker, linestyle="--", color="k" if key == "heldout_acc" else None, label=label)
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward / accuracy")
     ax.grid(alpha=0.3)

@@ -1,0 +1,100 @@
+"""Declared evaluators (runners/evaluation.py): config checks, determinism, paired seeds, and that
+an evaluation never moves training."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cogym.core.errors import CogymError
+from cogym.runners.build import build
+from cogym.runners.config import ConfigError, load_config
+from cogym.runners.evaluation import EVALUATORS, VsScripted, evaluate, register_evaluator
+from cogym.runners.train import train
+
+KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
+TIMING = ("rollout_s", "update_s", "tokens_per_s")
+
+
+def _kuhn(model: Path, extra: list[str] = ()) -> list[str]:
+    return [f"policies.player.model={model}", "game.num_games=8", "run.iterations=2", "run.checkpoint_every=0",
+            "run.tensorboard=false", "run.plot=false", "learners.player.lr=1e-2", *extra]
+
+
+def test_vs_scripted_is_deterministic_and_leaves_the_torch_stream_alone(tiny_model_dir: Path) -> None:
+    import torch
+
+    run = build(load_config(KUHN, _kuhn(tiny_model_dir)))
+    assert [type(e) for e in run.evaluators] == [VsScripted, VsScripted]
+    torch.manual_seed(7)
+    expected_next = torch.rand(3)
+    torch.manual_seed(7)
+    first = evaluate(run.evaluators, run)
+    assert torch.equal(torch.rand(3), expected_next)  # the caller's stream continues as if nothing ran
+    assert evaluate(run.evaluators, run) == first  # fixed hands, fixed sampling stream
+    assert set(first) == {f"eval/{n}/{m}" for n in ("vs_random", "vs_nash") for m in ("win_rate", "return", "invalid")}
+    assert all(0.0 <= first[f"eval/{n}/win_rate"] <= 1.0 for n in ("vs_random", "vs_nash"))
+
+
+def test_kuhn_summary_reports_the_evaluation_before_and_after(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators.vs_nash.games=40", "eval.evaluators.vs_random.games=40"]))
+    summary = train(cfg, tmp_path / "run", progress=False)
+    for key in ("eval/vs_nash/win_rate", "eval/vs_random/return"):
+        assert f"{key}_before" in summary and f"{key}_after" in summary
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/vs_nash/win_rate" in r]
+    assert [r["iteration"] for r in evals] == [0, 2]
+
+
+def test_an_evaluation_does_not_change_the_training_numbers(tiny_model_dir: Path, tmp_path: Path) -> None:
+    def iterations(extra: list[str], out: str) -> list[dict]:
+        train(load_config(KUHN, _kuhn(tiny_model_dir, extra)), tmp_path / out, progress=False)
+        rows = [json.loads(line) for line in (tmp_path / out / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if "rollout_s" in r]
+
+    with_eval = iterations(["eval.evaluators.vs_nash.games=16", "eval.evaluators.vs_random.games=16"], "a")
+    without = iterations(["eval.evaluators={}"], "b")
+    assert with_eval == without and len(without) == 2
+
+
+def test_self_play_gives_the_twin_the_last_role(tiny_model_dir: Path) -> None:
+    run = build(load_config(KUHN, _kuhn(tiny_model_dir, ["seats.second=player"])))
+    seating, mine, twin = run.evaluators[0]._seating(run, run.games[0], "player")
+    assert mine == ["player_0"] and twin == ["player_1"]
+    assert seating["player_1"][0] == "scripted:random"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["eval.evaluators.x={kind: vs_scriptd}"], "did you mean 'vs_scripted'"),
+    (["eval.evaluators.x={kind: vs_scripted, oponent: nash}"], "did you mean 'opponent'"),
+    (["eval.evaluators.x={kind: vs_scripted, opponent: bluff}"], "no scripted twin 'bluff'"),
+    (["eval.evaluators.x={kind: vs_scripted, games: 0}"], "eval.evaluators.x.games must be >= 1"),
+    (["eval.evaluators.x=3"], "must be a mapping with a kind"),
+])
+def test_bad_evaluator_specs_are_one_line_errors(tiny_model_dir: Path, extra: list[str], message: str) -> None:
+    cfg = load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators={}", *extra]))
+    with pytest.raises(CogymError, match=message):
+        run = build(cfg)
+        evaluate(run.evaluators, run)
+
+
+def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
+    @dataclasses.dataclass
+    class Constant:  # config sections are dataclasses: their fields are the keys a config may set
+        name: str = "c"
+        value: float = 0.0
+
+        def evaluate(self, run) -> dict[str, float]:
+            return {f"eval/{self.name}/value": self.value}
+
+    register_evaluator("test_constant")(Constant)
+    try:
+        run = build(load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators={c: {kind: test_constant, value: 0.25}}"])))
+        assert evaluate(run.evaluators, run) == {"eval/c/value": 0.25}
+        with pytest.raises(ConfigError, match="already registered"):
+            register_evaluator("test_constant")(type("Other", (), {}))
+    finally:
+        EVALUATORS.pop("test_constant", None)
