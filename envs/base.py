@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import math
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import gymnasium
 import numpy as np
 from gymnasium.spaces import Text
 from pettingzoo import AECEnv
+
+from cogym.core.outcome import KEYS as ALL_OUTCOME_KEYS
+
+OUTCOME_KEYS = tuple(k for k in ALL_OUTCOME_KEYS if k != "role")  # every seat's info names its role
 
 # Printable ASCII, whitespace included: what random text actions are drawn from.
 PRINTABLE_CHARSET: frozenset[str] = frozenset(string.printable)
@@ -46,10 +50,19 @@ class GameSpec:
     zero_sum: bool
     max_turns: int
     description: str
+    # role -> the contract keys (cogym.core.outcome: correct, invalid, reason, reference, task, metrics)
+    # every seat of that role has in its last info of an episode; check_game holds the game to it.
+    outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.roles:
             raise ValueError(f"GameSpec {self.id!r}: roles must not be empty")
+        for role, keys in self.outcomes.items():
+            if role not in self.roles:
+                raise ValueError(f"GameSpec {self.id!r}: outcomes names role {role!r}, which is not in roles {self.roles}")
+            unknown = [k for k in keys if k not in OUTCOME_KEYS]
+            if unknown:
+                raise ValueError(f"GameSpec {self.id!r}: outcomes[{role!r}] has {unknown}, not contract keys {OUTCOME_KEYS}")
         lo, hi = self.reward_range
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
             raise ValueError(f"GameSpec {self.id!r}: reward_range must be finite (low, high) with low <= high, got {self.reward_range}")

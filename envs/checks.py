@@ -25,6 +25,8 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 
+from cogym.core.errors import GameError
+from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv, GameSpec
 from cogym.envs.registry import make, scripted_strategies
 from cogym.envs.token_level import GRANULARITIES, TokenLevelEnv
@@ -62,6 +64,7 @@ class _Episode:
         self.trace: Trace = []
         self.queues: dict[str, list[int]] = {}
         self.returns: dict[str, float] = {}
+        self.last_infos: dict[str, dict] = {}  # each seat's latest info: its outcome once the episode ends
         self.turns = 0
 
     def fail(self, what: str) -> AssertionError:
@@ -91,6 +94,12 @@ class _Episode:
             if not lo - 1e-9 <= float(r) <= hi + 1e-9:
                 raise self.fail(f"seat {a} got reward {r} outside spec.reward_range {env.spec.reward_range}")
             self.returns[a] = self.returns.get(a, 0.0) + float(r)
+        for a, info in env.infos.items():
+            try:
+                SeatOutcome.from_info(info, where=f"infos[{a!r}]")
+            except GameError as exc:
+                raise self.fail(f"{exc} (the game -> learner contract, cogym.core.outcome)") from None
+            self.last_infos[a] = info
         short = action if not isinstance(action, str) or len(action) <= 64 else action[:64] + f"...({len(action)} chars)"
         self.trace.append((agent, short, _freeze(env.rewards), _freeze(env.terminations), _freeze(env.truncations), _freeze(env.infos)))
 
@@ -145,6 +154,12 @@ class _Episode:
             raise self.fail(f"episode did not end within {limit} steps (spec.max_turns = {env.spec.max_turns})")
         if self.turns > env.spec.max_turns:
             raise self.fail(f"episode took {self.turns} acting turns, more than spec.max_turns = {env.spec.max_turns}")
+        for seat in env.possible_agents:
+            promised = env.spec.outcomes.get(env.role_of(seat), ())
+            missing = [k for k in promised if k not in self.last_infos.get(seat, {})]
+            if missing:
+                raise self.fail(f"spec.outcomes promises {missing} for role {env.role_of(seat)!r}, but seat {seat}'s last "
+                                f"info is {self.last_infos.get(seat)}")
         if env.spec.zero_sum and abs(sum(self.returns.values())) > 1e-6:
             raise self.fail(f"spec.zero_sum but the returns {self.returns} sum to {sum(self.returns.values())}")
         return self

@@ -387,6 +387,7 @@ class DebateEnv(CogymEnv):
             zero_sum=False,
             max_turns=2 * self.rounds + 1,
             description="Two debaters defend different answers to a question for R rounds; a judge seat picks the winner.",
+            outcomes={"debater": ("invalid", "metrics", "reference"), "judge": ("invalid", "metrics", "reference")},
         )
         self._phase, self._round = PHASE_OVER, 1
         self._question, self._reference = "", 0

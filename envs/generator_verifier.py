@@ -234,6 +234,7 @@ class GeneratorVerifierEnv(CogymEnv):
             zero_sum=False,
             max_turns=2,
             description="A generator answers a problem; a verifier says whether the answer is right.",
+            outcomes={"generator": ("correct", "invalid", "metrics", "reference"), "verifier": ("correct", "invalid", "metrics")},
         )
         self._phase = PHASE_OVER
         self._problem: str = ""

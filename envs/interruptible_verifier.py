@@ -164,7 +164,8 @@ class InterruptibleVerifierEnv(CogymEnv):
         }
         self.action_spaces = {a: text_space(MAX_MESSAGE_CHARS) for a in self.possible_agents}
         self.spec = GameSpec(id=GAME_ID, roles=("solver",), reward_range=(0.0, 1.0), zero_sum=False, max_turns=num_solvers,
-                             description="k solvers answer an arithmetic problem; a verifier stops an answer at its first wrong token.")
+                             description="k solvers answer an arithmetic problem; a verifier stops an answer at its first wrong token.",
+                             outcomes={"solver": ("correct", "invalid", "metrics")})
         self._phase, self._problem, self._reference = PHASE_OVER, "", "0"
         self._answers: dict[str, str] = {}
         self._interrupted: set[str] = set()  # seats whose message the verifier cut (token level)

@@ -299,6 +299,7 @@ class KuhnPokerEnv(CogymEnv):
             zero_sum=True,
             max_turns=3,
             description="Kuhn poker: J/Q/K, ante 1, one bet of 1; player_0 acts first.",
+            outcomes={"first": ("invalid", "metrics"), "second": ("invalid", "metrics")},
         )
         self._cards: tuple[str, str] | None = None
         self._history: History = ()

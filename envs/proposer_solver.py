@@ -261,6 +261,8 @@ class ProposerSolverEnv(CogymEnv):
             zero_sum=False,
             max_turns=n_seats,
             description="A proposer writes an arithmetic problem; k solvers answer it independently.",
+            outcomes={"proposer": ("invalid",), "solver": ("correct", "invalid", "reference")} if has_proposer
+            else {"solver": ("correct", "invalid", "reference")},
         )
         self._phase = PHASE_OVER
         self._problem: str | None = None

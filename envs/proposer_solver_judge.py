@@ -219,6 +219,7 @@ class ProposerSolverJudgeEnv(CogymEnv):
             zero_sum=False,
             max_turns=3,
             description="A proposer writes a problem, a solver answers, a judge scores the answer without ground truth.",
+            outcomes={"proposer": ("invalid", "metrics"), "solver": ("correct", "invalid", "metrics"), "judge": ("correct", "invalid", "metrics")},
         )
         self._phase = PHASE_OVER
         self._problem: str | None = None

@@ -144,3 +144,40 @@ def test_testing_helpers_refuse_a_seat_out_of_turn_and_an_unfinished_game() -> N
     assert step_as(env, "player_0", "check") == {"player_0": 0.0, "player_1": 0.0}
     final = step_as(env, "player_1", "check")
     assert sorted(final.values()) == [-1.0, 1.0] and drain(env) == final and env.agents == []
+
+
+class _BrokenPromise(ProposerSolverEnv):
+    """Declares a fact (``task``) for the solver role that it never reports."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.spec = dataclasses.replace(self.spec, outcomes={**self.spec.outcomes, "solver": ("correct", "task")})
+
+
+class _MistypedFact(ProposerSolverEnv):
+    """Reports ``correct`` as a string."""
+
+    def step(self, action):
+        super().step(action)
+        for info in self.infos.values():
+            if info.get("correct") is not None:
+                info["correct"] = "yes"
+
+
+@pytest.mark.parametrize("cls, message", [
+    (_BrokenPromise, r"spec.outcomes promises \['task'\] for role 'solver'"),
+    (_MistypedFact, r"\['correct'\] must be True, False or None, got 'yes'"),
+])
+def test_check_game_holds_a_game_to_the_outcome_contract(scratch_registry, cls: type, message: str) -> None:
+    register("contract-v0", cls, scripted=SCRIPTED)
+    with pytest.raises(AssertionError, match=message):
+        check_game("contract-v0", {"num_solvers": 3}, episodes=6)
+
+
+def test_a_spec_cannot_promise_an_unknown_fact_or_role() -> None:
+    from cogym.envs.base import GameSpec
+
+    with pytest.raises(ValueError, match="not contract keys"):
+        GameSpec("x-v0", ("a",), (0.0, 1.0), False, 1, "x", outcomes={"a": ("score",)})
+    with pytest.raises(ValueError, match="not in roles"):
+        GameSpec("x-v0", ("a",), (0.0, 1.0), False, 1, "x", outcomes={"b": ("correct",)})
