@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Protocol, Sequence
 
+from cogym.core.outcome import SeatOutcome
+
 
 @dataclass
 class Request:
@@ -40,7 +42,9 @@ class Turn:
 
     ``prompt_ids``/``response_ids`` are exactly the ids the policy was prompted with and
     generated; ``logprobs`` are the behaviour log-probabilities of ``response_ids``; ``reward`` is
-    credited when the game ends; ``group_key`` groups samples for group-based estimators.
+    credited when the game ends; ``group_key`` groups samples for group-based estimators;
+    ``outcome`` holds the seat's typed end-of-game facts (the game -> learner contract,
+    :mod:`cogym.core.outcome`), which learners read; ``info`` is the raw last info it came from.
     """
 
     game_index: int
@@ -56,3 +60,4 @@ class Turn:
     reward: float = 0.0
     group_key: Hashable = None
     info: dict = field(default_factory=dict)
+    outcome: SeatOutcome = field(default_factory=SeatOutcome)
