@@ -91,7 +91,7 @@ def majority_key(response: str) -> Hashable | None:
 
 
 def majority_rewards(keys: Sequence[Hashable | None]) -> list[bool]:
-    """SeRL majority vote over answer keys (ALGORITHMS.md §8.3, vector V10).
+    """SeRL majority vote over answer keys (docs/algorithms.md §8.3, vector V10).
 
     ``E[i][j] = keys[i] == keys[j]``, ``count_i = sum_j E[i][j]``, ``k* = argmax count`` (first
     index on ties), reward ``E[k*][i]``. Project decision: a response with no answer (key None)

@@ -104,30 +104,27 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _games(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from cogym.envs import make, registered, scripted_strategies
 
     from .build import import_game_modules
+    from .display import format_games, terminal_width
 
     import_game_modules(args.module or [])
     versions: dict[str, list[str]] = {}
     for gid in sorted(registered()):
         name, version = gid.rsplit("-v", 1)
         versions.setdefault(name, []).append(version)
-    table = Table(title="registered games", caption="Every game also plays one token per step: "
-                  "make(id, granularity='token') or game.granularity: token in a config.")
-    for col in ("game", "versions", "roles (scripted twins)", "zero-sum", "reward range", "max turns", "description"):
-        table.add_column(col)
+    games = []
     for name, vs in versions.items():
         latest = f"{name}-v{max(vs, key=int)}"
         spec = make(latest).spec
         twins = scripted_strategies(latest)
-        roles = "\n".join(f"{r} ({', '.join(twins.get(r, {})) or '-'})" for r in spec.roles)
-        table.add_row(latest, ", ".join(f"v{v}" for v in sorted(vs, key=int)), roles, "yes" if spec.zero_sum else "no",
-                      f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]", str(spec.max_turns), spec.description)
-    Console().print(table)
+        games.append({"id": latest, "versions": [f"v{v}" for v in sorted(vs, key=int)], "zero_sum": spec.zero_sum,
+                      "reward_range": f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]",
+                      "max_turns": spec.max_turns, "description": spec.description,
+                      "roles": {r: list(twins.get(r, {})) for r in spec.roles}})
+    print(format_games(games, terminal_width(), note="Every game also plays one token per step: "
+                       "make(id, granularity='token') or game.granularity: token in a config."))
     return 0
 
 

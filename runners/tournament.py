@@ -538,74 +538,33 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
 
 
 def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Path) -> None:
+    """heatmap.png and ratings.png (:mod:`cogym.runners.display`: sized to the number of players,
+    long names shown as P-labels with a key)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = len(order)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.7 * n, 1.0 + 0.6 * n), dpi=110)
-    im = ax.imshow(matrix, vmin=0, vmax=1, cmap="RdBu")
-    ax.set_xticks(range(n), order, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(n), order, fontsize=8)
-    for i in range(n):
-        for j in range(n):
-            if not math.isnan(matrix[i, j]):
-                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
-    ax.set_title("score of row against column")
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(out_dir / "heatmap.png")
-    plt.close(fig)
+    from .display import heatmap_figure, ratings_figure
 
-    fig, ax = plt.subplots(figsize=(6, 1.0 + 0.35 * n), dpi=110)
-    ys = np.arange(n)[::-1]
-    ratings = [row["rating"] for row in board]
-    ax.scatter(ratings, ys, color="k", zorder=3)
-    if board[0]["lo"] is not None:
-        lo = [row["rating"] - row["lo"] for row in board]
-        hi = [row["hi"] - row["rating"] for row in board]
-        ax.errorbar(ratings, ys, xerr=[lo, hi], fmt="none", ecolor="C0", capsize=3)
-    ax.set_yticks(ys, order, fontsize=8)
-    ax.set_xlabel("Bradley–Terry rating (Elo scale), 95% bootstrap interval")
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "ratings.png")
-    plt.close(fig)
+    for name, fig in (("heatmap.png", heatmap_figure(matrix, order)), ("ratings.png", ratings_figure(board))):
+        fig.savefig(out_dir / name, bbox_inches="tight", pad_inches=0.1)
+        plt.close(fig)
 
 
 def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12) -> None:
-    """The cross-play matrix (score of the row player against the column player) in the terminal,
-    players in leaderboard order; larger pools are only written to matrix.csv / heatmap.png."""
-    from rich.console import Console
-    from rich.table import Table
+    """The cross-play matrix (score of the row player against the column player) on stdout, players
+    in leaderboard order as P1..Pn with a key; larger pools only go to matrix.csv / heatmap.png."""
+    from .display import format_matrix, terminal_width
 
     order = [row["name"] for row in board]
-    if len(order) > max_players:
-        Console().print(f"cross-play matrix of {len(order)} players: see matrix.csv and heatmap.png")
-        return
     matrix, _ = score_matrix(rows, order)
-    table = Table(title="cross-play: score of row against column")
-    table.add_column("", no_wrap=True)
-    for k in range(len(order)):
-        table.add_column(str(k + 1), justify="right")
-    for k, (name, values) in enumerate(zip(order, matrix)):
-        table.add_row(f"{k + 1} {name}", *("-" if math.isnan(v) else f"{v:.2f}" for v in values))
-    Console().print(table)
+    print()
+    print(format_matrix(matrix, order, terminal_width(), max_players=max_players))
 
 
 def print_leaderboard(board: list[dict], title: str = "cogym tournament") -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The leaderboard on stdout, every number in full at any width (names wrap, numbers never)."""
+    from .display import format_leaderboard, terminal_width
 
-    table = Table(title=title)
-    for col in ("#", "player", "rating", "95% CI", "games", "W", "D", "L", "score"):
-        if col == "player":
-            table.add_column(col, overflow="fold", ratio=1)
-        else:
-            table.add_column(col, justify="right", no_wrap=True)
-    for k, row in enumerate(board, 1):
-        ci = f"[{row['lo']:.0f},{row['hi']:.0f}]" if row["lo"] is not None else ""
-        table.add_row(str(k), row["name"], f"{row['rating']:.0f}", ci, str(row["games"]), str(row["wins"]),
-                      str(row["draws"]), str(row["losses"]), f"{row['score']:.3f}")
-    Console().print(table)
+    print(format_leaderboard(board, title, terminal_width()))

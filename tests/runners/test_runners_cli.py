@@ -65,31 +65,43 @@ def test_console_script_help():
     assert "usage: cogym" in proc.stdout
 
 
-def test_games_lists_the_registry(capsys, monkeypatch):
-    from cogym.envs import make, registered
+def _game_block(out: str, gid: str) -> list[str]:
+    """The lines of ``cogym games`` about one game: from its id line to the next blank line."""
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith(f"{gid}  "))
+    end = next((k for k in range(start, len(lines)) if not lines[k].strip()), len(lines))
+    return lines[start:end]
 
-    monkeypatch.setenv("COLUMNS", "300")  # rich wraps cells to the terminal width
+
+@pytest.mark.parametrize("columns", ["80", "300"])
+def test_games_lists_the_registry(capsys, monkeypatch, columns):
+    from cogym.envs import make, registered, scripted_strategies
+
+    monkeypatch.setenv("COLUMNS", columns)
     assert main(["games"]) == 0
     out = capsys.readouterr().out
+    assert all(len(line) <= int(columns) for line in out.splitlines())
     for gid in registered():
-        row = next(line for line in out.splitlines() if f" {gid} " in line)
+        block = _game_block(out, gid)
         spec = make(gid).spec
-        assert "v0" in row and ("yes" if spec.zero_sum else "no") in row
-        assert f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]" in row
-        assert spec.roles[0] in row
+        assert "(versions: v0)" in block[0]
+        assert f"zero-sum: {'yes' if spec.zero_sum else 'no'}" in block[1]
+        assert f"[{spec.reward_range[0]:g}, {spec.reward_range[1]:g}]" in block[1]
+        for role, twins in scripted_strategies(gid).items():
+            row = next(line for line in block if line.split()[0] == role)
+            assert set(twins) <= set(row.split(None, 1)[1].replace(",", " ").split())
 
 
 def test_games_imports_a_users_game_file(capsys, monkeypatch, tmp_path):
     from cogym.envs import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.setenv("COLUMNS", "300")
     game = tmp_path / "my_games.py"
     game.write_text("from cogym.envs import register\nfrom cogym.envs.interruptible_verifier import InterruptibleVerifierEnv, SCRIPTED\n"
                     "register('my_copy-v3', InterruptibleVerifierEnv, scripted=SCRIPTED, num_solvers=2)\n")
     assert main(["games", "--module", str(game)]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if " my_copy-v3 " in line)
-    assert "v3" in row and "solver" in row
+    block = _game_block(capsys.readouterr().out, "my_copy-v3")
+    assert "v3" in block[0] and any(line.split()[0] == "solver" for line in block[3:])
     assert main(["games", "--module", str(tmp_path / "missing.py")]) == 2
 
 
