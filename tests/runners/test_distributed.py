@@ -78,7 +78,8 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
     out = []
     for i, t in enumerate(turns):
         r = len(t.response_ids)
-        out.append({**t.__dict__, "logprobs": (logp[i, :r] + noise[i, :r]).tolist(), "group_key": list(t.group_key)})
+        row = {k: v for k, v in t.__dict__.items() if k != "outcome"}  # typed from info again when loaded
+        out.append({**row, "logprobs": (logp[i, :r] + noise[i, :r]).tolist(), "group_key": list(t.group_key)})
     return out
 
 
