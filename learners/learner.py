@@ -21,7 +21,7 @@ from cogym.agents.policy import Policy
 from cogym.agents.types import Turn
 
 from . import advantages as adv_fns
-from . import distributed as dist
+from . import torch_dist as dist
 from .config import LearnerConfig
 from .gae import gae_advantages
 from .critic import Critic

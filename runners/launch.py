@@ -3,7 +3,7 @@
 Each worker gets torchrun's environment (``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``,
 ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) and ``OMP_NUM_THREADS`` = cores / N
 unless set, and joins one process group (gloo on CPU, nccl on GPU) through
-:func:`cogym.learners.distributed.init_from_env`. Rank 0's output is this command's output; rank
+:func:`cogym.learners.torch_dist.init_from_env`. Rank 0's output is this command's output; rank
 r > 0 writes to a temporary log whose tail is shown if it fails. The first worker to fail stops
 the others, and the command exits with its code and a message naming its rank. On Linux the
 workers also die with the launcher, even when it is killed with ``kill -9``.

@@ -38,7 +38,7 @@ import torch
 import yaml
 
 from cogym.envs.arithmetic import load_heldout
-from cogym.learners import distributed as dist
+from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 
 from .build import Run, build

@@ -93,7 +93,7 @@ def _params(learner) -> dict[str, torch.Tensor]:
 def _worker(turns_file: str, model_dir: str, out_dir: str) -> None:
     from cogym.agents.policy import Policy
     from cogym.agents.types import Turn
-    from cogym.learners import distributed as dist
+    from cogym.learners import torch_dist as dist
     from cogym.learners.config import LearnerConfig
     from cogym.learners.learner import Learner
 

@@ -1,7 +1,4 @@
-"""The Learner on a tiny random model: exact token batches, explicit groups, every parameter trained.
-
-(These live under tests/runners because they exercise the learner on real rollout Turns.)
-"""
+"""The Learner on a tiny random model: exact token batches, explicit groups, every parameter trained."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_runners_learner import _turns
+from test_learner import _turns
 
 from cogym.agents.policy import Policy
 from cogym.learners.config import LearnerConfig
