@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cogym.learners.algorithms import FROZEN, registry
+
 from .config import Config, ConfigError
 
 def _die_with_parent() -> None:
@@ -51,9 +53,9 @@ def check_data_parallel(cfg: Config, world: int) -> None:
                           f"num_games / nproc games of every iteration); set game.num_games to a multiple of {world}, "
                           f"e.g. game.num_games={(n // world + 1) * world}")
     for pid, lc in cfg.learners.items():
-        if lc.algorithm == "spin":
-            raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm spin, which trains in one process only; "
-                              "run it without --nproc")
+        if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
+            raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm {lc.algorithm}, which trains in one process "
+                              "only; run it without --nproc")
         if lc.engine == "deepspeed" and lc.zero_stage == 3:
             raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
                               "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "

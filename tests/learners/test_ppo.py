@@ -19,7 +19,7 @@ from cogym.runners.train import train
 
 
 def _ppo(policy: Policy, **kw) -> Learner:
-    return Learner(policy, LearnerConfig(algorithm="ppo", engine="torch", lr=1e-3, critic_lr=1e-2, **kw))
+    return Learner(policy, LearnerConfig.from_flat(algorithm="ppo", engine="torch", lr=1e-3, critic_lr=1e-2, **kw))
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -59,7 +59,7 @@ def test_one_ppo_update_trains_the_policy_and_the_critic(policy: Policy) -> None
 
 
 def test_only_ppo_roles_train_the_critic(policy: Policy) -> None:
-    learner = Learner(policy, LearnerConfig(algorithm="grpo", role_algorithms={"proposer": "ppo"}, engine="torch",
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="grpo", role_algorithms={"proposer": "ppo"}, engine="torch",
                                             critic_lr=1e-2))
     before = _snapshot(learner.critic.model)
     metrics = learner.update(_turns(policy, role="solver"))  # no proposer rows: the critic has nothing to learn
@@ -70,13 +70,13 @@ def test_only_ppo_roles_train_the_critic(policy: Policy) -> None:
 
 
 def test_critic_save_and_load_continue_exactly(policy: Policy, tmp_path: Path) -> None:
-    cfg = LearnerConfig(algorithm="ppo", engine="torch", critic_lr=1e-2)
-    critic = Critic(policy.model, cfg)
+    cfg = LearnerConfig.from_flat(algorithm="ppo", engine="torch", critic_lr=1e-2)
+    critic = Critic(policy.model, cfg, lr=1e-2)
     b = TokenBatch.from_turns(_turns(policy), policy.tokenizer.pad_token_id)
     returns = b.scores[:, None] * b.mask
     critic.update(b, critic.values(b, 8), returns, 8)
     critic.save(tmp_path)
-    resumed = Critic(policy.model, cfg, weights=tmp_path)
+    resumed = Critic(policy.model, cfg, weights=tmp_path, lr=1e-2)
     resumed.load_optimizer(tmp_path)
     assert torch.equal(critic.values(b, 8), resumed.values(b, 8))
     critic.update(b, critic.values(b, 8), returns, 8)

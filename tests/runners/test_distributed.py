@@ -104,7 +104,7 @@ def _worker(turns_file: str, model_dir: str, out_dir: str) -> None:
     turns = [Turn(**{**r, "group_key": tuple(r["group_key"])}) for r in rows]
     for name, overrides in CASES.items():
         policy = Policy.from_pretrained(model_dir)
-        learner = Learner(policy, LearnerConfig(lr=1e-3, **overrides))
+        learner = Learner(policy, LearnerConfig.from_flat(lr=1e-3, **overrides))
         if world == 1:
             torch.save(_params(learner), Path(out_dir) / f"{name}.before.pt")
         metrics = learner.update(turns)
