@@ -79,3 +79,14 @@ def test_metrics_are_shares_of_the_step():
     assert float(sum(p[0] for p in parts)) == pytest.approx(float(whole))
     for key, value in m.items():
         assert sum(p[1][key] for p in parts) == pytest.approx(value)
+
+
+def test_ppo_kl_uses_the_clamped_log_ratio_like_verl():
+    """Log-ratios (logp - logp_old) of -30 and 0.5: verl clamps them to [-20, 20] before the mean, so
+    ppo_kl = mean(-clamp(log_ratio)) = (20 - 0.5) / 2 = 9.75; the unclamped mean would be
+    (30 - 0.5) / 2 = 14.75. A = 0, so the loss is 0 either way."""
+    logp_old = torch.zeros(1, 2, dtype=torch.float64)
+    logp = torch.tensor([[-30.0, 0.5]], dtype=torch.float64)
+    _, metrics = objective(logp, logp_old, torch.zeros(1, 2), torch.ones(1, 2), ObjectiveConfig(),
+                           num_tokens=2.0, num_seqs=1.0)
+    assert metrics["ppo_kl"] == pytest.approx(9.75, abs=1e-12)
