@@ -35,3 +35,5 @@ from .registry import FROZEN, get, names, register, unregister
 
 __all__ = ["Advantages", "Algorithm", "AlgorithmConfig", "Context", "Discounted", "FROZEN", "MicroStep", "RoleRows",
            "TrainBatch", "Whitened", "check_choice", "check_number", "get", "names", "register", "unregister"]
+
+from . import _builtin  # noqa: E402,F401  (the shipped algorithms register as soon as the package is imported)
