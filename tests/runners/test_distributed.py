@@ -85,8 +85,9 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
 def _params(learner) -> dict[str, torch.Tensor]:
     """The policy's weights and, with PPO, the critic's."""
     out = {k: v.detach().clone() for k, v in learner.policy.model.state_dict().items()}
-    if learner.critic is not None:
-        out.update({f"critic.{k}": v.detach().clone() for k, v in learner.critic.model.state_dict().items()})
+    if "ppo" in learner.algorithms:
+        critic = learner.algorithms["ppo"].critic
+        out.update({f"critic.{k}": v.detach().clone() for k, v in critic.model.state_dict().items()})
     return out
 
 
