@@ -43,8 +43,8 @@ class Turn:
     ``prompt_ids``/``response_ids`` are exactly the ids the policy was prompted with and
     generated; ``logprobs`` are the behaviour log-probabilities of ``response_ids``; ``reward`` is
     credited when the game ends; ``group_key`` groups samples for group-based estimators;
-    ``outcome`` holds the seat's typed end-of-game facts (the game -> learner contract,
-    :mod:`cogym.core.outcome`), which learners read; ``info`` is the raw last info it came from.
+    ``info`` is the seat's last info and ``outcome`` its typed end-of-game facts (the game -> learner
+    contract, :mod:`cogym.core.outcome`), which learners read.
     """
 
     game_index: int
@@ -60,4 +60,8 @@ class Turn:
     reward: float = 0.0
     group_key: Hashable = None
     info: dict = field(default_factory=dict)
-    outcome: SeatOutcome = field(default_factory=SeatOutcome)
+
+    @property
+    def outcome(self) -> SeatOutcome:
+        """The typed facts of ``info`` (always in step with it: a Turn's info may be replaced)."""
+        return SeatOutcome.from_info(self.info)

@@ -1,16 +1,26 @@
-"""Configuration of one learner (one trained policy). Names and defaults follow ALGORITHMS.md."""
+"""Configuration of one learner (one trained policy): the keys every algorithm shares, and each
+algorithm's own config (docs/algorithms.md names and defaults).
+
+In YAML every key of a learner is flat (``learners.<id>.lam: 0.95``); :func:`split_keys` sends the
+common keys here and the others to the config of the algorithm that declares them
+(:mod:`cogym.learners.algorithms`), so a key means one thing whichever algorithm it belongs to.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
 class LearnerConfig:
-    """How one policy is trained (ALGORITHMS.md names and defaults)."""
+    """How one policy is trained: the common keys, and ``algorithm_configs`` (name -> that algorithm's
+    config) for the algorithms it uses (:meth:`settings` gives one, with defaults if none was set)."""
 
-    # grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | rae | trr_pp | prime | spin | frozen
+    # A registered algorithm (grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | rae |
+    # trr_pp | prime | spin, or a user's) or frozen.
     algorithm: str = "grpo"
     # A policy shared by several roles may use a different estimator per role, e.g.
     # {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two algorithms).
@@ -31,23 +41,6 @@ class LearnerConfig:
     kl_in_loss: str = "off"  # off | k2 | k3 | k3+ | k1+
     kl_loss_coef: float = 0.001
     entropy_coef: float = 0.0
-    grpo_eps: float = 1e-6
-    gamma: float = 1.0
-    # PPO with a critic (algorithm or role algorithm "ppo"): GAE lambda, the critic's own learning
-    # rate and the value clip of ALGORITHMS.md §4.1 (null: unclipped).
-    lam: float = 1.0
-    critic_lr: float = 1e-4
-    value_clip: Optional[float] = 0.5
-    whiten: str = "verl"  # verl | openrlhf
-    # SPIRAL RAE (algorithm "rae", ALGORITHMS.md §8.2): one EMA baseline per (game, seat), decay
-    # rae_decay, subtracted before ("pre") or after ("update_first") the update; turns whose advantage
-    # is exactly 0 are dropped (filter_zero_adv). The baselines are saved with the checkpoint.
-    rae_decay: float = 0.95
-    rae_order: str = "pre"
-    rae_filter_zero_adv: bool = True
-    # Absolute Zero TRR++ (algorithm "trr_pp", §8.4): REINFORCE++ whitened within each (task, role);
-    # the task is the turn's info[trr_task_key] (the game's info key naming the task type; "" = one task).
-    trr_task_key: str = ""
     # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
     # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
     # until as many groups survive as one rollout makes; the surplus is trimmed.
@@ -63,23 +56,99 @@ class LearnerConfig:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     mask_truncated: bool = False
-    # PRIME (algorithm "prime", §8.1): an implicit PRM (a copy of the policy's initial weights unless
-    # prime_model names an HF directory) trained online with cross-entropy on the outcome labels (the
-    # turn's reward, in [0, 1]) gives token-level process rewards; RLOO over the group (the batch when
-    # every group has one member). prime_update: "before" (update the PRM, then score) or "after".
-    prime_model: str = ""
-    prime_beta: float = 0.05
-    prime_lr: float = 1e-6
-    prime_granularity: str = "token"
-    prime_norm: str = "batch_norm"
-    prime_process_coef: float = 5.0
-    prime_outcome_coef: float = 5.0
-    prime_update: str = "before"
-    # SPIN (algorithm "spin"): the logistic loss on beta * [(log pi/pi_opp)(real) - (log pi/pi_opp)(generated)],
-    # real = the game's reference response (info["reference"]), generated = the policy's own; the opponent
-    # pi_opp is a frozen copy of the policy refreshed every spin_refresh updates.
-    spin_beta: float = 0.1
-    spin_refresh: int = 1
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_params: bool = False
+    # name -> the algorithm's own config (its keys are flat in YAML; see split_keys)
+    algorithm_configs: dict = field(default_factory=dict, repr=False)
+
+    def algorithm_names(self) -> tuple[str, ...]:
+        """The algorithms this learner trains with: the policy's, then each role's (no repeats)."""
+        names = [self.algorithm, *self.role_algorithms.values()]
+        return tuple(n for i, n in enumerate(names) if n not in names[:i] and n != FROZEN)
+
+    def settings(self, name: str) -> Any:
+        """The config of algorithm ``name`` (created with its defaults on first use)."""
+        if name not in self.algorithm_configs:
+            from .algorithms.registry import get
+
+            self.algorithm_configs[name] = get(name).Config()
+        return self.algorithm_configs[name]
+
+    def validate(self) -> None:
+        """ValueError (what, why, fix) for an unknown algorithm, one that cannot train a single role,
+        or a value an algorithm's config refuses."""
+        from .algorithms.registry import get
+
+        get(self.algorithm) if self.algorithm != FROZEN else None
+        for role, name in self.role_algorithms.items():
+            if not get(name).per_role:
+                raise ValueError(f"role_algorithms.{role}: {name} trains a whole policy with its own loss and cannot "
+                                 f"train one role of it; set algorithm: {name} for this policy instead")
+        for name in self.algorithm_names():
+            self.settings(name).validate(self)
+
+    @classmethod
+    def from_flat(cls, **keys: Any) -> "LearnerConfig":
+        """A config from flat keys, as YAML writes them: ``from_flat(algorithm="ppo", lam=0.95)``."""
+        common, parts = split_keys(keys)
+        from .algorithms.registry import get
+
+        return cls(**common, algorithm_configs={n: get(n).Config(**p) for n, p in parts.items()})
+
+    def flat(self) -> dict:
+        """The flat keys of this config (common keys, then the algorithms'): ``from_flat(**c.flat())`` == c."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "algorithm_configs"}
+        ordered = [*self.algorithm_names(), *(n for n in self.algorithm_configs if n not in self.algorithm_names())]
+        for name in ordered:
+            if name in self.algorithm_configs:
+                for key, value in dataclasses.asdict(self.algorithm_configs[name]).items():
+                    out.setdefault(key, value)
+        return out
+
+
+FROZEN = "frozen"  # not an algorithm: the policy plays and never learns
+
+
+def common_keys() -> frozenset[str]:
+    """The keys of :class:`LearnerConfig` a user writes (every algorithm's own keys are elsewhere)."""
+    return frozenset(f.name for f in dataclasses.fields(LearnerConfig)) - {"algorithm_configs"}
+
+
+class UnknownKey(ValueError):
+    """A learner key neither common nor declared by any registered algorithm."""
+
+    def __init__(self, key: str, known: list[str]) -> None:
+        close = difflib.get_close_matches(key, known, n=1)
+        self.key = key
+        self.hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        super().__init__(f"unknown learner key {key!r} ({self.hint})")
+
+
+def split_keys(keys: dict) -> tuple[dict, dict[str, dict]]:
+    """Split a learner's flat keys into ``(common, {algorithm: its keys})``.
+
+    A key that is not common goes to the algorithms this learner uses that declare it (``gamma`` to
+    both reinforce_pp and ppo of one learner); a key only an unused registered algorithm declares
+    is kept for that algorithm (``learners.x.algorithm=rloo`` on a config written for prime still
+    loads). Any other key is a ValueError naming the closest known key.
+    """
+    from .algorithms.registry import get, names
+
+    common = {k: v for k, v in keys.items() if k in common_keys()}
+    chosen = [n for n in (keys.get("algorithm", LearnerConfig.algorithm), *dict(keys.get("role_algorithms") or {}).values())
+              if isinstance(n, str) and n != FROZEN]
+    for name in chosen:
+        get(name)  # an unknown algorithm is named before its keys are
+    fields = {n: {f.name for f in dataclasses.fields(get(n).Config)} for n in names()}
+    parts: dict[str, dict] = {}
+    for key, value in keys.items():
+        if key in common:
+            continue
+        owners = [n for n in dict.fromkeys(chosen) if key in fields[n]] or [n for n in fields if key in fields[n]][:1]
+        if not owners:
+            raise UnknownKey(str(key), sorted(common_keys().union(*fields.values())))
+        for name in owners:
+            parts.setdefault(name, {})[key] = value
+    return common, parts
+

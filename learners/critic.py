@@ -3,7 +3,7 @@
 ``V[i, t]`` is the value of the state before response token ``t`` of row ``i``: the value head
 read at the same position whose logits predict that token (``TokenBatch.resp_index``). The critic
 starts from the policy's weights (trunk) and a zero head, so ``V = 0`` before any update, and it
-trains on the clipped value loss of ALGORITHMS.md §4.1 against GAE returns. It is saved as its
+trains on the clipped value loss of docs/algorithms.md §4.1 against GAE returns. It is saved as its
 own directory: ``critic.safetensors`` (all weights) and its engine's optimizer state.
 """
 
@@ -48,15 +48,19 @@ def response_values(module: torch.nn.Module, b) -> torch.Tensor:
 class Critic:
     """A value model and its engine; ``values`` for GAE, ``update`` on the clipped value loss."""
 
-    def __init__(self, policy_model: torch.nn.Module, cfg: LearnerConfig, weights: Path | None = None) -> None:
-        """``weights``: a saved critic directory to start from (resume); else the policy's trunk, zero head."""
+    def __init__(self, policy_model: torch.nn.Module, cfg: LearnerConfig, weights: Path | None = None, *,
+                 lr: float = 1e-4, value_clip: float | None = 0.5) -> None:
+        """``weights``: a saved critic directory to start from (resume); else the policy's trunk, zero head.
+        ``cfg``: the learner's common config (engine, ZeRO); ``lr``: the critic's own learning rate;
+        ``value_clip``: the value clip of the loss (None: unclipped)."""
         self.cfg = cfg
+        self.value_clip = value_clip
         self.model = ValueModel(copy.deepcopy(policy_model))
         self.model.lm.requires_grad_(True)
         if weights is not None:
             self.model.load_state_dict(load_file(str(Path(weights) / WEIGHTS_FILE)))
         critic_cfg = copy.copy(cfg)
-        critic_cfg.lr = cfg.critic_lr
+        critic_cfg.lr = lr
         self.engine = make_engine(self.model, critic_cfg)
 
     @torch.no_grad()
@@ -77,7 +81,7 @@ class Critic:
         for k, ix in enumerate(chunks):
             mb = b.rows(ix)
             v = response_values(module, mb)
-            per_token, metrics = clipped_value_loss(v, old_values[ix], returns[ix], mb.mask, clip_value=self.cfg.value_clip)
+            per_token, metrics = clipped_value_loss(v, old_values[ix], returns[ix], mb.mask, clip_value=self.value_clip)
             loss = aggregate(per_token, mb.mask, "token-mean", num_tokens=n_tok, num_seqs=float(len(ix)))
             self.engine.backward(loss, last=k == len(chunks) - 1)
             share = float(mb.mask.sum()) / max(n_tok, 1.0)

@@ -14,7 +14,7 @@ Nothing here calls a model; the rollout loop decides when to generate more.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Hashable, Mapping, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -170,6 +170,60 @@ def _exact_scores(scores: Tensor) -> list[Fraction]:
     return [Fraction(np.format_float_positional(x, unique=True, trim="0")) for x in arr]
 
 
+def _bounds(predicate: str, bounds) -> tuple[Fraction | None, Fraction | None]:
+    """The (lo, hi) of a mean predicate: given, else its default; (None, None) for std_gt_0."""
+    if predicate == "std_gt_0":
+        return None, None
+    if bounds is None:
+        return _DEFAULT_BOUNDS[predicate]
+    lo, hi = _fraction(bounds[0]), _fraction(bounds[1])
+    if lo > hi:
+        raise ValueError(f"bounds must have lo <= hi, got {bounds}")
+    return lo, hi
+
+
+def _keeps(vals: list[Fraction], predicate: str, lo: Fraction | None, hi: Fraction | None) -> bool:
+    """Whether a group with these (exact) valid scores passes the predicate; no valid row: dropped."""
+    n = len(vals)
+    if n == 0:
+        return False
+    if predicate == "std_gt_0":
+        return n == 1 or min(vals) != max(vals)
+    mean = sum(vals, Fraction(0)) / n
+    return (lo < mean < hi) if predicate == "mean_in_open" else (lo <= mean <= hi)
+
+
+def _filter_keys(scores: Tensor, groups, predicate: str, lengths, max_response_length) -> list:
+    """filter_groups' argument checks; the group key of each row."""
+    if scores.dim() != 1:
+        raise ValueError(f"scores must be 1-D (N,), got shape {tuple(scores.shape)}")
+    n_rows = scores.shape[0]
+    keys = groups.tolist() if isinstance(groups, Tensor) else list(groups)
+    if isinstance(groups, Tensor) and (groups.is_floating_point() or groups.dtype == torch.bool):
+        raise ValueError(f"groups must be an integer tensor or a sequence of keys, got {groups.dtype}")
+    if len(keys) != n_rows:
+        raise ValueError(f"groups must have length {n_rows}, got {len(keys)}")
+    if predicate not in FILTER_PREDICATES:
+        raise ValueError(f"predicate must be one of {FILTER_PREDICATES}, got {predicate!r}")
+    if (lengths is None) != (max_response_length is None):
+        raise ValueError("lengths and max_response_length must be given together")
+    return keys
+
+
+def _group_members(keys: list, exact: list[Fraction], ok: list[bool], lens: list | None) -> tuple[dict, dict]:
+    """{group: its valid rows' exact scores} (every group listed) and {group: its longest valid row}."""
+    exact_valid = iter(exact)
+    members: dict[Hashable, list[Fraction]] = {}
+    longest: dict[Hashable, float] = {}
+    for i, k in enumerate(keys):
+        members.setdefault(k, [])
+        if ok[i]:
+            members[k].append(next(exact_valid))
+            if lens is not None:
+                longest[k] = max(longest.get(k, -float("inf")), lens[i])
+    return members, longest
+
+
 def filter_groups(
     scores: Tensor,
     groups: Tensor | Sequence[Hashable],
@@ -208,18 +262,8 @@ def filter_groups(
         (keep_rows (N,) bool: the row's group is kept; group_keep: {group id: kept} in
         first-seen order, ready for :func:`select_groups`).
     """
-    if scores.dim() != 1:
-        raise ValueError(f"scores must be 1-D (N,), got shape {tuple(scores.shape)}")
+    keys = _filter_keys(scores, groups, predicate, lengths, max_response_length)
     n_rows = scores.shape[0]
-    keys = groups.tolist() if isinstance(groups, Tensor) else list(groups)
-    if isinstance(groups, Tensor) and (groups.is_floating_point() or groups.dtype == torch.bool):
-        raise ValueError(f"groups must be an integer tensor or a sequence of keys, got {groups.dtype}")
-    if len(keys) != n_rows:
-        raise ValueError(f"groups must have length {n_rows}, got {len(keys)}")
-    if predicate not in FILTER_PREDICATES:
-        raise ValueError(f"predicate must be one of {FILTER_PREDICATES}, got {predicate!r}")
-    if (lengths is None) != (max_response_length is None):
-        raise ValueError("lengths and max_response_length must be given together")
     ok = [True] * n_rows if valid is None else [bool(v) for v in valid.tolist()]
     if len(ok) != n_rows:
         raise ValueError(f"valid must have shape ({n_rows},)")
@@ -228,37 +272,15 @@ def filter_groups(
         if lengths.shape != (n_rows,):
             raise ValueError(f"lengths must have shape ({n_rows},), got {tuple(lengths.shape)}")
         lens = lengths.tolist()
-    if predicate == "std_gt_0":
-        lo = hi = None
-    elif bounds is None:
-        lo, hi = _DEFAULT_BOUNDS[predicate]
-    else:
-        lo, hi = _fraction(bounds[0]), _fraction(bounds[1])
-        if lo > hi:
-            raise ValueError(f"bounds must have lo <= hi, got {bounds}")
+    lo, hi = _bounds(predicate, bounds)
 
     # only valid rows' scores are read, so invalid rows may hold NaN
     ok_t = torch.tensor(ok, dtype=torch.bool, device=scores.device) if n_rows else torch.zeros(0, dtype=torch.bool)
-    exact_valid = iter(_exact_scores(scores[ok_t]))
-    members: dict[Hashable, list[Fraction]] = {}
-    longest: dict[Hashable, float] = {}
-    for i, k in enumerate(keys):
-        members.setdefault(k, [])
-        if ok[i]:
-            members[k].append(next(exact_valid))
-            if lens is not None:
-                longest[k] = max(longest.get(k, -float("inf")), lens[i])
+    members, longest = _group_members(keys, _exact_scores(scores[ok_t]), ok, lens)
 
     group_keep: dict[Hashable, bool] = {}
     for k, vals in members.items():
-        n = len(vals)
-        if n == 0:
-            keep = False
-        elif predicate == "std_gt_0":
-            keep = n == 1 or min(vals) != max(vals)
-        else:
-            mean = sum(vals, Fraction(0)) / n
-            keep = (lo < mean < hi) if predicate == "mean_in_open" else (lo <= mean <= hi)
+        keep = _keeps(vals, predicate, lo, hi)
         if keep and lens is not None and longest[k] >= max_response_length - 1:
             keep = False
         group_keep[k] = keep
@@ -306,3 +328,23 @@ def need_more_rounds(num_kept: int, target: int, rounds_done: int, max_rounds: i
             f"(max_rounds={max_rounds}); the data may be too easy or too hard for the filter"
         )
     return True
+
+
+def group_decisions(cfg, turns: Sequence, shaped: Callable[[Tensor, Tensor], Tensor]) -> dict:
+    """Dynamic sampling's decision for a learner (§7.2): {group key: kept} over these turns' groups,
+    in order of play, by ``cfg.dynamic_sampling`` on the turns' rewards as ``shaped`` scores them
+    (overlong shaping). A bound not given is the predicate's own."""
+    if not turns:
+        return {}
+    scores = shaped(torch.tensor([float(t.reward) for t in turns], dtype=torch.float64),
+                    torch.tensor([len(t.response_ids) for t in turns]))
+    low, high = cfg.dynamic_sampling_low, cfg.dynamic_sampling_high
+    bounds = None
+    if cfg.dynamic_sampling != "std_gt_0" and (low is not None or high is not None):
+        default_low, default_high = _DEFAULT_BOUNDS[cfg.dynamic_sampling]
+        bounds = (default_low if low is None else low, default_high if high is None else high)
+    # Rows the loss will not see (truncated, with mask_truncated) do not count in the predicate either.
+    valid = torch.tensor([t.finished for t in turns]) if cfg.mask_truncated else None
+    _, decisions = filter_groups(scores, [t.group_key for t in turns], predicate=cfg.dynamic_sampling,
+                                 bounds=bounds, valid=valid)
+    return decisions

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import torch
 
-from . import distributed as dist
+from . import torch_dist as dist
 from .config import LearnerConfig
 
 

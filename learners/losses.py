@@ -146,7 +146,8 @@ def clipped_policy_loss(
         per_token_loss (N, L), exactly 0 on masked positions (aggregate it with :func:`aggregate`);
         metrics (floats, over valid tokens): ``pg_clipfrac`` (clipped branch strictly larger),
         ``pg_clipfrac_lower`` (dual bound active, A < 0; 0 when dual-clip is off),
-        ``ppo_kl`` (mean of logp_old - logp).
+        ``ppo_kl`` (mean of logp_old - logp with the log-ratio clamped to +-log_ratio_clamp first,
+        verl's definition).
     """
     _validate_clip(clip_low, clip_high, dual_clip, log_ratio_clamp)
     for name, t in (("logp_old", logp_old), ("adv", adv), ("mask", mask)):
@@ -158,7 +159,8 @@ def clipped_policy_loss(
     # Select (not multiply) so that inf/NaN on padding cannot produce NaN values or gradients.
     log_ratio = torch.where(m, logp.to(dtype) - logp_old.to(dtype), zero)
     a = torch.where(m, adv.to(dtype), zero)
-    ratio = torch.exp(log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp))
+    log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)  # verl: exp cannot overflow, ppo_kl is clamped too
+    ratio = torch.exp(log_ratio)
     loss_unclipped = -a * ratio
     loss_clipped = -a * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(loss_unclipped, loss_clipped)

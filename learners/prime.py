@@ -1,4 +1,4 @@
-"""PRIME's implicit process reward model (ALGORITHMS.md §8.1), trained online with its own engine.
+"""PRIME's implicit process reward model (docs/algorithms.md §8.1), trained online with its own engine.
 
 The PRM ``pi_phi`` is a causal LM (a copy of the policy's weights, or ``cfg.prime_model``) scored
 against a frozen reference ``pi_ref`` (by default a copy of the PRM's initial weights, so ``q = 0``
@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 
 from .config import LearnerConfig
 from .engines import make_engine, save_weights
-from .learner import TokenBatch, response_logits_and_logp
+from .batch import TokenBatch, response_logits_and_logp
 from .multiagent import prime_ce_loss, prime_process_rewards, prime_q
 
 WEIGHTS_FILE = "prm.safetensors"
-PRM_MAX_GRAD_NORM = 10.0  # ALGORITHMS.md §8.1: PRM grad clip 10, constant learning rate
+PRM_MAX_GRAD_NORM = 10.0  # docs/algorithms.md §8.1: PRM grad clip 10, constant learning rate
 
 
 def _vocab_size(model: torch.nn.Module) -> int:
@@ -45,19 +45,21 @@ class PrimeRewardModel:
     """The implicit PRM and its engine: ``q`` / ``process_rewards`` to score, ``update`` to train."""
 
     def __init__(self, policy_model: torch.nn.Module, cfg: LearnerConfig, weights: Path | None = None,
-                 temperature: float = 1.0, reference: torch.nn.Module | None = None) -> None:
+                 temperature: float = 1.0, reference: torch.nn.Module | None = None, prime=None) -> None:
         """Build the PRM from ``policy_model`` (copied) or ``cfg.prime_model``, then load ``weights``
         (a directory written by :meth:`save`) if given. ``reference``: the frozen ``pi_ref``, used as
-        is; by default a copy of the PRM's initial weights. Call before any engine partitions
-        ``policy_model``."""
+        is; by default a copy of the PRM's initial weights. ``cfg``: the learner's common config
+        (engine, ZeRO); ``prime``: PRIME's config (by default ``cfg.settings("prime")``). Call before
+        any engine partitions ``policy_model``."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.cfg = cfg
+        self.prime = prime = prime if prime is not None else cfg.settings("prime")
         self.temperature = temperature
-        if cfg.prime_model:
-            self.model = _load_hf(cfg.prime_model, policy_model)
+        if prime.prime_model:
+            self.model = _load_hf(prime.prime_model, policy_model)
             if _vocab_size(self.model) != _vocab_size(policy_model):
-                raise ValueError(f"prime_model {cfg.prime_model!r} has vocabulary size {_vocab_size(self.model)}, "
+                raise ValueError(f"prime_model {prime.prime_model!r} has vocabulary size {_vocab_size(self.model)}, "
                                  f"but the policy's is {_vocab_size(policy_model)}; the PRM must score the policy's tokens")
         else:
             self.model = copy.deepcopy(policy_model)
@@ -71,7 +73,7 @@ class PrimeRewardModel:
         if weights is not None:
             self.model.load_state_dict(load_file(str(Path(weights) / WEIGHTS_FILE)))
         prm_cfg = copy.copy(cfg)
-        prm_cfg.lr = cfg.prime_lr
+        prm_cfg.lr = prime.prime_lr
         prm_cfg.max_grad_norm = PRM_MAX_GRAD_NORM
         self.engine = make_engine(self.model, prm_cfg)
 
@@ -91,8 +93,8 @@ class PrimeRewardModel:
     @torch.no_grad()
     def process_rewards(self, b: TokenBatch, micro_batch_size: int) -> torch.Tensor:
         """Process rewards (N, L) from ``q`` with ``prime_beta``, ``prime_granularity``, ``prime_norm``."""
-        return prime_process_rewards(self.q(b, micro_batch_size), b.mask, beta=self.cfg.prime_beta,
-                                     granularity=self.cfg.prime_granularity, norm=self.cfg.prime_norm)
+        return prime_process_rewards(self.q(b, micro_batch_size), b.mask, beta=self.prime.prime_beta,
+                                     granularity=self.prime.prime_granularity, norm=self.prime.prime_norm)
 
     def update(self, b: TokenBatch, acc: torch.Tensor, micro_batch_size: int) -> dict[str, float]:
         """One optimizer step on the CE loss against labels ``acc`` (N,) in [0, 1], averaged over the
@@ -105,7 +107,7 @@ class PrimeRewardModel:
         n_valid = int(valid.sum())
         if n_valid == 0:
             return {}
-        beta = self.cfg.prime_beta
+        beta = self.prime.prime_beta
         chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
         loss_sum, agree = 0.0, 0
         for k, ix in enumerate(chunks):

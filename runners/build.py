@@ -6,11 +6,7 @@ is checked here, before any run directory is written, with a one-line :class:`Co
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,43 +19,15 @@ from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
 from cogym.envs import make
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
+from cogym.learners.algorithms import registry
 from cogym.learners.learner import Learner
 
 from .agent_factory import AgentFactory, twin_name
 from .config import Config, ConfigError, _build, _suggest, league_policy
 from .evaluation import evaluators_of
+from .modules import import_game_modules
 from .league import League
 from .token_rollout import ChatCodec
-
-
-def import_game_modules(modules: list[str]) -> None:
-    """Import the modules (dotted names or ``.py`` paths) that register a config's games; once each."""
-    for name in modules:
-        if name.endswith(".py"):
-            path = Path(name).resolve()
-            if not path.is_file():
-                raise ConfigError(f"game.modules: {name!r} is not a file (paths are relative to the working directory "
-                                  "or to the config file)")
-            # A name fixed by the path, the same in every process (workers can unpickle its classes).
-            mod_name = f"cogym_user_games.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-            if mod_name in sys.modules:
-                continue
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[mod_name]
-                raise
-        else:
-            try:
-                importlib.import_module(name)
-            except ModuleNotFoundError as exc:
-                if exc.name is not None and not name.startswith(exc.name):
-                    raise  # the module exists but needs a package that is missing: its own error says which
-                raise ConfigError(f"game.modules: cannot import {name!r} ({exc}); give a module on the Python path "
-                                  "or a .py file") from exc
 
 
 def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -> list:
@@ -123,9 +91,6 @@ def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
                                   f"{_suggest(role, roles)}")
 
 
-GROUPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline")  # estimators whose baseline is a group (episode, role)
-
-
 def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
     """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
     moves in one episode, which all share its return, so every advantage is 0."""
@@ -137,13 +102,30 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
             # Groups form inside one policy's batch: count the seats of the role this policy plays.
             seats = [s for s, (p, r) in assignment.items() if r == role and p == pid]
             estimator = lc.role_algorithms.get(role, lc.algorithm)
-            if estimator in GROUPED and len(seats) == 1 and cfg.game.group_size == 1:
+            if registry.get(estimator).grouped and len(seats) == 1 and cfg.game.group_size == 1:
                 raise ConfigError(
                     f"learners.{pid}: {estimator} groups turns by (episode, role), and policy {pid!r} plays one "
                     f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Play "
                     "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
                     f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
                     "argument that seats several players of the role")
+
+
+def _check_outcomes(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
+    """An algorithm that reads end-of-game facts (SPIN: ``reference``) needs a game that declares them
+    (``GameSpec.outcomes``) for at least one role it trains."""
+    for pid in sorted({p for p, _ in assignment.values()}):
+        lc = cfg.learners.get(pid)
+        if lc is None or lc.algorithm == "frozen":
+            continue
+        roles = sorted({r for p, r in assignment.values() if p == pid})
+        for name in sorted({lc.role_algorithms.get(role, lc.algorithm) for role in roles}):
+            trained = [r for r in roles if lc.role_algorithms.get(r, lc.algorithm) == name]
+            for key in registry.get(name).outcome_keys:
+                if not any(key in game.spec.outcomes.get(r, ()) for r in trained):
+                    raise ConfigError(f"learners.{pid}: {name} reads each turn's {key!r} (the game's end-of-game facts), "
+                                      f"and {cfg.game.id} declares none for role(s) {', '.join(trained)} (GameSpec.outcomes: "
+                                      f"{dict(game.spec.outcomes) or 'none'}); train a role whose game reports it")
 
 
 def _league_seats(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
@@ -229,6 +211,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
             factory.check_twin(twin_name(pid), role)
         assignment[seat] = (pid, role)
     _check_groups(cfg, game, assignment)
+    _check_outcomes(cfg, game, assignment)
     evaluators = evaluators_of(cfg, _build)  # after game.modules: they may register evaluator kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats else None
     policies, learners = {}, {}
@@ -249,7 +232,8 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         lc = cfg.learners[pid]
         if lc.algorithm != "frozen":
             # The KL anchor and PRIME's pi_ref are the config's model, not a checkpoint being resumed.
-            needs_ref = lc.kl_in_reward != "off" or lc.kl_in_loss != "off" or "prime" in (lc.algorithm, *lc.role_algorithms.values())
+            needs_ref = (lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
+                         or any(registry.get(name).needs_reference for name in lc.algorithm_names()))
             if needs_ref and pc.lora.enabled and not is_adapter_dir(pc.model):
                 # A LoRA policy starts as its base model (a fresh adapter adds zero): the base with every
                 # adapter disabled is the reference, sharing the base weights instead of copying them.
@@ -257,11 +241,6 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
             else:
                 reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
             critic = (critic_dirs or {}).get(pid)
-            if lc.algorithm == "spin":  # a learner of its own: the SPIN loss against its previous iteration
-                from cogym.learners.spin import SpinLearner
-
-                learners[pid] = SpinLearner(policies[pid], lc, temperature=pc.sampling.temperature)
-                continue
             learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference,
                                     critic_weights=critic if critic is not None and critic.is_dir() else None,
                                     game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)

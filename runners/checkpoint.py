@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from cogym.learners import distributed as dist
+from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 
 from .build import Run

@@ -31,7 +31,7 @@ def _train(args: argparse.Namespace) -> int:
         from .launch import launch_train
 
         return launch_train(args, cfg)
-    from cogym.learners import distributed as dist
+    from cogym.learners import torch_dist as dist
 
     from .train import train
 

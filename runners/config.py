@@ -25,14 +25,14 @@ from cogym.agents.policy import SamplingParams
 from cogym.core.errors import ConfigError
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
-from cogym.learners.config import LearnerConfig
+from cogym.learners.algorithms import FROZEN, registry
+from cogym.learners.config import LearnerConfig, UnknownKey, split_keys
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
-from cogym.learners.learner import ALGORITHMS as LEARNER_ALGORITHMS
 from cogym.learners.learner import DYNAMIC_SAMPLING
-from cogym.learners.multiagent import PRIME_GRANULARITIES, PRIME_NORMS, RAE_ORDERS
 from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
 from .agent_factory import twin_name
+from .modules import import_game_modules
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
 
@@ -132,15 +132,25 @@ class Config:
     league: LeagueConfig = field(default_factory=LeagueConfig)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain data, as YAML writes it (a learner's keys flat, as load_config reads them back)."""
+        out = dataclasses.asdict(dataclasses.replace(self, learners={}))
+        out["learners"] = {pid: lc.flat() for pid, lc in self.learners.items()}
+        return out
 
 
-# Mappings whose values are themselves typed sections.
-_TYPED_MAPS = {"policies": PolicyConfig, "learners": LearnerConfig, "prompts": PromptConfig}
+# Mappings whose values are themselves typed sections (learners: see _build_learner).
+_TYPED_MAPS = {"policies": PolicyConfig, "prompts": PromptConfig}
 
-# Allowed values come from the learners package, so the two never disagree.
-ESTIMATORS = tuple(LEARNER_ALGORITHMS)  # also allowed per role (role_algorithms)
-ALGORITHMS = (*ESTIMATORS, "spin", "frozen")  # spin is a learner of its own (learners/spin.py)
+
+def algorithm_choices(per_role: bool = False) -> tuple[str, ...]:
+    """The registered algorithms (those that can train one role, with ``per_role``), and frozen."""
+    names = tuple(n for n in registry.names() if not per_role or registry.get(n).per_role)
+    return names if per_role else (*names, FROZEN)
+
+
+# The shipped choices (a user module in game.modules may register more).
+ESTIMATORS = algorithm_choices(per_role=True)  # also allowed per role (role_algorithms)
+ALGORITHMS = algorithm_choices()
 ENGINES = tuple(ENGINE_CLASSES)
 KL_REWARD = ("off", *(k for k in KL_KINDS if not k.endswith("+")))
 KL_LOSS = ("off", *(k for k in KL_KINDS if k not in ("k1", "abs")))  # k1/abs have no useful gradient in a loss
@@ -265,12 +275,38 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     for text in overrides or []:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)
+    learners = tree.pop("learners", None)
+    if learners is not None and not isinstance(learners, dict):
+        raise ConfigError(f"learners must be a mapping of names to sections, got {learners!r}")
     cfg = _build(Config, tree, "")
     # A game file named relative to the config is found next to it, wherever the command runs.
     cfg.game.modules = [str(path.parent / m) if m.endswith(".py") and not Path(m).is_absolute()
                         and not Path(m).exists() and (path.parent / m).exists() else m for m in cfg.game.modules]
+    import_game_modules(cfg.game.modules)  # they may register the algorithms the learners name
+    cfg.learners = {str(pid): _build_learner(data, f"learners.{pid}") for pid, data in (learners or {}).items()}
     validate(cfg)
     return cfg
+
+
+def _build_learner(data: Any, where: str) -> LearnerConfig:
+    """A learner from its flat keys: the common ones typed into LearnerConfig, the others into the
+    config of the algorithm that declares them (an unknown key names the closest known one)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {data!r}")
+    if "algorithm" in data:
+        _check_choice(_coerce(data["algorithm"], str, f"{where}.algorithm"), algorithm_choices(), f"{where}.algorithm")
+    for role, name in _coerce(data.get("role_algorithms") or {}, dict, f"{where}.role_algorithms").items():
+        _check_choice(_coerce(name, str, f"{where}.role_algorithms.{role}"), algorithm_choices(per_role=True),
+                      f"{where}.role_algorithms.{role}")
+    try:
+        common, parts = split_keys(data)
+    except UnknownKey as exc:
+        raise ConfigError(f"unknown config key {f'{where}.{exc.key}'!r} ({exc.hint})") from None
+    lc = _build(LearnerConfig, common, where)
+    lc.algorithm_configs = {name: _build(registry.get(name).Config, keys, where) for name, keys in parts.items()}
+    return lc
 
 
 def _check_choice(value: str, options: tuple, where: str) -> None:
@@ -279,10 +315,7 @@ def _check_choice(value: str, options: tuple, where: str) -> None:
 
 
 def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
-    """RAE, DAPO dynamic sampling and overlong shaping, PRIME and SPIN keys."""
-    if not 0 <= lc.rae_decay <= 1:
-        raise ConfigError(f"{where}.rae_decay must be in [0, 1] (the EMA decay of the RAE baselines), got {lc.rae_decay}")
-    _check_choice(lc.rae_order, RAE_ORDERS, f"{where}.rae_order")
+    """DAPO dynamic sampling and overlong shaping, then each algorithm's own config (it validates itself)."""
     _check_choice(lc.dynamic_sampling, DYNAMIC_SAMPLING, f"{where}.dynamic_sampling")
     low, high = lc.dynamic_sampling_low, lc.dynamic_sampling_high
     if low is not None and high is not None and not low <= high:
@@ -297,30 +330,14 @@ def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str)
                           f"(0: off), got {lc.overlong_buffer}")
     if not (math.isfinite(lc.overlong_penalty) and lc.overlong_penalty >= 0):
         raise ConfigError(f"{where}.overlong_penalty must be >= 0, got {lc.overlong_penalty}")
-    _check_choice(lc.prime_granularity, PRIME_GRANULARITIES, f"{where}.prime_granularity")
-    _check_choice(lc.prime_norm, PRIME_NORMS, f"{where}.prime_norm")
-    _check_choice(lc.prime_update, ("before", "after"), f"{where}.prime_update")
-    for name in ("prime_beta", "prime_lr", "spin_beta"):
-        value = getattr(lc, name)
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"{where}.{name} must be > 0, got {value}")
-    if lc.prime_model and not Path(lc.prime_model).is_dir():
-        raise ConfigError(f"{where}.prime_model {lc.prime_model!r} is not a directory (an HF model for the PRM; "
-                          "leave it empty to copy the policy)")
-    own_reward = sorted({a for a in (lc.algorithm, *lc.role_algorithms.values()) if a in ("rae", "prime")})
-    if own_reward and lc.kl_in_reward != "off":
-        raise ConfigError(f"{where}: {' and '.join(own_reward)} compute advantages from the outcome alone and would "
-                          "ignore kl_in_reward; use kl_in_loss (e.g. kl_in_loss: k3) to keep the policy near its reference")
-    if "prime" in (lc.algorithm, *lc.role_algorithms.values()) and lc.overlong_buffer:
-        raise ConfigError(f"{where}: prime trains its PRM on the outcome labels (0/1 correctness); overlong shaping would "
-                          "turn them into penalties. Remove overlong_buffer (mask_truncated works with prime)")
-    if lc.spin_refresh < 1:
-        raise ConfigError(f"{where}.spin_refresh must be >= 1 (updates between opponent refreshes), got {lc.spin_refresh}")
-    if lc.algorithm == "spin" and (lc.role_algorithms or lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
-                                   or lc.entropy_coef or lc.dynamic_sampling != "off" or lc.overlong_buffer
-                                   or lc.mask_truncated):
-        raise ConfigError(f"{where}: algorithm spin has its own objective; remove role_algorithms, kl_in_*, entropy_coef, "
-                          "dynamic_sampling, overlong_buffer and mask_truncated from this learner")
+    for name in lc.algorithm_names():
+        try:
+            lc.settings(name).validate(lc)
+        except ValueError as exc:
+            msg = str(exc)
+            keys = {f.name for f in dataclasses.fields(lc.settings(name))}
+            sep = "." if msg.split(" ", 1)[0] in keys else f": {name}: " if not msg.startswith(name) else ": "
+            raise ConfigError(f"{where}{sep}{msg}") from None
 
 
 def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
@@ -399,6 +416,50 @@ def _check_league(cfg: Config) -> None:
         raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {reserved[0]!r}")
 
 
+def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
+    """learners.<id>: common keys in range and consistent, then the plug-ins' own checks."""
+    if pid not in cfg.policies:
+        raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
+    _check_choice(lc.algorithm, algorithm_choices(), f"{where}.algorithm")
+    for role, name in lc.role_algorithms.items():
+        _check_choice(name, algorithm_choices(per_role=True), f"{where}.role_algorithms.{role}")
+    _check_choice(lc.engine, ENGINES, f"{where}.engine")
+    _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
+    if lc.kl_in_loss == "k1":
+        raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (ALGORITHMS.md §3.1); "
+                          "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
+    _check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
+    _check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")
+    for name in ("lr", "max_grad_norm", "clip_low", "clip_high", "kl_reward_coef", "kl_loss_coef",
+                 "entropy_coef", "weight_decay"):
+        if not math.isfinite(getattr(lc, name)):
+            raise ConfigError(f"{where}.{name} must be a finite number, got {getattr(lc, name)}")
+    if lc.max_grad_norm <= 0:
+        raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
+    _check_learner_plugins(cfg, pid, lc, where)
+    if lc.offload_optimizer and lc.zero_stage < 1:
+        raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
+    if lc.offload_params and lc.zero_stage != 3:
+        raise ConfigError(f"{where}.offload_params needs zero_stage: 3 (only ZeRO-3 partitions parameters)")
+    if lc.zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"{where}.zero_stage must be 0, 1, 2 or 3, got {lc.zero_stage}")
+    if lc.engine == "torch" and (lc.zero_stage or lc.offload_optimizer or lc.offload_params):
+        raise ConfigError(f"{where}: zero_stage/offload need engine: deepspeed (the torch engine has no ZeRO)")
+    if lc.lr <= 0 and lc.algorithm != "frozen":
+        raise ConfigError(f"{where}.lr must be > 0, got {lc.lr}")
+    if lc.micro_batch_size < 1 or lc.epochs < 1:
+        raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
+    if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
+        raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
+    if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
+        raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
+    if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
+        raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
+                          "set it to the maximum response length")
+    if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
+        raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
     if cfg.run.seed < 0:
@@ -447,52 +508,5 @@ def validate(cfg: Config) -> None:
                               f"got {pol.sampling.temperature}")
         _check_lora(cfg, pid, pol)
     for pid, lc in cfg.learners.items():
-        where = f"learners.{pid}"
-        if pid not in cfg.policies:
-            raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
-        _check_choice(lc.algorithm, ALGORITHMS, f"{where}.algorithm")
-        for role, name in lc.role_algorithms.items():
-            _check_choice(name, ESTIMATORS, f"{where}.role_algorithms.{role}")
-        _check_choice(lc.engine, ENGINES, f"{where}.engine")
-        _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
-        if lc.kl_in_loss == "k1":
-            raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (ALGORITHMS.md §3.1); "
-                              "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
-        _check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
-        _check_choice(lc.whiten, WHITEN, f"{where}.whiten")
-        _check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")
-        for name in ("lr", "max_grad_norm", "clip_low", "clip_high", "kl_reward_coef", "kl_loss_coef",
-                     "entropy_coef", "grpo_eps", "gamma", "weight_decay", "lam", "critic_lr"):
-            if not math.isfinite(getattr(lc, name)):
-                raise ConfigError(f"{where}.{name} must be a finite number, got {getattr(lc, name)}")
-        if not 0 <= lc.lam <= 1 or not 0 <= lc.gamma <= 1:
-            raise ConfigError(f"{where}: gamma and lam must be in [0, 1], got {lc.gamma} and {lc.lam}")
-        if lc.critic_lr <= 0:
-            raise ConfigError(f"{where}.critic_lr must be > 0 (the PPO critic's learning rate), got {lc.critic_lr}")
-        if lc.value_clip is not None and not (math.isfinite(lc.value_clip) and lc.value_clip > 0):
-            raise ConfigError(f"{where}.value_clip must be > 0 or null (unclipped), got {lc.value_clip}")
-        if lc.max_grad_norm <= 0:
-            raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
-        _check_learner_plugins(cfg, pid, lc, where)
-        if lc.offload_optimizer and lc.zero_stage < 1:
-            raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
-        if lc.offload_params and lc.zero_stage != 3:
-            raise ConfigError(f"{where}.offload_params needs zero_stage: 3 (only ZeRO-3 partitions parameters)")
-        if lc.zero_stage not in (0, 1, 2, 3):
-            raise ConfigError(f"{where}.zero_stage must be 0, 1, 2 or 3, got {lc.zero_stage}")
-        if lc.engine == "torch" and (lc.zero_stage or lc.offload_optimizer or lc.offload_params):
-            raise ConfigError(f"{where}: zero_stage/offload need engine: deepspeed (the torch engine has no ZeRO)")
-        if lc.lr <= 0 and lc.algorithm != "frozen":
-            raise ConfigError(f"{where}.lr must be > 0, got {lc.lr}")
-        if lc.micro_batch_size < 1 or lc.epochs < 1:
-            raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
-        if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
-            raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
-        if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
-            raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
-        if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
-            raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
-                              "set it to the maximum response length")
-        if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
-            raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")
+        _check_learner(cfg, pid, lc, f"learners.{pid}")
     _check_league(cfg)

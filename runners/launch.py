@@ -3,7 +3,7 @@
 Each worker gets torchrun's environment (``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``,
 ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``) and ``OMP_NUM_THREADS`` = cores / N
 unless set, and joins one process group (gloo on CPU, nccl on GPU) through
-:func:`cogym.learners.distributed.init_from_env`. Rank 0's output is this command's output; rank
+:func:`cogym.learners.torch_dist.init_from_env`. Rank 0's output is this command's output; rank
 r > 0 writes to a temporary log whose tail is shown if it fails. The first worker to fail stops
 the others, and the command exits with its code and a message naming its rank. On Linux the
 workers also die with the launcher, even when it is killed with ``kill -9``.
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from cogym.learners.algorithms import FROZEN, registry
 
 from .config import Config, ConfigError
 
@@ -51,9 +53,9 @@ def check_data_parallel(cfg: Config, world: int) -> None:
                           f"num_games / nproc games of every iteration); set game.num_games to a multiple of {world}, "
                           f"e.g. game.num_games={(n // world + 1) * world}")
     for pid, lc in cfg.learners.items():
-        if lc.algorithm == "spin":
-            raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm spin, which trains in one process only; "
-                              "run it without --nproc")
+        if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
+            raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm {lc.algorithm}, which trains in one process "
+                              "only; run it without --nproc")
         if lc.engine == "deepspeed" and lc.zero_stage == 3:
             raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
                               "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "

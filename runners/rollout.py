@@ -68,16 +68,17 @@ def _collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -
 
 def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, float]],
            infos: list[dict[str, dict]]) -> list[Turn]:
-    """Every move of a seat gets the seat's episode return and its last info, raw and typed (the
-    contract, :class:`~cogym.core.outcome.SeatOutcome`); all turns in game order."""
+    """Every move of a seat gets the seat's episode return and its last info, checked against the
+    game -> learner contract (:class:`~cogym.core.outcome.SeatOutcome`); all turns in game order."""
     turns: list[Turn] = []
     for g, by_seat in enumerate(seat_turns):
         for seat, ts in by_seat.items():
             info = infos[g].get(seat, {})
-            outcome = SeatOutcome.from_info(info, where=f"game {g} infos[{seat!r}]") if ts else None
+            if ts:  # a mistyped fact fails here, naming the game and seat, not inside a learner
+                SeatOutcome.from_info(info, where=f"game {g} infos[{seat!r}]")
             for t in ts:
                 t.reward = returns[g].get(seat, 0.0)
-                t.info, t.outcome = info, outcome
+                t.info = info
             turns.extend(ts)
     return turns
 

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from cogym.learners import distributed as dist
+from cogym.learners import torch_dist as dist
 
 from .build import Run
 from .hooks import TrainHook, after_rollout, seat_maps

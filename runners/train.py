@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from cogym.learners import distributed as dist
+from cogym.learners import torch_dist as dist
 
 from .build import Run, build
 from .checkpoint import check_resume_world, last_checkpoint, save_checkpoint

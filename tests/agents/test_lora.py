@@ -90,8 +90,8 @@ def test_two_lora_policies_share_one_base_model(tiny_model_dir):
 def test_a_learner_update_changes_only_its_own_adapter(tiny_model_dir, engine):
     base, a, b = _pair(tiny_model_dir)
     extra = {"zero_stage": 2} if engine == "deepspeed" else {}
-    learner_a = Learner(a, LearnerConfig(algorithm="grpo", engine=engine, lr=1e-2, **extra))
-    learner_b = Learner(b, LearnerConfig(algorithm="grpo", engine=engine, lr=1e-2, **extra))
+    learner_a = Learner(a, LearnerConfig.from_flat(algorithm="grpo", engine=engine, lr=1e-2, **extra))
+    learner_b = Learner(b, LearnerConfig.from_flat(algorithm="grpo", engine=engine, lr=1e-2, **extra))
     turns_a, turns_b = _turns(a, seed=0), _turns(b, seed=1)
     for _ in range(2):  # two rounds: the second runs with both adapters already trained
         before = _snapshot(base)

@@ -15,6 +15,7 @@ the test suite uses, so float reductions run in one order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -58,10 +59,29 @@ def run_golden(name: str, out_dir: Path) -> dict:
 
     torch.set_num_threads(1)
     path, overrides = runs()[name]
-    cfg = load_config(path, [*overrides, f"run.out_dir={out_dir}", "run.plot=false"])
-    summary = train(cfg, out_dir / "run", progress=False)
+    with isolated_registries():  # a config's game.modules (the example game) must not leak into other tests
+        cfg = load_config(path, [*overrides, f"run.out_dir={out_dir}", "run.plot=false"])
+        summary = train(cfg, out_dir / "run", progress=False)
     rows = [json.loads(line) for line in (out_dir / "run" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"metrics": [pinned(r) for r in rows], "summary": pinned(summary)}
+
+
+@contextlib.contextmanager
+def isolated_registries():
+    """Undo what the block registers (games, algorithms) and the user modules it imports."""
+    from cogym.envs import registry as games
+    from cogym.learners.algorithms import registry as algorithms
+
+    saved, before = (dict(games._REGISTRY), dict(algorithms._REGISTRY)), set(sys.modules)
+    try:
+        yield
+    finally:
+        games._REGISTRY.clear()
+        games._REGISTRY.update(saved[0])
+        algorithms._REGISTRY.clear()
+        algorithms._REGISTRY.update(saved[1])
+        for mod in [m for m in sys.modules if m not in before and m.startswith("cogym_user_games.")]:
+            del sys.modules[mod]
 
 
 def differences(expected, actual, where: str = "") -> list[str]:

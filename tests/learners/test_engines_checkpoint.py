@@ -25,8 +25,8 @@ def _weights(engine, model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda m: TorchEngine(m, LearnerConfig(engine="torch", lr=1e-2)), id="torch"),
-    *[pytest.param(lambda m, s=s: DeepSpeedEngine(m, LearnerConfig(zero_stage=s, lr=1e-2)), id=f"zero{s}")
+    pytest.param(lambda m: TorchEngine(m, LearnerConfig.from_flat(engine="torch", lr=1e-2)), id="torch"),
+    *[pytest.param(lambda m, s=s: DeepSpeedEngine(m, LearnerConfig.from_flat(zero_stage=s, lr=1e-2)), id=f"zero{s}")
       for s in range(4)],
 ])
 def test_resume_continues_the_optimizer_exactly(make, tmp_path):
@@ -70,7 +70,7 @@ def test_optimizer_checkpoints_load_without_unrestricted_pickle(stage, tmp_path)
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    engine = DeepSpeedEngine(model, LearnerConfig(zero_stage=stage, lr=1e-2))
+    engine = DeepSpeedEngine(model, LearnerConfig.from_flat(zero_stage=stage, lr=1e-2))
     _step(engine, torch.randn(5, 4))
     engine.save(tmp_path)
     files = sorted(p.name for p in tmp_path.iterdir())

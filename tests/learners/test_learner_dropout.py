@@ -26,5 +26,5 @@ def test_training_forward_has_no_dropout():
     gens = policy.generate([prompt] * 8, SamplingParams(max_new_tokens=4))
     turns = [Turn(0, "e", f"s{i}", "solver", "p", g.prompt_ids, g.response_ids, g.logprobs, g.text, g.finished,
                   reward=float(i % 2), group_key=("e", "solver")) for i, g in enumerate(gens)]
-    metrics = Learner(policy, LearnerConfig(engine="torch", lr=1e-8)).update(turns)
+    metrics = Learner(policy, LearnerConfig.from_flat(engine="torch", lr=1e-8)).update(turns)
     assert metrics["logprob_drift"] < 1e-4

@@ -45,7 +45,7 @@ ROWS = [("12+3=", "15", 1.0), ("12+3=", "9x3", 0.0), ("12+3=", "15", 1.0), ("12+
 
 
 def _cfg(engine: str = "torch", **kw) -> LearnerConfig:
-    return LearnerConfig(engine=engine, **{"prime_lr": 1e-2, "prime_beta": 0.5, **kw})
+    return LearnerConfig.from_flat(engine=engine, **{"prime_lr": 1e-2, "prime_beta": 0.5, **kw})
 
 
 def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -58,7 +58,7 @@ def _gathered(prm: PrimeRewardModel) -> dict[str, torch.Tensor]:
 
 
 def _sigma(prm: PrimeRewardModel, b: TokenBatch) -> torch.Tensor:
-    return torch.sigmoid(prm.cfg.prime_beta * prm.q(b, 8).sum(1))
+    return torch.sigmoid(prm.prime.prime_beta * prm.q(b, 8).sum(1))
 
 
 def test_q_and_process_rewards_are_zero_at_the_start_and_the_first_loss_is_ln2():
@@ -68,7 +68,7 @@ def test_q_and_process_rewards_are_zero_at_the_start_and_the_first_loss_is_ln2()
     q = prm.q(b, micro_batch_size=3)
     assert q.shape == b.mask.shape and torch.count_nonzero(q) == 0  # PRM == ref, dropout off in both
     assert torch.count_nonzero(prm.process_rewards(b, 3)) == 0
-    prm.cfg.prime_norm = "none"
+    prm.cfg.settings("prime").prime_norm = "none"
     assert torch.count_nonzero(prm.process_rewards(b, 3)) == 0
     assert prm.model is not policy and prm.ref_model is not policy and prm.ref_model is not prm.model
     metrics = prm.update(b, b.scores, micro_batch_size=3)
@@ -108,7 +108,7 @@ def test_the_loss_is_normalised_over_the_batch_whatever_the_micro_batches():
         prm.update(b, b.scores, micro_batch_size=6)  # off zero, so the rows' terms differ
         logp = response_logits_and_logp(prm.model.eval(), b, prm.temperature)[1]
         ref = response_logits_and_logp(prm.ref_model, b, prm.temperature)[1]
-        expected = float(prime_ce_loss(logp, ref, b.mask, b.scores, beta=prm.cfg.prime_beta).detach())
+        expected = float(prime_ce_loss(logp, ref, b.mask, b.scores, beta=prm.prime.prime_beta).detach())
         z = prime_q(logp, ref, b.mask).sum(1).detach()
         keep = b.mask.sum(1) > 0
         expected_acc = float(((z > 0) == (b.scores > 0.5))[keep].float().mean())  # over the 5 rows with tokens

@@ -1,4 +1,4 @@
-"""SPIN (learners/spin.py): the loss by hand, its gradient, the opponent's refresh cadence, learning
+"""SPIN (learners/algorithms/spin.py, trained by the common Learner): the loss by hand, its gradient, the opponent's refresh cadence, learning
 on a fixed batch, pairing with the games' ``info["reference"]``, checkpoints and config errors."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from cogym.agents.types import Turn
 from cogym.envs import make
 from cogym.envs.generator_verifier import SCRIPTED as GV_SCRIPTED
 from cogym.learners.config import LearnerConfig
-from cogym.learners.spin import OPPONENT_FILE, SpinLearner, end_of_message_id, reference_ids, spin_loss
+from cogym.learners.algorithms.spin import OPPONENT_FILE, end_of_message_id, reference_ids, spin_loss
+from cogym.learners.learner import Learner
 from cogym.runners.rollout import rollout
 
 LOG2 = math.log(2.0)
@@ -27,7 +28,7 @@ PROBLEMS = [("37+45", "82"), ("12*9", "108"), ("50-61", "-11"), ("3+4", "7")]
 
 def cfg(**kw) -> LearnerConfig:
     base = dict(algorithm="spin", engine="torch", lr=1e-3, spin_beta=0.1, spin_refresh=1000)
-    return LearnerConfig(**{**base, **kw})
+    return LearnerConfig.from_flat(**{**base, **kw})
 
 
 def sampled_turns(policy: Policy, problems=PROBLEMS, per_problem: int = 2, seed: int = 0, temperature: float = 1.0,
@@ -115,8 +116,8 @@ def test_real_response_ends_exactly_like_a_generated_one() -> None:
     assert right  # the tiny model gets some right greedily
     for t in right:
         assert t.response_ids == reference_ids(policy, t.info["reference"])
-    learner = SpinLearner(policy, cfg())
-    real, gen = learner.pairs(res.turns)
+    learner = Learner(policy, cfg())
+    real, gen = learner.algorithm.pairs(res.turns)
     assert [r.response_ids for r in real[:1]] == [reference_ids(policy, res.turns[0].info["reference"])]
     assert all(r.prompt_ids == g.prompt_ids for r, g in zip(real, gen))
     m = learner.update(res.turns)
@@ -125,7 +126,7 @@ def test_real_response_ends_exactly_like_a_generated_one() -> None:
 
 def test_logprobs_are_taken_at_the_rollout_temperature(policy) -> None:
     turns = sampled_turns(policy, temperature=0.7)
-    m = SpinLearner(policy, cfg(lr=1e-8), temperature=0.7).update(turns)
+    m = Learner(policy, cfg(lr=1e-8), temperature=0.7).update(turns)
     behaviour = sum(sum(t.logprobs) for t in turns) / len(turns)
     assert m["spin_gen_logp"] == pytest.approx(behaviour, abs=1e-4)
 
@@ -133,31 +134,31 @@ def test_logprobs_are_taken_at_the_rollout_temperature(policy) -> None:
 # ----------------------------------------------------------------------------- the learner
 def test_zero_margin_whenever_the_opponent_was_just_refreshed(policy) -> None:
     turns = sampled_turns(policy)
-    learner = SpinLearner(policy, cfg(spin_refresh=1, lr=1e-2))
+    learner = Learner(policy, cfg(spin_refresh=1, lr=1e-2))
     for _ in range(3):
         m = learner.update(turns)
         assert m["spin_margin"] == pytest.approx(0.0, abs=1e-5) and m["loss"] == pytest.approx(LOG2, abs=1e-6)
-        assert m["spin_refreshed"] == 1.0 and same(learner.opponent, policy.model)
-    assert learner.steps == 3 and learner.updates == 3
+        assert m["spin_refreshed"] == 1.0 and same(learner.algorithm.opponent, policy.model)
+    assert learner.steps == 3 and learner.algorithm.updates == 3
 
 
 def test_opponent_refresh_follows_spin_refresh(policy) -> None:
     turns = sampled_turns(policy, per_problem=1)
-    learner = SpinLearner(policy, cfg(spin_refresh=3, lr=1e-2, epochs=2))
-    initial = weights(learner.opponent)
+    learner = Learner(policy, cfg(spin_refresh=3, lr=1e-2, epochs=2))
+    initial = weights(learner.algorithm.opponent)
     for u in range(1, 8):
         m = learner.update(turns)
         # refreshed after updates 3 and 6 (the counter counts updates, not the 2 optimizer steps of each)
         assert m["spin_refreshed"] == float(u % 3 == 0)
-        assert same(learner.opponent, policy.model) == (u % 3 == 0), u
+        assert same(learner.algorithm.opponent, policy.model) == (u % 3 == 0), u
         if u < 3:
-            assert all(torch.equal(v, learner.opponent.state_dict()[k]) for k, v in initial.items())
-    assert learner.steps == 14 and learner.updates == 7
+            assert all(torch.equal(v, learner.algorithm.opponent.state_dict()[k]) for k, v in initial.items())
+    assert learner.steps == 14 and learner.algorithm.updates == 7
 
 
 def test_margin_grows_and_the_real_response_becomes_likelier(policy) -> None:
     turns = sampled_turns(policy)
-    learner = SpinLearner(policy, cfg(lr=3e-3, spin_beta=0.5))
+    learner = Learner(policy, cfg(lr=3e-3, spin_beta=0.5))
     history = [learner.update(turns) for _ in range(6)]
     margins = [m["spin_margin"] for m in history]
     assert margins[0] == pytest.approx(0.0, abs=1e-5)
@@ -173,7 +174,7 @@ def test_micro_batches_give_the_step_of_one_batch(policy, tiny_model_dir) -> Non
     other = Policy.from_pretrained(tiny_model_dir)
     results = []
     for p, mb in ((policy, 256), (other, 3)):  # 3 rows -> one pair per micro-batch
-        learner = SpinLearner(p, cfg(lr=1e-2, micro_batch_size=mb))
+        learner = Learner(p, cfg(lr=1e-2, micro_batch_size=mb))
         learner.update(turns)
         results.append(learner.update(turns))
     assert results[1]["loss"] == pytest.approx(results[0]["loss"], abs=1e-6)
@@ -187,16 +188,16 @@ def test_turns_without_a_reference_are_skipped(policy, tiny_model_dir) -> None:
     extra = sampled_turns(policy, problems=[("9+9", "18"), ("1+1", "2")], per_problem=1, seed=1)
     extra[0].info = {"role": "solver", "reference": None}  # e.g. an invalid proposal
     extra[1].info = {"role": "proposer"}  # a role without one
-    learner = SpinLearner(policy, cfg(lr=1e-2))
+    learner = Learner(policy, cfg(lr=1e-2))
     before = weights(policy.model)
     assert learner.update(extra) == {"spin_pairs": 0.0}  # nothing to learn from: no step
-    assert learner.steps == 0 and learner.updates == 0
+    assert learner.steps == 0 and learner.algorithm.updates == 0
     assert all(torch.equal(v, policy.model.state_dict()[k]) for k, v in before.items())
     m = learner.update([extra[0], *turns, extra[1]])
     assert m["spin_pairs"] == len(turns)
     # the skipped turns change nothing: the step equals one on the paired turns alone
     other = Policy.from_pretrained(tiny_model_dir)
-    SpinLearner(other, cfg(lr=1e-2)).update(turns)
+    Learner(other, cfg(lr=1e-2)).update(turns)
     wa, wb = weights(policy.model), weights(other.model)
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
@@ -204,37 +205,37 @@ def test_turns_without_a_reference_are_skipped(policy, tiny_model_dir) -> None:
 def test_save_load_restores_the_opponent_and_continues_exactly(policy, tiny_model_dir, tmp_path) -> None:
     turns = sampled_turns(policy)
     c = cfg(lr=1e-2, spin_refresh=2)
-    learner = SpinLearner(policy, c)
+    learner = Learner(policy, c)
     learner.update(turns)  # update 1: the policy moved, the opponent did not
     policy.save(tmp_path / "policy")
     learner.save(tmp_path / "learner")
     assert (tmp_path / "learner" / OPPONENT_FILE).is_file()
-    opponent = weights(learner.opponent)
+    opponent = weights(learner.algorithm.opponent)
     straight = learner.update(turns)  # update 2: trains against the old opponent, then refreshes
     assert straight["spin_margin"] > 0 and straight["spin_refreshed"] == 1.0
 
     resumed_policy = Policy.from_pretrained(tmp_path / "policy")
-    resumed = SpinLearner(resumed_policy, c)
-    assert not all(torch.equal(v, resumed.opponent.state_dict()[k]) for k, v in opponent.items())
+    resumed = Learner(resumed_policy, c)
+    assert not all(torch.equal(v, resumed.algorithm.opponent.state_dict()[k]) for k, v in opponent.items())
     resumed.load(tmp_path / "learner")
-    assert all(torch.equal(v, resumed.opponent.state_dict()[k]) for k, v in opponent.items())
-    assert (resumed.steps, resumed.updates) == (1, 1)
+    assert all(torch.equal(v, resumed.algorithm.opponent.state_dict()[k]) for k, v in opponent.items())
+    assert (resumed.steps, resumed.algorithm.updates) == (1, 1)
     again = resumed.update(turns)
     for key in ("loss", "spin_margin", "spin_real_logp", "spin_gen_logp", "grad_norm", "spin_refreshed"):
         assert again[key] == pytest.approx(straight[key], abs=1e-6), key
     wa, wb = weights(policy.model), weights(resumed_policy.model)
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)  # the optimizer state came back too
-    assert same(resumed.opponent, resumed_policy.model)
+    assert same(resumed.algorithm.opponent, resumed_policy.model)
 
 
 def test_load_without_a_checkpoint_is_a_clear_error(policy, tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match=OPPONENT_FILE):
-        SpinLearner(policy, cfg()).load(tmp_path)
+        Learner(policy, cfg()).load(tmp_path)
 
 
 def test_deepspeed_engine_zero_stage_0(policy, tmp_path) -> None:
     turns = sampled_turns(policy, per_problem=1)
-    learner = SpinLearner(policy, cfg(engine="deepspeed", zero_stage=0, lr=1e-2, spin_refresh=3, micro_batch_size=4))
+    learner = Learner(policy, cfg(engine="deepspeed", zero_stage=0, lr=1e-2, spin_refresh=3, micro_batch_size=4))
     assert learner.engine.name == "deepspeed"
     first, second = learner.update(turns), learner.update(turns)
     assert first["loss"] == pytest.approx(LOG2, abs=1e-6) and first["grad_norm"] > 0
@@ -246,11 +247,12 @@ def test_deepspeed_engine_zero_stage_0(policy, tmp_path) -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"algorithm": "grpo"}, "algorithm='grpo'"),
         ({"role_algorithms": {"solver": "grpo"}}, "role_algorithms must be empty"),
         ({"kl_in_reward": "k1"}, "kl_in_reward and kl_in_loss must be 'off'"),
         ({"kl_in_loss": "k3"}, "kl_in_reward and kl_in_loss must be 'off'"),
         ({"entropy_coef": 0.01}, "entropy_coef must be 0"),
+        ({"dynamic_sampling": "std_gt_0"}, "dynamic_sampling must be 'off'"),
+        ({"mask_truncated": True}, "mask_truncated must be False"),
         ({"spin_beta": 0.0}, "spin_beta must be a finite number > 0"),
         ({"spin_beta": float("inf")}, "spin_beta must be a finite number > 0"),
         ({"spin_refresh": 0}, "spin_refresh must be an int >= 1"),
@@ -258,9 +260,9 @@ def test_deepspeed_engine_zero_stage_0(policy, tmp_path) -> None:
 )
 def test_config_errors(policy, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
-        SpinLearner(policy, cfg(**kwargs))
+        Learner(policy, cfg(**kwargs))
 
 
 def test_temperature_must_be_positive(policy) -> None:
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        SpinLearner(policy, cfg(), temperature=0.0)
+        Learner(policy, cfg(), temperature=0.0)

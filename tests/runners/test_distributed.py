@@ -78,23 +78,23 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
     out = []
     for i, t in enumerate(turns):
         r = len(t.response_ids)
-        row = {k: v for k, v in t.__dict__.items() if k != "outcome"}  # typed from info again when loaded
-        out.append({**row, "logprobs": (logp[i, :r] + noise[i, :r]).tolist(), "group_key": list(t.group_key)})
+        out.append({**t.__dict__, "logprobs": (logp[i, :r] + noise[i, :r]).tolist(), "group_key": list(t.group_key)})
     return out
 
 
 def _params(learner) -> dict[str, torch.Tensor]:
     """The policy's weights and, with PPO, the critic's."""
     out = {k: v.detach().clone() for k, v in learner.policy.model.state_dict().items()}
-    if learner.critic is not None:
-        out.update({f"critic.{k}": v.detach().clone() for k, v in learner.critic.model.state_dict().items()})
+    if "ppo" in learner.algorithms:
+        critic = learner.algorithms["ppo"].critic
+        out.update({f"critic.{k}": v.detach().clone() for k, v in critic.model.state_dict().items()})
     return out
 
 
 def _worker(turns_file: str, model_dir: str, out_dir: str) -> None:
     from cogym.agents.policy import Policy
     from cogym.agents.types import Turn
-    from cogym.learners import distributed as dist
+    from cogym.learners import torch_dist as dist
     from cogym.learners.config import LearnerConfig
     from cogym.learners.learner import Learner
 
@@ -105,7 +105,7 @@ def _worker(turns_file: str, model_dir: str, out_dir: str) -> None:
     turns = [Turn(**{**r, "group_key": tuple(r["group_key"])}) for r in rows]
     for name, overrides in CASES.items():
         policy = Policy.from_pretrained(model_dir)
-        learner = Learner(policy, LearnerConfig(lr=1e-3, **overrides))
+        learner = Learner(policy, LearnerConfig.from_flat(lr=1e-3, **overrides))
         if world == 1:
             torch.save(_params(learner), Path(out_dir) / f"{name}.before.pt")
         metrics = learner.update(turns)

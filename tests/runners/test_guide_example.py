@@ -44,11 +44,11 @@ def game():
     Other tests assert what the registry holds, so the example's registration is undone afterwards
     (and its module unloaded, so that a later import registers it again).
     """
-    cfg = load_config(CONFIG)
-    assert [Path(m).resolve() for m in cfg.game.modules] == [GAME_FILE]  # found next to the config
     saved, before = registry._REGISTRY, set(sys.modules)
     registry._REGISTRY = dict(saved)
     try:
+        cfg = load_config(CONFIG)  # imports the config's modules (they may register algorithms too)
+        assert [Path(m).resolve() for m in cfg.game.modules] == [GAME_FILE]  # found next to the config
         import_game_modules(cfg.game.modules)
         (module,) = [m for name, m in sys.modules.items() if name not in before and getattr(m, "__file__", None) == str(GAME_FILE)]
         yield module

@@ -87,7 +87,8 @@ class IdentityEnv(CogymEnv):
         }
         self.action_spaces = {a: text_space(4) for a in self.possible_agents}
         self.spec = GameSpec(id=GAME_ID, roles=("player",), reward_range=(0.0, 1.0), zero_sum=False,
-                             max_turns=num_players, description="Reply with the character you are shown.")
+                             max_turns=num_players, description="Reply with the character you are shown.",
+                             outcomes={"player": ("correct", "reference")})  # SPIN's real response
         self._phase, self._target, self._answers = PHASE_OVER, alphabet[0], {}
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:

@@ -37,7 +37,7 @@ def _rae_turns(policy: Policy, outcomes: list[tuple[str, str, float]]) -> list[T
 
 
 def test_rae_subtracts_a_per_seat_baseline_and_keeps_it_across_updates_and_checkpoints(policy, tmp_path):
-    cfg = LearnerConfig(algorithm="rae", engine="torch", lr=1e-3, rae_decay=0.5)
+    cfg = LearnerConfig.from_flat(algorithm="rae", engine="torch", lr=1e-3, rae_decay=0.5)
     learner = Learner(policy, cfg, game_id="g")
     # Two games, seats s0 (wins both) and s1 (loses both); each seat's first outcome meets a 0 baseline.
     turns = _rae_turns(policy, [("e0", "s0", 1.0), ("e0", "s1", -1.0), ("e1", "s0", 1.0), ("e1", "s1", -1.0)])
@@ -52,7 +52,7 @@ def test_rae_subtracts_a_per_seat_baseline_and_keeps_it_across_updates_and_check
     learner.save(tmp_path)
     fresh = Learner(policy, cfg, game_id="g")
     fresh.load(tmp_path)
-    assert fresh.rae.values == learner.rae.values == {("g", "s0"): 0.75, ("g", "s1"): -0.75}
+    assert fresh.algorithms["rae"].baselines.values == learner.algorithms["rae"].baselines.values == {("g", "s0"): 0.75, ("g", "s1"): -0.75}
     # The next outcome is measured against the restored baseline: 1 - 0.75.
     nxt = _rae_turns(policy, [("e2", "s0", 1.0)])
     adv2, _, _ = fresh.advantages(TokenBatch.from_turns(nxt, policy.tokenizer.pad_token_id), None)
@@ -60,28 +60,28 @@ def test_rae_subtracts_a_per_seat_baseline_and_keeps_it_across_updates_and_check
 
 
 def test_rae_drops_turns_whose_advantage_is_zero(policy):
-    learner = Learner(policy, LearnerConfig(algorithm="rae", engine="torch", lr=1e-3), game_id="g")
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="rae", engine="torch", lr=1e-3), game_id="g")
     # A draw against a 0 baseline: A = 0, the turn is dropped from the step.
     turns = _rae_turns(policy, [("e0", "s0", 0.0), ("e0", "s1", 0.0), ("e1", "s0", 1.0), ("e1", "s1", -1.0)])
     metrics = learner.update(turns)
     assert metrics["trained_rows"] == 2.0 and metrics["player/rae_dropped"] == 2.0
-    kept = Learner(policy, LearnerConfig(algorithm="rae", engine="torch", lr=1e-3, rae_filter_zero_adv=False))
+    kept = Learner(policy, LearnerConfig.from_flat(algorithm="rae", engine="torch", lr=1e-3, rae_filter_zero_adv=False))
     assert kept.update(turns)["trained_rows"] == 4.0
 
 
 def test_rae_discounts_earlier_turns_of_a_seat(policy):
-    learner = Learner(policy, LearnerConfig(algorithm="rae", engine="torch", lr=1e-3, gamma=0.5), game_id="g")
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="rae", engine="torch", lr=1e-3, gamma=0.5), game_id="g")
     turns = _rae_turns(policy, [("e0", "s0", 1.0), ("e0", "s0", 1.0), ("e0", "s0", 1.0)])  # three turns, one game
     b = TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id)
     adv, _, _ = learner.advantages(b, None)
     assert [float(adv[i][b.mask[i] > 0].unique()) for i in range(3)] == [0.25, 0.5, 1.0]
     # one outcome per (episode, seat): the baseline moved once, not three times
-    assert learner.rae.values == {("g", "s0"): pytest.approx(0.05)}
+    assert learner.algorithms["rae"].baselines.values == {("g", "s0"): pytest.approx(0.05)}
 
 
 # ------------------------------------------------------------------------------------------ TRR++
 def test_trr_pp_whitens_within_each_task(policy):
-    learner = Learner(policy, LearnerConfig(algorithm="trr_pp", engine="torch", lr=1e-3, trr_task_key="task"))
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="trr_pp", engine="torch", lr=1e-3, trr_task_key="task"))
     gens = _gens(policy, 8)
     # Task "easy" pays 10 or 11, task "hard" 0 or 1: whitened together, every easy turn would look good.
     rewards = [10, 11, 10, 11, 0, 1, 0, 1]
@@ -95,7 +95,7 @@ def test_trr_pp_whitens_within_each_task(policy):
         assert float((adv[rows] * m).sum() / m.sum()) == pytest.approx(0.0, abs=1e-5)
     seq = [float(adv[i][b.mask[i] > 0][0]) for i in range(8)]
     assert seq[0] < 0 < seq[1] and seq[4] < 0 < seq[5]
-    one_task = Learner(policy, LearnerConfig(algorithm="trr_pp", engine="torch", lr=1e-3))
+    one_task = Learner(policy, LearnerConfig.from_flat(algorithm="trr_pp", engine="torch", lr=1e-3))
     adv1, _, _ = one_task.advantages(b, None)
     assert all(float(adv1[i][b.mask[i] > 0][0]) > 0 for i in range(4))  # one task: easy rows all look good
 
@@ -107,12 +107,12 @@ def test_overlong_shaping_and_truncation_masking(policy):
     lengths = [2, 3, 4, 5, 6, 6]
     for t, n in zip(turns, lengths):  # varied lengths; those cut at max_new_tokens = 6 count as truncated
         t.response_ids, t.logprobs, t.finished = t.response_ids[:n], t.logprobs[:n], n < 6
-    cfg = LearnerConfig(algorithm="reinforce_pp", engine="torch", lr=1e-3, overlong_buffer=2, overlong_penalty=1.0)
+    cfg = LearnerConfig.from_flat(algorithm="reinforce_pp", engine="torch", lr=1e-3, overlong_buffer=2, overlong_penalty=1.0)
     m = Learner(policy, cfg, max_new_tokens=6).update(turns)
     expected = [min(-(n - 4) / 2, 0.0) for n in lengths]  # 0 up to 4 tokens, -1 at 6
     assert m["overlong_penalty"] == pytest.approx(sum(expected) / len(expected))
     truncated = 2
-    masked = Learner(policy, LearnerConfig(algorithm="reinforce_pp", engine="torch", lr=1e-3, mask_truncated=True))
+    masked = Learner(policy, LearnerConfig.from_flat(algorithm="reinforce_pp", engine="torch", lr=1e-3, mask_truncated=True))
     mm = masked.update(turns)
     assert mm["trained_rows"] == len(turns) - truncated
     assert mm["truncated_frac"] == pytest.approx(truncated / len(turns))
@@ -126,10 +126,10 @@ def _fake_run(num_games: int, learner) -> types.SimpleNamespace:
 
 
 def _ds_learner(predicate: str = "std_gt_0", max_rounds: int = 10):
-    cfg = LearnerConfig(dynamic_sampling=predicate, max_sampling_rounds=max_rounds)
+    cfg = LearnerConfig.from_flat(dynamic_sampling=predicate, max_sampling_rounds=max_rounds)
     stub = types.SimpleNamespace(cfg=cfg, max_new_tokens=8)
     stub.group_decisions = lambda turns: Learner.group_decisions(stub, turns)
-    stub._shaped = lambda scores, lengths: Learner._shaped(stub, scores, lengths)
+    stub.shaped = lambda scores, lengths: Learner.shaped(stub, scores, lengths)
     return stub
 
 
@@ -194,11 +194,11 @@ def test_rae_outcome_includes_overlong_shaping(policy):
     turns = [_turn(policy, g, "e0", f"s{i}", 1.0) for i, g in enumerate(gens)]
     for t, n in zip(turns, (2, 4)):
         t.response_ids, t.logprobs, t.finished = t.response_ids[:n], t.logprobs[:n], n < 4
-    cfg = LearnerConfig(algorithm="rae", engine="torch", lr=1e-3, overlong_buffer=2, overlong_penalty=1.0)
+    cfg = LearnerConfig.from_flat(algorithm="rae", engine="torch", lr=1e-3, overlong_buffer=2, overlong_penalty=1.0)
     learner = Learner(policy, cfg, game_id="g", max_new_tokens=4)
     learner.update(turns)
     # s0 (2 tokens) keeps its 1; s1 (4 tokens = L_max) loses the full penalty: outcome 0, baseline stays 0
-    assert learner.rae.values == {("g", "s0"): pytest.approx(0.05), ("g", "s1"): pytest.approx(0.0)}
+    assert learner.algorithms["rae"].baselines.values == {("g", "s0"): pytest.approx(0.05), ("g", "s1"): pytest.approx(0.0)}
 
 
 def test_dynamic_sampling_ignores_rows_the_loss_will_not_see():

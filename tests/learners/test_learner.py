@@ -1,7 +1,4 @@
-"""The Learner on a tiny random model: exact token batches, explicit groups, every parameter trained.
-
-(These live under tests/runners because they exercise the learner on real rollout Turns.)
-"""
+"""The Learner on a tiny random model: exact token batches, explicit groups, every parameter trained."""
 
 from __future__ import annotations
 
@@ -101,7 +98,7 @@ def test_training_forward_reproduces_behaviour_logprobs(policy):
 
 # ------------------------------------------------------------------ groups
 def _learner(policy, **kw) -> Learner:
-    return Learner(policy, LearnerConfig(engine="torch", **kw))
+    return Learner(policy, LearnerConfig.from_flat(engine="torch", **kw))
 
 
 def _by_turn(learner: Learner, turns: list[Turn]) -> dict[str, float]:
@@ -230,7 +227,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(policy, tiny_model_di
     for mbs in (256, 3, 1):
         p = Policy.from_pretrained(tiny_model_dir)
         eng = Recording(p.model)
-        Learner(p, LearnerConfig(engine="torch", micro_batch_size=mbs), engine=eng).update(turns)
+        Learner(p, LearnerConfig.from_flat(engine="torch", micro_batch_size=mbs), engine=eng).update(turns)
         grads.append(eng.grads)
     for other in grads[1:]:
         for n, g in grads[0].items():
@@ -256,7 +253,7 @@ def test_frozen_policy_is_untouched_by_the_other_learner(tiny_model_dir):
 
 def test_frozen_is_not_a_learner_algorithm(policy):
     with pytest.raises(ValueError, match="algorithm"):
-        Learner(policy, LearnerConfig(algorithm="frozen", engine="torch"))
+        Learner(policy, LearnerConfig.from_flat(algorithm="frozen", engine="torch"))
 
 
 @pytest.mark.parametrize("kl", [dict(kl_in_loss="k3", kl_loss_coef=0.1), dict(kl_in_reward="k1", kl_reward_coef=0.1)])
@@ -283,10 +280,10 @@ def test_entropy_bonus_is_reported(policy):
 
 def test_on_policy_ratio_is_one_at_any_sampling_temperature(policy):
     turns = _turns(policy, temperature=0.5)
-    metrics = Learner(policy, LearnerConfig(engine="torch", lr=1e-8), temperature=0.5).update(turns)
+    metrics = Learner(policy, LearnerConfig.from_flat(engine="torch", lr=1e-8), temperature=0.5).update(turns)
     assert metrics["logprob_drift"] < 1e-4
     # and the learner must be told: at temperature 1 the same turns are off-policy
-    assert Learner(policy, LearnerConfig(engine="torch", lr=1e-8)).update(turns)["logprob_drift"] > 1e-3
+    assert Learner(policy, LearnerConfig.from_flat(engine="torch", lr=1e-8)).update(turns)["logprob_drift"] > 1e-3
 
 
 # ------------------------------------------------------------------ DeepSpeed engine
@@ -299,7 +296,7 @@ def ds_cpu(monkeypatch):
 @pytest.mark.slow
 def test_deepspeed_update_changes_every_parameter(ds_cpu, policy):
     turns = _turns(policy)
-    learner = Learner(policy, LearnerConfig(engine="deepspeed", lr=1e-3, micro_batch_size=3))
+    learner = Learner(policy, LearnerConfig.from_flat(engine="deepspeed", lr=1e-3, micro_batch_size=3))
     assert learner.engine.name == "deepspeed"
     assert learner.engine.model is policy.model  # the bare HF module, shared with generation
     before = _snapshot(policy.model)
@@ -318,8 +315,8 @@ def test_deepspeed_and_torch_take_the_same_step(ds_cpu, tiny_model_dir, zero_sta
     # however the step is split into micro-batches. max_grad_norm is high so clipping is not compared.
     turns = _turns(Policy.from_pretrained(tiny_model_dir))
     after = {}
-    for key, cfg in (("torch", LearnerConfig(engine="torch", lr=1e-3, max_grad_norm=100.0)),
-                     ("deepspeed", LearnerConfig(engine="deepspeed", lr=1e-3, max_grad_norm=100.0,
+    for key, cfg in (("torch", LearnerConfig.from_flat(engine="torch", lr=1e-3, max_grad_norm=100.0)),
+                     ("deepspeed", LearnerConfig.from_flat(engine="deepspeed", lr=1e-3, max_grad_norm=100.0,
                                                  micro_batch_size=mbs, zero_stage=zero_stage))):
         p = Policy.from_pretrained(tiny_model_dir)
         learner = Learner(p, cfg)
@@ -332,7 +329,7 @@ def test_deepspeed_and_torch_take_the_same_step(ds_cpu, tiny_model_dir, zero_sta
 
 @pytest.mark.slow
 def test_deepspeed_optimizer_state_round_trips(ds_cpu, policy, tmp_path):
-    learner = Learner(policy, LearnerConfig(engine="deepspeed", lr=1e-3))
+    learner = Learner(policy, LearnerConfig.from_flat(engine="deepspeed", lr=1e-3))
     learner.update(_turns(policy))
     learner.engine.save(tmp_path)
     assert (tmp_path / "optimizer.pt").is_file()
@@ -343,7 +340,7 @@ def test_deepspeed_optimizer_state_round_trips(ds_cpu, policy, tmp_path):
 
 @pytest.mark.slow
 def test_deepspeed_reports_grad_norm_like_torch(ds_cpu, policy):
-    metrics = Learner(policy, LearnerConfig(engine="deepspeed", lr=1e-3)).update(_turns(policy))
+    metrics = Learner(policy, LearnerConfig.from_flat(engine="deepspeed", lr=1e-3)).update(_turns(policy))
     assert "grad_norm" in metrics
 
 
@@ -359,8 +356,8 @@ def test_cpu_offload_from_config_takes_the_torch_step(ds_cpu, tiny_model_dir, ze
 
     turns = _turns(Policy.from_pretrained(tiny_model_dir))
     after = {}
-    for key, cfg in (("torch", LearnerConfig(engine="torch", lr=1e-3, max_grad_norm=100.0)),
-                     ("offload", LearnerConfig(engine="deepspeed", lr=1e-3, max_grad_norm=100.0, micro_batch_size=3,
+    for key, cfg in (("torch", LearnerConfig.from_flat(engine="torch", lr=1e-3, max_grad_norm=100.0)),
+                     ("offload", LearnerConfig.from_flat(engine="deepspeed", lr=1e-3, max_grad_norm=100.0, micro_batch_size=3,
                                                zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                                offload_params=offload_params))):
         p = Policy.from_pretrained(tiny_model_dir)

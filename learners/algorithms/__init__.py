@@ -1,0 +1,39 @@
+"""Algorithms as plug-ins: each module of this package is one algorithm (its config, advantages,
+state and registration). A user's algorithm is a module like them, listed in ``game.modules``::
+
+    from dataclasses import dataclass
+    from cogym.learners.algorithms import Algorithm, AlgorithmConfig, Advantages, register
+
+    @dataclass
+    class MyConfig(AlgorithmConfig):
+        my_scale: float = 1.0
+
+    @register("my_algo")
+    class MyAlgo(Algorithm):
+        Config = MyConfig
+        grouped = True
+        def advantages(self, rows):
+            ...
+
+See docs/write_your_own_algorithm.md.
+"""
+
+from .base import (
+    Advantages,
+    Algorithm,
+    AlgorithmConfig,
+    Context,
+    Discounted,
+    MicroStep,
+    RoleRows,
+    TrainBatch,
+    Whitened,
+    check_choice,
+    check_number,
+)
+from .registry import FROZEN, get, names, register, unregister
+
+__all__ = ["Advantages", "Algorithm", "AlgorithmConfig", "Context", "Discounted", "FROZEN", "MicroStep", "RoleRows",
+           "TrainBatch", "Whitened", "check_choice", "check_number", "get", "names", "register", "unregister"]
+
+from . import _builtin  # noqa: E402,F401  (the shipped algorithms register as soon as the package is imported)

@@ -1,0 +1,231 @@
+"""The plug-in API of an algorithm (docs/write_your_own_algorithm.md).
+
+An algorithm is a subclass of :class:`Algorithm` registered under a name with
+:func:`cogym.learners.algorithms.register`. It holds:
+
+* ``Config``: a dataclass of its own keys (flat keys under ``learners.<id>:`` in YAML, next to the
+  common ones of :class:`cogym.learners.config.LearnerConfig`), which validates itself;
+* ``advantages(rows)``: the advantages of one role's rows of a batch;
+* ``grouped``: True when its baseline is a group of turns (the builder refuses groups of one);
+* optional state (``save``/``load``), per-batch preparation (``prepare``), work after the
+  optimizer step (``after_step``), and, for the policy's own algorithm, the micro-batch ``loss``
+  (by default :func:`cogym.learners.objective.objective`) and the batch it trains on (``train_batch``).
+
+The Learner calls these hooks; it knows no algorithm by name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import torch
+
+from cogym.agents.policy import Policy
+from cogym.agents.types import Turn
+
+from .. import advantages as adv_fns
+from ..batch import TokenBatch
+from ..objective import ObjectiveConfig, objective
+
+if TYPE_CHECKING:
+    from ..config import LearnerConfig
+    from ..learner import Learner
+
+
+@dataclass
+class AlgorithmConfig:
+    """Base of an algorithm's config. Subclasses add dataclass fields (with defaults) and extend
+    :meth:`validate`; a field name is a YAML key, so it must not repeat a common learner key."""
+
+    def validate(self, common: "LearnerConfig") -> None:
+        """Raise ValueError("<key> must ..., got ...; <fix>") for a value that cannot run; ``common``
+        is the learner's common config, for checks across the two."""
+
+
+def check_number(name: str, value: Any, low: float, high: float = math.inf, *, open_low: bool = False) -> None:
+    """ValueError unless ``value`` is a finite number in [low, high] ((low, high] with ``open_low``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or value > high or (open_low and value == low):
+        bounds = f"> {low}" if open_low and high == math.inf else (f">= {low}" if high == math.inf else f"in [{low}, {high}]")
+        raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, options: Sequence[str]) -> None:
+    if value not in options:
+        import difflib
+
+        close = difflib.get_close_matches(str(value), list(options), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}{hint}")
+
+
+@dataclass
+class Discounted(AlgorithmConfig):
+    """``gamma``: the discount over tokens (or over turns, for RAE)."""
+
+    gamma: float = 1.0
+
+    def validate(self, common: "LearnerConfig") -> None:
+        super().validate(common)
+        check_number("gamma", self.gamma, 0.0, 1.0)
+
+
+@dataclass
+class Whitened(AlgorithmConfig):
+    """``whiten``: verl (token-weighted, Bessel) or openrlhf (population variance) whitening."""
+
+    whiten: str = "verl"
+
+    def validate(self, common: "LearnerConfig") -> None:
+        super().validate(common)
+        check_choice("whiten", self.whiten, adv_fns.WHITEN_MODES)
+
+
+@dataclass
+class Context:
+    """What an algorithm may use of the learner it serves, given when it is built."""
+
+    policy: Policy
+    cfg: "LearnerConfig"  # the common learner config
+    temperature: float = 1.0  # the rollout's sampling temperature (log-probs are taken at it)
+    reference: torch.nn.Module | None = None  # the policy's initial model, when it is not ``policy.model``
+    game_id: str = "game"
+    resume: dict = field(default_factory=dict)  # e.g. {"critic": Path}: saved weights to start from
+
+
+@dataclass
+class RoleRows:
+    """The rows of one role in a batch: what an estimator sees.
+
+    ``index`` (n,): their positions in the whole batch; ``batch``: the rows themselves;
+    ``token_rewards`` (n, L): the (overlong-shaped) outcome on each row's last token, plus the
+    KL-in-reward shaping when enabled; ``scores`` (n,): the outcomes.
+    """
+
+    role: str
+    index: torch.Tensor
+    batch: TokenBatch
+    token_rewards: torch.Tensor
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.batch.mask
+
+    def groups(self) -> torch.Tensor:
+        """(n,) group index of each row, from the turns' explicit group keys."""
+        return adv_fns.group_index(self.batch.group_keys).to(self.mask.device)
+
+
+@dataclass
+class Advantages:
+    """An estimator's answer: ``adv`` (n, L); ``keep`` (n,) bool, rows to train on (None: all);
+    ``metrics`` (logged under the role's prefix where the key has none); ``carry``: (n, ...) tensors
+    handed back, for the rows that survive, to :meth:`Algorithm.after_step`."""
+
+    adv: torch.Tensor
+    keep: torch.Tensor | None = None
+    metrics: dict = field(default_factory=dict)
+    carry: dict = field(default_factory=dict)
+
+
+@dataclass
+class MicroStep:
+    """One micro-batch of the update, as the loss sees it.
+
+    ``batch``: its rows; ``logits`` (n, L, V) and ``logp`` (n, L): the current model's, with
+    gradient; ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...);
+    ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step.
+    """
+
+    batch: TokenBatch
+    logits: torch.Tensor
+    logp: torch.Tensor
+    rows: dict
+    index: int
+    num_tokens: float
+    num_seqs: float
+
+
+@dataclass
+class TrainBatch:
+    """What one update trains on: ``batch`` (None: nothing to train on, return ``metrics``),
+    ``rows``: per-row tensors sliced into each :class:`MicroStep`, ``chunks``: this rank's
+    micro-batches (row indices), and what :meth:`Algorithm.finish` needs afterwards."""
+
+    batch: TokenBatch | None
+    metrics: dict
+    rows: dict = field(default_factory=dict)
+    chunks: list = field(default_factory=list)
+    num_tokens: float = 0.0
+    num_seqs: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Algorithm:
+    """Base class of every algorithm. Subclasses set ``name`` (by :func:`register`), ``Config`` and
+    ``grouped``, and implement :meth:`advantages`; the other hooks have working defaults."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = AlgorithmConfig
+    grouped: ClassVar[bool] = False  # its baseline is a group of turns (grouped by (episode, role) or game.group_size)
+    per_role: ClassVar[bool] = True  # may train one role of a policy whose algorithm is another (role_algorithms)
+    needs_reference: ClassVar[bool] = False  # needs the policy's initial model (build passes it on resume)
+    data_parallel: ClassVar[bool] = True  # may train in several torch.distributed processes
+    # End-of-game facts it reads from Turn.outcome (cogym.core.outcome); the builder refuses a game
+    # that declares none of them for any role the policy trains with this algorithm (GameSpec.outcomes).
+    outcome_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, cfg: AlgorithmConfig, ctx: Context) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+
+    # -- advantages (every algorithm) ----------------------------------------------------------------
+
+    def prepare(self, batch: TokenBatch) -> None:
+        """Called once per update with the whole batch, before any role's advantages."""
+
+    def advantages(self, rows: RoleRows) -> Advantages:
+        raise NotImplementedError(f"algorithm {self.name!r} implements no advantages()")
+
+    def after_step(self, batch: TokenBatch, carry: dict) -> dict[str, float]:
+        """After the policy's optimizer step, with this algorithm's surviving rows and their carry."""
+        return {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> dict:
+        """Write this algorithm's state under the learner's checkpoint ``directory``; return entries
+        to add to the learner's ``state.json`` (JSON values)."""
+        return {}
+
+    def load(self, directory: Path, state: dict) -> None:
+        """Restore what :meth:`save` wrote (``state``: the learner's ``state.json``)."""
+
+    # -- the policy's own algorithm: the batch and the loss ---------------------------------------------
+
+    def train_batch(self, learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
+        """The batch one update trains on; by default the policy-gradient batch (advantages per role)."""
+        from ..pipeline import policy_gradient_batch
+
+        return policy_gradient_batch(learner, turns)
+
+    def loss(self, step: MicroStep) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss of one micro-batch and its metrics (each the micro-batch's share of the step value).
+        Override to add a term: ``loss, m = super().loss(step); return loss + c * extra, m``."""
+        mb = step.batch
+        loss, metrics = objective(step.logp, mb.logp_old, step.rows["adv"], mb.mask, ObjectiveConfig.of(self.ctx.cfg),
+                                  num_tokens=step.num_tokens, num_seqs=step.num_seqs, logits=step.logits,
+                                  ref_logp=step.rows.get("ref_logp"))
+        with torch.no_grad():
+            drift = ((step.logp - mb.logp_old).abs() * mb.mask).sum() / step.num_tokens
+        metrics["logprob_drift"] = float(drift)
+        return loss, metrics
+
+    def finish(self, learner: "Learner", data: TrainBatch) -> dict[str, float]:
+        """Metrics after the step (and the work of the algorithms that train on this batch's rows)."""
+        from ..pipeline import finish_policy_gradient
+
+        return finish_policy_gradient(learner, data)

@@ -1,0 +1,92 @@
+"""PRIME (docs/algorithms.md §8.1): an implicit process reward model trained online with
+cross-entropy on the outcome labels (the turn's reward, in [0, 1]) gives token-level process
+rewards, combined with the outcome's leave-one-out baseline over the group (the batch when every
+group has one member). The PRM (a copy of the policy's initial weights unless ``prime_model``
+names an HF directory) is this algorithm's state, saved under ``prm/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import advantages as adv_fns
+from ..multiagent import PRIME_GRANULARITIES, PRIME_NORMS, prime_advantages
+from .base import Algorithm, AlgorithmConfig, Advantages, Context, RoleRows, check_choice, check_number
+from .registry import register
+
+
+@dataclass
+class PrimeConfig(AlgorithmConfig):
+    prime_model: str = ""  # an HF directory for the PRM; "": a copy of the policy
+    prime_beta: float = 0.05
+    prime_lr: float = 1e-6
+    prime_granularity: str = "token"
+    prime_norm: str = "batch_norm"
+    prime_process_coef: float = 5.0
+    prime_outcome_coef: float = 5.0
+    prime_update: str = "before"  # update the PRM on the batch "before" or "after" it scores it
+
+    def validate(self, common) -> None:
+        check_choice("prime_granularity", self.prime_granularity, PRIME_GRANULARITIES)
+        check_choice("prime_norm", self.prime_norm, PRIME_NORMS)
+        check_choice("prime_update", self.prime_update, ("before", "after"))
+        check_number("prime_beta", self.prime_beta, 0.0, open_low=True)
+        check_number("prime_lr", self.prime_lr, 0.0, open_low=True)
+        if self.prime_model and not Path(self.prime_model).is_dir():
+            raise ValueError(f"prime_model {self.prime_model!r} is not a directory (an HF model for the PRM; leave it "
+                             "empty to copy the policy)")
+        if common.kl_in_reward != "off":
+            raise ValueError("prime computes advantages from the outcome alone and would ignore kl_in_reward; use "
+                             "kl_in_loss (e.g. kl_in_loss: k3) to keep the policy near its reference")
+        if common.overlong_buffer:
+            raise ValueError("prime trains its PRM on the outcome labels (0/1 correctness); overlong shaping would "
+                             "turn them into penalties. Remove overlong_buffer (mask_truncated works with prime)")
+
+
+@register("prime")
+class PRIME(Algorithm):
+    Config = PrimeConfig
+    grouped = False  # groups of one fall back to the whole batch as the leave-one-out group
+    needs_reference = True  # pi_ref of the PRM is the policy's initial model
+
+    def __init__(self, cfg: PrimeConfig, ctx: Context) -> None:
+        super().__init__(cfg, ctx)
+        from ..prime import PrimeRewardModel
+
+        # pi_ref is the policy's initial model (given as ``reference`` on resume), or the PRM's own start.
+        ref = ctx.reference if ctx.reference is not None and not cfg.prime_model else None
+        self.prm = PrimeRewardModel(ctx.policy.model, ctx.cfg, temperature=ctx.temperature, reference=ref, prime=cfg)
+
+    def advantages(self, rows: RoleRows) -> Advantages:
+        """The PRM is trained on this batch's outcome labels (before or after it scores it)."""
+        b, metrics = rows.batch, {}
+        acc = b.scores.double()
+        if bool(((acc < 0) | (acc > 1)).any()):
+            raise ValueError(f"PRIME needs outcome labels in [0, 1] (role {rows.role!r} has rewards "
+                             f"{sorted(set(acc.tolist()))[:6]}); use a game reward that is 0/1 correctness")
+        keys = b.group_keys
+        # A group of one (one turn of the role per episode) has no leave-one-out baseline: use the batch.
+        if len(set(keys)) == len(keys):
+            keys = [rows.role] * len(keys)
+            metrics["prime_batch_group"] = 1.0
+        groups = adv_fns.group_index(keys).to(b.mask.device)
+        mb = self.ctx.cfg.micro_batch_size
+        with torch.enable_grad():
+            if self.cfg.prime_update == "before":
+                metrics.update(self.prm.update(b, acc, mb))
+            rewards = self.prm.process_rewards(b, mb)
+            if self.cfg.prime_update == "after":
+                metrics.update(self.prm.update(b, acc, mb))
+        metrics["prime_process_reward"] = float((rewards.sum(1)).mean())
+        adv, _ = prime_advantages(rewards, acc, b.mask, groups, process_coef=self.cfg.prime_process_coef,
+                                  outcome_coef=self.cfg.prime_outcome_coef)
+        return Advantages(adv, metrics=metrics)
+
+    def save(self, directory: Path) -> dict:
+        self.prm.save(Path(directory) / "prm")
+        return {}
+
+    def load(self, directory: Path, state: dict) -> None:
+        self.prm.load(Path(directory) / "prm")

@@ -1,0 +1,74 @@
+"""The algorithm registry: name -> :class:`Algorithm` subclass.
+
+``@register("my_algo")`` on a subclass makes ``algorithm: my_algo`` work in a config; a module that
+registers one is listed in ``game.modules`` (imported before the config's algorithms are checked),
+the way a user's game is. Unknown names fail with a "did you mean".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Callable
+
+from .base import Algorithm, AlgorithmConfig
+
+from ..config import FROZEN  # not an algorithm: the policy plays and never learns (no learner is built)
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
+
+
+def _builtins() -> None:
+    from . import _builtin  # noqa: F401  (registers the shipped algorithms; a no-op once imported)
+
+
+def register(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
+    """Class decorator: register an :class:`Algorithm` subclass under ``name``.
+
+    Refuses a name already taken (by a shipped algorithm or an earlier module), ``frozen``, a class
+    that is not an Algorithm, and a config key that would shadow a common learner key.
+    """
+    def deco(cls: type[Algorithm]) -> type[Algorithm]:
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise TypeError(f"@register({name!r}) decorates a subclass of cogym.learners.algorithms.Algorithm, got {cls!r}")
+        if not name or not name.isidentifier() or name == FROZEN:
+            raise ValueError(f"algorithm name must be a Python identifier other than {FROZEN!r}, got {name!r}")
+        _builtins()
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"algorithm {name!r} is already registered (by {_REGISTRY[name].__module__}."
+                             f"{_REGISTRY[name].__qualname__}); pick another name")
+        if not (dataclasses.is_dataclass(cls.Config) and issubclass(cls.Config, AlgorithmConfig)):
+            raise TypeError(f"{cls.__qualname__}.Config must be a dataclass subclassing AlgorithmConfig")
+        from ..config import common_keys
+
+        clash = sorted(common_keys() & {f.name for f in dataclasses.fields(cls.Config)})
+        if clash:
+            raise ValueError(f"algorithm {name!r}: config key(s) {', '.join(clash)} are common learner keys; "
+                             "rename them (YAML keys of a learner share one namespace)")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def names() -> tuple[str, ...]:
+    """Every registered algorithm, shipped ones first."""
+    _builtins()
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> type[Algorithm]:
+    """The algorithm registered as ``name``; ValueError with a did-you-mean otherwise."""
+    _builtins()
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown algorithm {name!r}{hint}; registered: {', '.join(_REGISTRY)} (and {FROZEN!r}). "
+                         "A user algorithm is registered by a module listed in game.modules") from None
+
+
+def unregister(name: str) -> None:
+    """Remove a registration (tests; a module reloaded in one process)."""
+    _REGISTRY.pop(name, None)

@@ -1,0 +1,25 @@
+"""REINFORCE++-baseline (docs/algorithms.md §4.5): the outcome minus its group mean, whitened
+over the role's whole batch (token-weighted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import advantages as adv_fns
+from .base import Algorithm, Advantages, RoleRows, Whitened
+from .grpo import outcome_advantages
+from .registry import register
+
+
+@dataclass
+class ReinforcePPBaselineConfig(Whitened):
+    pass
+
+
+@register("reinforce_pp_baseline")
+class ReinforcePPBaseline(Algorithm):
+    Config = ReinforcePPBaselineConfig
+    grouped = True
+
+    def advantages(self, rows: RoleRows) -> Advantages:
+        return outcome_advantages(rows, adv_fns.reinforce_pp_baseline_advantages, whiten_mode=self.cfg.whiten)

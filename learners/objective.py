@@ -1,0 +1,75 @@
+"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5 and §3.3):
+
+    L = Agg(L_clip(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
+
+with ``L_clip`` PPO's clipped surrogate (dual-clip optional), ``Agg`` the configured loss aggregation
+normalised by the counts of the WHOLE optimizer step (so the micro-batches' losses add up to the
+step's loss), ``k`` a KL estimator against the frozen reference and ``H`` the token entropy.
+It is a pure function over tensors: the Learner assembles no loss anywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from torch import Tensor
+
+from .losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The knobs of the objective (the learner config's names and defaults)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: Optional[float] = 3.0
+    loss_agg: str = "token-mean"
+    norm_const: Optional[float] = None  # C of seq-mean-token-sum-norm / dr_grpo
+    kl_in_loss: str = "off"  # off | k2 | k3 | k3+ | k1+
+    kl_loss_coef: float = 0.001
+    entropy_coef: float = 0.0
+
+    @classmethod
+    def of(cls, cfg) -> "ObjectiveConfig":
+        """The objective's part of a learner config."""
+        return cls(cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.loss_agg, cfg.norm_const, cfg.kl_in_loss,
+                   cfg.kl_loss_coef, cfg.entropy_coef)
+
+
+def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: ObjectiveConfig, *,
+              num_tokens: float, num_seqs: float, logits: Tensor | None = None,
+              ref_logp: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+    """Loss of one micro-batch and its metrics.
+
+    ``logp`` (N, L) log-probabilities under the current parameters (with gradient), ``logp_old``
+    (N, L) behaviour log-probabilities, ``adv`` (N, L) advantages, ``mask`` (N, L) loss mask;
+    ``logits`` (N, L, V) are needed only with an entropy bonus, ``ref_logp`` (N, L) only with KL in
+    the loss. ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step.
+
+    Returns ``(loss, metrics)``; each metric is this micro-batch's share of its step-level value,
+    so summing over the step's micro-batches gives the step's value: ``kl_loss`` and ``entropy``
+    (aggregated like the loss; present when enabled) and the clip statistics ``pg_clipfrac``,
+    ``pg_clipfrac_lower``, ``ppo_kl`` (token means weighted by this micro-batch's token share).
+    """
+    pg, pg_metrics = clipped_policy_loss(logp, logp_old, adv, mask, clip_low=cfg.clip_low,
+                                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+    agg = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=cfg.norm_const)
+    loss = aggregate(pg, mask, cfg.loss_agg, **agg)
+    metrics: dict[str, float] = {}
+    if cfg.kl_in_loss != "off":
+        if ref_logp is None:
+            raise ValueError(f"kl_in_loss={cfg.kl_in_loss!r} needs ref_logp, the reference model's log-probabilities")
+        kl_term = aggregate(kl_estimate(logp, ref_logp, cfg.kl_in_loss), mask, cfg.loss_agg, **agg)
+        loss = loss + cfg.kl_loss_coef * kl_term
+        metrics["kl_loss"] = float(kl_term.detach())
+    if cfg.entropy_coef > 0:
+        if logits is None:
+            raise ValueError("an entropy bonus (entropy_coef > 0) needs the logits")
+        ent = aggregate(entropy_from_logits(logits), mask, cfg.loss_agg, **agg)
+        loss = loss - cfg.entropy_coef * ent
+        metrics["entropy"] = float(ent.detach())
+    share = float(mask.sum()) / num_tokens  # this micro-batch's weight in step-level token means
+    metrics.update({name: float(value) * share for name, value in pg_metrics.items()})
+    return loss, metrics
