@@ -1,0 +1,138 @@
+"""A key/value cache for many messages at once: one preallocated padded buffer, a row per message.
+
+Token-level play advances every open message of a policy in one forward. Messages start and end
+at different times and have different lengths, so each row keeps its own span of valid slots
+``[start, length)``; a forward reads the rows ``[r0, r1)`` (a view, never a copy), writes the new
+keys/values at each row's own next slot, and attends through a 4-D additive mask that hides every
+slot outside a row's span. Rows ``[0, n)`` are the open messages: a message joins at row ``n`` and
+a leaving one is replaced by the last row (one row copied once, not per step), so the open rows
+stay contiguous. Capacity (rows and slots) grows by doubling, so the per-token cost is one write
+plus attention over the longest open context, flat in the number of tokens already cached.
+
+The object passed as ``past_key_values`` only needs ``update(key, value, layer_idx)``: what every
+Hugging Face decoder calls on its cache; the 4-D mask is passed through unchanged by
+``transformers``' mask builder. It holds no model and knows nothing of sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class BatchKV:
+    """Per layer, keys and values ``(R, H, W, D)`` (rows, kv heads, slots, head dim) plus per-row spans."""
+
+    def __init__(self, device: torch.device | str = "cpu", rows: int = 8, slots: int = 64) -> None:
+        self.device = torch.device(device)
+        self.rows_cap, self.slots_cap = rows, slots
+        self.keys: list[torch.Tensor | None] = []
+        self.values: list[torch.Tensor | None] = []
+        self.start = torch.zeros(0, dtype=torch.long)  # (n,) first valid slot of each open row
+        self.length = torch.zeros(0, dtype=torch.long)  # (n,) next free slot of each open row
+        self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
+        self._write: torch.Tensor | None = None  # (b,) decode: the slot each row writes; None: prefill at 0..q-1
+        self._width = 0  # slots the forward in flight attends over
+
+    @property
+    def n(self) -> int:
+        """Open rows: ``[0, n)``."""
+        return int(self.length.numel())
+
+    # ------------------------------------------------------------------ rows
+    def add_rows(self, k: int, width: int) -> int:
+        """Open ``k`` rows at the end, about to be prefilled with ``width`` slots; return the first."""
+        r0 = self.n
+        self._reserve(r0 + k, width)
+        self.start = torch.cat([self.start, torch.zeros(k, dtype=torch.long)])
+        self.length = torch.cat([self.length, torch.zeros(k, dtype=torch.long)])
+        return r0
+
+    def remove_row(self, r: int) -> int | None:
+        """Close row ``r``; the last row moves into it. Returns the old index of the moved row (None if none)."""
+        last = self.n - 1
+        if not 0 <= r <= last:
+            raise IndexError(f"row {r} is not open (open rows: {self.n})")
+        moved = None
+        if r != last:
+            for buf in self.keys + self.values:
+                if buf is not None:
+                    buf[r] = buf[last]  # one row, once per finished message
+            self.start[r], self.length[r] = self.start[last], self.length[last]
+            moved = last
+        self.start, self.length = self.start[:last].clone(), self.length[:last].clone()
+        if self.n == 0:  # nothing open: give the memory back between rollouts
+            self.keys, self.values = [], []
+        return moved
+
+    def _reserve(self, rows: int, slots: int) -> None:
+        """Grow capacity (doubling) to hold ``rows`` rows of ``slots`` slots; existing content is kept."""
+        new_rows, new_slots = self.rows_cap, self.slots_cap
+        while new_rows < rows:
+            new_rows *= 2
+        while new_slots < slots:
+            new_slots *= 2
+        if (new_rows, new_slots) == (self.rows_cap, self.slots_cap):
+            return
+        for bufs in (self.keys, self.values):
+            for i, old in enumerate(bufs):
+                if old is not None:
+                    grown = old.new_zeros((new_rows, old.shape[1], new_slots, old.shape[3]))
+                    grown[: old.shape[0], :, : old.shape[2]] = old
+                    bufs[i] = grown
+        self.rows_cap, self.slots_cap = new_rows, new_slots
+
+    # ------------------------------------------------------------------ forwards
+    def prepare_prefill(self, r0: int, r1: int, lengths: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up a prefill of rows ``[r0, r1)`` whose prompts have ``lengths`` ids, left-padded to
+        ``P = max(lengths)``. Returns ``(mask (b, 1, P, P), position_ids (b, P))``."""
+        width = max(lengths)
+        self._reserve(r1, width)
+        lens = torch.tensor(lengths, dtype=torch.long)
+        self.start[r0:r1] = width - lens
+        self.length[r0:r1] = width
+        q = torch.arange(width)
+        start = self.start[r0:r1, None, None]  # (b, 1, 1)
+        allowed = (q[None, None, :] >= start) & (q[None, None, :] <= q[None, :, None])  # (b, P, P): own span, causal
+        # A padding query sees only itself: never an empty row (NaN that would reach the cache).
+        allowed |= torch.eye(width, dtype=torch.bool)[None] & (q[None, :, None] < start)
+        self._view, self._write, self._width = (r0, r1), None, width
+        positions = (q[None, :] - self.start[r0:r1, None]).clamp(min=0)  # (b, P)
+        return self._additive(allowed[:, None], dtype), positions.to(self.device)
+
+    def prepare_decode(self, r0: int, r1: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up one new id for each of rows ``[r0, r1)``, written at its next slot.
+        Returns ``(mask (b, 1, 1, W), position_ids (b, 1))``, ``W`` the longest span end of these rows."""
+        write = self.length[r0:r1].clone()  # (b,)
+        width = int(write.max()) + 1
+        self._reserve(r1, width)
+        k = torch.arange(width)
+        allowed = (k[None, :] >= self.start[r0:r1, None]) & (k[None, :] <= write[:, None])  # (b, W)
+        self.length[r0:r1] = write + 1
+        self._view, self._write, self._width = (r0, r1), write.to(self.device), width
+        positions = (write - self.start[r0:r1])[:, None]  # (b, 1)
+        return self._additive(allowed[:, None, None], dtype), positions.to(self.device)
+
+    def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask.to(self.device)
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``key``/``value`` ``(b, H, q, D)`` of the forward in flight; return the rows' keys and
+        values ``(b, H, W, D)`` (views of the buffer)."""
+        while len(self.keys) <= layer_idx:
+            self.keys.append(None)
+            self.values.append(None)
+        r0, r1 = self._view
+        out = []
+        for bufs, new in ((self.keys, key), (self.values, value)):
+            if bufs[layer_idx] is None:
+                bufs[layer_idx] = new.new_zeros((self.rows_cap, new.shape[1], self.slots_cap, new.shape[3]))
+            rows = bufs[layer_idx][r0:r1]  # (b, H, S, D), a view
+            if self._write is None:
+                rows[:, :, : new.shape[2]] = new
+            else:
+                rows[torch.arange(r1 - r0, device=self.device), :, self._write] = new[:, :, 0]
+            out.append(rows[:, :, : self._width])
+        return out[0], out[1]

@@ -1,0 +1,146 @@
+"""Token streaming with a policy: the model implementation of :class:`~cogym.agents.types.TokenStreaming`.
+
+:class:`PolicyStreams` writes messages with a policy, every open message in one batched forward
+over a :class:`~cogym.agents.batch_kv.BatchKV` cache: a new message is prefilled once (the new
+messages of one call together, left-padded), each further token feeds only the id sampled last.
+Sampling is :func:`~cogym.agents.kv_session.sample_tokens`, the semantics of ``Policy.generate``:
+temperature, top-k, top-p, behaviour log-probs of the tempered unfiltered distribution. A message
+ends at an end-of-sequence token (part of the response: the model chose it) or, one step after its
+``max_new_tokens``-th token, with a :class:`Token` that has no id (the limit chose it).
+
+:class:`~cogym.agents.text_streams.TextStreams` is the other one: whole-text answers token by token.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+import torch
+
+from .batch_kv import BatchKV
+from .kv_session import sample_tokens
+from .policy import Policy, SamplingParams
+from .types import Message, Request, Token
+
+
+@dataclass
+class _Open:
+    prompt_ids: list[int]
+    row: int | None = None  # its row in the cache once prefilled
+    emitted: int = 0
+    pending: int | None = None  # the last id sampled, not yet read by the model
+
+
+class PolicyStreams:
+    """Open messages of one policy, batched. ``max_batch`` caps the rows of one forward (1: one
+    message at a time, the slow path kept for comparison)."""
+
+    def __init__(self, policy: Policy, max_batch: int = 0) -> None:
+        self.policy, self.max_batch = policy, max_batch
+        self.cache = BatchKV(policy.device)
+        self.open: dict[Hashable, _Open] = {}
+        self.owner: list[Hashable] = []  # owner[row]: the handle of the message in that cache row
+        self.eos = frozenset(int(e) for e in policy.eos_ids)
+        self.fed_tokens = 0  # ids read by the model, all messages (cache reuse: prompt + 1 per further token)
+        self._ids = itertools.count()
+
+    def begin(self, requests: Sequence[Request]) -> list[Message]:
+        out = []
+        for r in requests:
+            handle = next(self._ids)
+            self.open[handle] = _Open(prompt_ids=self.policy.render(r.messages))
+            out.append(Message(handle=handle, prompt_ids=list(self.open[handle].prompt_ids)))
+        return out
+
+    @torch.no_grad()
+    def advance(self, handles: Sequence[Hashable], sampling: SamplingParams) -> list[Token]:
+        """The next token of every message in ``handles``: one prefill forward for the new ones,
+        one decode forward per contiguous run of cache rows for the others (one run when every open
+        message advances), then one batched draw."""
+        msgs = [self.open[h] for h in handles]
+        live = [i for i, m in enumerate(msgs) if m.emitted < sampling.max_new_tokens]
+        logits: dict[int, torch.Tensor] = {}
+        read: dict[int, int] = {}
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            with self.policy.gather():
+                decode = sorted((i for i in live if msgs[i].row is not None), key=lambda i: msgs[i].row)
+                for chunk in self._chunks([i for i in live if msgs[i].row is None]):
+                    out = self._prefill([handles[i] for i in chunk])
+                    logits.update(zip(chunk, out))
+                    read.update((i, len(msgs[i].prompt_ids)) for i in chunk)
+                for run in self._runs(decode, msgs):
+                    logits.update(zip(run, self._decode([msgs[i] for i in run])))
+                    read.update((i, 1) for i in run)
+        finally:
+            if was_training:
+                model.train()
+        tokens = [Token(id=None, end=True) for _ in msgs]  # the length limit ends the others
+        if live:
+            ids, logp = sample_tokens(torch.stack([logits[i] for i in live]), sampling)  # (b,), (b,)
+            for i, tok, lp in zip(live, ids.tolist(), logp.tolist()):
+                msgs[i].emitted += 1
+                msgs[i].pending = tok
+                tokens[i] = Token(id=tok, end=tok in self.eos, logprob=lp, read=read[i])
+                self.fed_tokens += read[i]
+        return tokens
+
+    def close(self, handles: Sequence[Hashable]) -> None:
+        for h in handles:
+            msg = self.open.pop(h)
+            if msg.row is None:
+                continue
+            moved = self.cache.remove_row(msg.row)
+            last = self.owner.pop()
+            if moved is not None:  # the last row now lives in the freed one
+                self.owner[msg.row] = last
+                self.open[last].row = msg.row
+
+    # ------------------------------------------------------------------ internals
+    def _chunks(self, idx: list[int]) -> list[list[int]]:
+        step = self.max_batch or max(len(idx), 1)
+        return [idx[k: k + step] for k in range(0, len(idx), step)]
+
+    def _runs(self, idx: list[int], msgs: list[_Open]) -> list[list[int]]:
+        """``idx`` (sorted by row) cut where rows are not consecutive, and into chunks of ``max_batch``."""
+        runs: list[list[int]] = []
+        for i in idx:
+            if runs and msgs[runs[-1][-1]].row + 1 == msgs[i].row and len(runs[-1]) < (self.max_batch or len(idx)):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        return runs
+
+    def _prefill(self, handles: list[Hashable]) -> torch.Tensor:
+        """Read the prompts of new messages (new rows at the end of the cache); logits ``(b, V)``."""
+        msgs = [self.open[h] for h in handles]
+        lengths = [len(m.prompt_ids) for m in msgs]
+        width = max(lengths)
+        pad = self.policy.tokenizer.pad_token_id or 0
+        ids = torch.full((len(msgs), width), pad, dtype=torch.long)  # (b, P), left-padded
+        for k, m in enumerate(msgs):
+            ids[k, width - len(m.prompt_ids):] = torch.tensor(m.prompt_ids, dtype=torch.long)
+        r0 = self.cache.add_rows(len(msgs), width)
+        for k, m in enumerate(msgs):
+            m.row = r0 + k
+        self.owner.extend(handles)
+        mask, positions = self.cache.prepare_prefill(r0, r0 + len(msgs), lengths, self._dtype())
+        return self._forward(ids, mask, positions)
+
+    def _decode(self, msgs: list[_Open]) -> torch.Tensor:
+        """Read each message's last sampled id (rows ``msgs[0].row ..``, consecutive); logits ``(b, V)``."""
+        ids = torch.tensor([[m.pending] for m in msgs], dtype=torch.long)  # (b, 1)
+        mask, positions = self.cache.prepare_decode(msgs[0].row, msgs[-1].row + 1, self._dtype())
+        return self._forward(ids, mask, positions)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        out = self.policy.model(input_ids=ids.to(self.policy.device), attention_mask=mask, position_ids=positions,
+                                past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1].float().cpu()  # (b, V)
+
+    def _dtype(self) -> torch.dtype:
+        return next(self.policy.model.parameters()).dtype
