@@ -54,9 +54,10 @@ class BatchKV:
             raise IndexError(f"row {r} is not open (open rows: {self.n})")
         moved = None
         if r != last:
+            used = int(self.length[last])
             for buf in self.keys + self.values:
                 if buf is not None:
-                    buf[r] = buf[last]  # one row, once per finished message
+                    buf[r, :, :used] = buf[last, :, :used]  # one row's span, once per finished message
             self.start[r], self.length[r] = self.start[last], self.length[last]
             moved = last
         self.start, self.length = self.start[:last].clone(), self.length[:last].clone()

@@ -65,7 +65,8 @@ class PolicyStreams:
         read: dict[int, int] = {}
         model = self.policy.model
         was_training = model.training
-        model.eval()
+        if was_training:  # (toggling walks every module: only when needed)
+            model.eval()
         try:
             with self.policy.gather():
                 decode = sorted((i for i in live if msgs[i].row is not None), key=lambda i: msgs[i].row)
