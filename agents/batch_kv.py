@@ -27,24 +27,25 @@ class BatchKV:
         self.rows_cap, self.slots_cap = rows, slots
         self.keys: list[torch.Tensor | None] = []
         self.values: list[torch.Tensor | None] = []
-        self.start = torch.zeros(0, dtype=torch.long)  # (n,) first valid slot of each open row
-        self.length = torch.zeros(0, dtype=torch.long)  # (n,) next free slot of each open row
+        # Per open row (plain lists: a handful of small ops a step, cheaper than tensor ops).
+        self.start: list[int] = []  # first valid slot
+        self.length: list[int] = []  # next free slot
         self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
-        self._write: torch.Tensor | None = None  # (b,) decode: the slot each row writes; None: prefill at 0..q-1
+        self._write: tuple[torch.Tensor, torch.Tensor] | None = None  # decode: (row index (b,), slot (b,)); None: prefill
         self._width = 0  # slots the forward in flight attends over
 
     @property
     def n(self) -> int:
         """Open rows: ``[0, n)``."""
-        return int(self.length.numel())
+        return len(self.length)
 
     # ------------------------------------------------------------------ rows
     def add_rows(self, k: int, width: int) -> int:
         """Open ``k`` rows at the end, about to be prefilled with ``width`` slots; return the first."""
         r0 = self.n
         self._reserve(r0 + k, width)
-        self.start = torch.cat([self.start, torch.zeros(k, dtype=torch.long)])
-        self.length = torch.cat([self.length, torch.zeros(k, dtype=torch.long)])
+        self.start += [0] * k
+        self.length += [0] * k
         return r0
 
     def remove_row(self, r: int) -> int | None:
@@ -54,13 +55,13 @@ class BatchKV:
             raise IndexError(f"row {r} is not open (open rows: {self.n})")
         moved = None
         if r != last:
-            used = int(self.length[last])
+            used = self.length[last]
             for buf in self.keys + self.values:
                 if buf is not None:
                     buf[r, :, :used] = buf[last, :, :used]  # one row's span, once per finished message
             self.start[r], self.length[r] = self.start[last], self.length[last]
             moved = last
-        self.start, self.length = self.start[:last].clone(), self.length[:last].clone()
+        del self.start[last], self.length[last]
         if self.n == 0:  # nothing open: give the memory back between rollouts
             self.keys, self.values = [], []
         return moved
@@ -88,29 +89,31 @@ class BatchKV:
         ``P = max(lengths)``. Returns ``(mask (b, 1, P, P), position_ids (b, P))``."""
         width = max(lengths)
         self._reserve(r1, width)
-        lens = torch.tensor(lengths, dtype=torch.long)
-        self.start[r0:r1] = width - lens
-        self.length[r0:r1] = width
+        self.start[r0:r1] = [width - n for n in lengths]
+        self.length[r0:r1] = [width] * (r1 - r0)
         q = torch.arange(width)
-        start = self.start[r0:r1, None, None]  # (b, 1, 1)
+        starts = torch.tensor(self.start[r0:r1], dtype=torch.long)  # (b,)
+        start = starts[:, None, None]  # (b, 1, 1)
         allowed = (q[None, None, :] >= start) & (q[None, None, :] <= q[None, :, None])  # (b, P, P): own span, causal
         # A padding query sees only itself: never an empty row (NaN that would reach the cache).
         allowed |= torch.eye(width, dtype=torch.bool)[None] & (q[None, :, None] < start)
         self._view, self._write, self._width = (r0, r1), None, width
-        positions = (q[None, :] - self.start[r0:r1, None]).clamp(min=0)  # (b, P)
+        positions = (q[None, :] - starts[:, None]).clamp(min=0)  # (b, P)
         return self._additive(allowed[:, None], dtype), positions.to(self.device)
 
     def prepare_decode(self, r0: int, r1: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Set up one new id for each of rows ``[r0, r1)``, written at its next slot.
         Returns ``(mask (b, 1, 1, W), position_ids (b, 1))``, ``W`` the longest span end of these rows."""
-        write = self.length[r0:r1].clone()  # (b,)
-        width = int(write.max()) + 1
+        width = max(self.length[r0:r1]) + 1
         self._reserve(r1, width)
+        write = torch.tensor(self.length[r0:r1], dtype=torch.long)  # (b,)
+        starts = torch.tensor(self.start[r0:r1], dtype=torch.long)  # (b,)
         k = torch.arange(width)
-        allowed = (k[None, :] >= self.start[r0:r1, None]) & (k[None, :] <= write[:, None])  # (b, W)
-        self.length[r0:r1] = write + 1
-        self._view, self._write, self._width = (r0, r1), write.to(self.device), width
-        positions = (write - self.start[r0:r1])[:, None]  # (b, 1)
+        allowed = (k[None, :] >= starts[:, None]) & (k[None, :] <= write[:, None])  # (b, W)
+        self.length[r0:r1] = [n + 1 for n in self.length[r0:r1]]
+        rows = torch.arange(r1 - r0, device=self.device)
+        self._view, self._write, self._width = (r0, r1), (rows, write.to(self.device)), width
+        positions = (write - starts)[:, None]  # (b, 1)
         return self._additive(allowed[:, None, None], dtype), positions.to(self.device)
 
     def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -134,6 +137,6 @@ class BatchKV:
             if self._write is None:
                 rows[:, :, : new.shape[2]] = new
             else:
-                rows[torch.arange(r1 - r0, device=self.device), :, self._write] = new[:, :, 0]
+                rows[self._write[0], :, self._write[1]] = new[:, :, 0]
             out.append(rows[:, :, : self._width])
         return out[0], out[1]

@@ -105,7 +105,7 @@ def test_batch_kv_growth_keeps_what_it_holds() -> None:
     assert kv.rows_cap >= 3 and kv.slots_cap >= 3
     assert torch.equal(kv.keys[0][0, :, :2], key[0]) and torch.equal(kv.values[0][0, :, :2], -key[0])
     assert kv.remove_row(0) == 2 and kv.n == 2  # the last row moves into row 0
-    assert kv.length.tolist() == [3, 3] and kv.start.tolist() == [2, 0]
+    assert kv.length == [3, 3] and kv.start == [2, 0]
 
 
 def test_decode_mask_hides_slots_outside_each_rows_span() -> None:
