@@ -6,6 +6,10 @@ O(context); a :class:`KVSession` keeps the model's key/value cache of the ids it
 read and feeds only the new ones, so the next token costs one forward over the new ids. When the
 context is not an extension of what the session read (a new turn with a re-rendered prompt), the
 session starts over with one prefill.
+
+This is the one-seat view (``benchmarks/token_kv_cache.py`` measures it); the token rollout writes
+every open message of a policy at once with :class:`~cogym.agents.streaming.PolicyStreams`, which
+shares :func:`sample_tokens`.
 """
 
 from __future__ import annotations
