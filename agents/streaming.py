@@ -125,6 +125,8 @@ class PolicyStreams:
         ids = torch.full((len(msgs), width), pad, dtype=torch.long)  # (b, P), left-padded
         for k, m in enumerate(msgs):
             ids[k, width - len(m.prompt_ids):] = torch.tensor(m.prompt_ids, dtype=torch.long)
+        if self.cache.n == 0:  # an empty cache holds no buffers: follow the model if it moved
+            self.cache.device = self.policy.device
         r0 = self.cache.add_rows(len(msgs), width)
         for k, m in enumerate(msgs):
             m.row = r0 + k
