@@ -33,6 +33,7 @@ class BatchKV:
         self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
         self._write: tuple[torch.Tensor, torch.Tensor] | None = None  # decode: (row index (b,), slot (b,)); None: prefill
         self._width = 0  # slots the forward in flight attends over
+        self._window = 0  # prefill: the first slot the forward in flight writes
 
     @property
     def n(self) -> int:
@@ -84,22 +85,36 @@ class BatchKV:
         self.rows_cap, self.slots_cap = new_rows, new_slots
 
     # ------------------------------------------------------------------ forwards
-    def prepare_prefill(self, r0: int, r1: int, lengths: list[int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def prepare_prefill(self, r0: int, r1: int, lengths: list[int], dtype: torch.dtype, fed: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """Set up a prefill of rows ``[r0, r1)`` whose prompts have ``lengths`` ids, left-padded to
-        ``P = max(lengths)``. Returns ``(mask (b, 1, P, P), position_ids (b, P))``."""
+        ``P = max(lengths)``; the forward reads the last ``q = fed`` slots (default all ``P``), the
+        slots before them already hold their keys and values (a shared prefix, :meth:`write_span`).
+        Returns ``(mask (b, 1, q, P), position_ids (b, q))``."""
         width = max(lengths)
+        q = width if fed is None else fed
         self._reserve(r1, width)
         self.start[r0:r1] = [width - n for n in lengths]
         self.length[r0:r1] = [width] * (r1 - r0)
-        q = torch.arange(width)
-        starts = torch.tensor(self.start[r0:r1], dtype=torch.long)  # (b,)
-        start = starts[:, None, None]  # (b, 1, 1)
-        allowed = (q[None, None, :] >= start) & (q[None, None, :] <= q[None, :, None])  # (b, P, P): own span, causal
+        k = torch.arange(width)
+        qs = torch.arange(width - q, width)  # (q,) the slots the forward writes
+        start = torch.tensor(self.start[r0:r1], dtype=torch.long)[:, None, None]  # (b, 1, 1)
+        allowed = (k[None, None, :] >= start) & (k[None, None, :] <= qs[None, :, None])  # (b, q, P): own span, causal
         # A padding query sees only itself: never an empty row (NaN that would reach the cache).
-        allowed |= torch.eye(width, dtype=torch.bool)[None] & (q[None, :, None] < start)
-        self._view, self._write, self._width = (r0, r1), None, width
-        positions = (q[None, :] - starts[:, None]).clamp(min=0)  # (b, P)
+        allowed |= (k[None, None, :] == qs[None, :, None]) & (qs[None, :, None] < start)
+        self._view, self._write, self._width, self._window = (r0, r1), None, width, width - q
+        positions = (qs[None, :] - start[:, :, 0]).clamp(min=0)  # (b, q)
         return self._additive(allowed[:, None], dtype), positions.to(self.device)
+
+    def write_span(self, r: int, slot: int, span: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Put per-layer keys and values ``(H, m, D)`` (from :meth:`read_span`) at slots ``[slot, slot + m)`` of row ``r``."""
+        for layer, (key, value) in enumerate(span):
+            self.keys[layer][r, :, slot: slot + key.shape[1]] = key
+            self.values[layer][r, :, slot: slot + value.shape[1]] = value
+
+    def read_span(self, r: int, slot: int, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of row ``r``'s keys and values at slots ``[slot, slot + m)``, per layer ``(H, m, D)``."""
+        return [(k[r, :, slot: slot + m].clone(), v[r, :, slot: slot + m].clone()) for k, v in zip(self.keys, self.values)]
 
     def prepare_decode(self, r0: int, r1: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Set up one new id for each of rows ``[r0, r1)``, written at its next slot.
@@ -135,7 +150,7 @@ class BatchKV:
                 bufs[layer_idx] = new.new_zeros((self.rows_cap, new.shape[1], self.slots_cap, new.shape[3]))
             rows = bufs[layer_idx][r0:r1]  # (b, H, S, D), a view
             if self._write is None:
-                rows[:, :, : new.shape[2]] = new
+                rows[:, :, self._window: self._window + new.shape[2]] = new
             else:
                 rows[self._write[0], :, self._write[1]] = new[:, :, 0]
             out.append(rows[:, :, : self._width])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import torch
 
@@ -23,6 +23,47 @@ from .batch_kv import BatchKV
 from .kv_session import sample_tokens
 from .policy import Policy, SamplingParams
 from .types import Message, Request, Token
+
+
+class SharedPrefixes:
+    """Keys and values of prompt prefixes that several messages share (the chat template and system
+    message of a role, a problem that several seats answer), so a new message computes only the rest
+    of its prompt. A prefix is learnt when a prompt's common prefix with the previous prompt is at
+    least ``min_len`` ids; at most ``capacity`` are kept (oldest dropped). It is only valid for the
+    weights it was computed with: the owner clears it whenever its cache empties (between rollouts).
+    """
+
+    def __init__(self, min_len: int = 8, capacity: int = 16) -> None:
+        self.min_len, self.capacity = min_len, capacity
+        self.spans: dict[tuple[int, ...], list] = {}
+        self._last: list[int] = []
+
+    def longest(self, prompt: list[int]) -> tuple[tuple[int, ...], list] | None:
+        """The longest kept prefix of ``prompt`` that leaves at least one id to compute."""
+        best = None
+        for ids, span in self.spans.items():
+            if len(ids) < len(prompt) and tuple(prompt[: len(ids)]) == ids and (best is None or len(ids) > len(best[0])):
+                best = (ids, span)
+        return best
+
+    def learn(self, prompt: list[int], read: Callable[[int], list]) -> None:
+        """Keep the prefix ``prompt`` shares with the previous prompt (``read(m)`` copies its first m slots)."""
+        m = 0
+        for a, b in zip(prompt, self._last):
+            if a != b:
+                break
+            m += 1
+        m = min(m, len(prompt) - 1)
+        self._last = list(prompt)
+        key = tuple(prompt[:m])
+        if m < self.min_len or key in self.spans or (self.longest(prompt) or ((),))[0] == key:
+            return
+        if len(self.spans) >= self.capacity:
+            self.spans.pop(next(iter(self.spans)))
+        self.spans[key] = read(m)
+
+    def clear(self) -> None:
+        self.spans.clear()
 
 
 @dataclass
@@ -44,6 +85,7 @@ class PolicyStreams:
         self.owner: list[Hashable] = []  # owner[row]: the handle of the message in that cache row
         self.eos = frozenset(int(e) for e in policy.eos_ids)
         self.fed_tokens = 0  # ids read by the model, all messages (cache reuse: prompt + 1 per further token)
+        self._prefixes = SharedPrefixes()
         self._ids = itertools.count()
 
     def begin(self, requests: Sequence[Request]) -> list[Message]:
@@ -71,9 +113,9 @@ class PolicyStreams:
             with self.policy.gather():
                 decode = sorted((i for i in live if msgs[i].row is not None), key=lambda i: msgs[i].row)
                 for chunk in self._chunks([i for i in live if msgs[i].row is None]):
-                    out = self._prefill([handles[i] for i in chunk])
+                    out, fed = self._prefill([handles[i] for i in chunk])
                     logits.update(zip(chunk, out))
-                    read.update((i, len(msgs[i].prompt_ids)) for i in chunk)
+                    read.update(zip(chunk, fed))
                 for run in self._runs(decode, msgs):
                     logits.update(zip(run, self._decode([msgs[i] for i in run])))
                     read.update((i, 1) for i in run)
@@ -100,6 +142,8 @@ class PolicyStreams:
             if moved is not None:  # the last row now lives in the freed one
                 self.owner[msg.row] = last
                 self.open[last].row = msg.row
+        if self.cache.n == 0:  # between rollouts the weights may change: shared prefixes go with the cache
+            self._prefixes.clear()
 
     # ------------------------------------------------------------------ internals
     def _chunks(self, idx: list[int]) -> list[list[int]]:
@@ -116,23 +160,32 @@ class PolicyStreams:
                 runs.append([i])
         return runs
 
-    def _prefill(self, handles: list[Hashable]) -> torch.Tensor:
-        """Read the prompts of new messages (new rows at the end of the cache); logits ``(b, V)``."""
+    def _prefill(self, handles: list[Hashable]) -> tuple[torch.Tensor, list[int]]:
+        """Read the prompts of new messages (new rows at the end of the cache), each from its longest
+        shared prefix on; logits ``(b, V)`` and the ids each row read."""
         msgs = [self.open[h] for h in handles]
         lengths = [len(m.prompt_ids) for m in msgs]
         width = max(lengths)
+        shared = [self._prefixes.longest(m.prompt_ids) for m in msgs]  # (prefix ids, its cache) or None
+        q = max(n - (len(p[0]) if p else 0) for n, p in zip(lengths, shared))  # slots to compute
         pad = self.policy.tokenizer.pad_token_id or 0
-        ids = torch.full((len(msgs), width), pad, dtype=torch.long)  # (b, P), left-padded
+        ids = torch.full((len(msgs), q), pad, dtype=torch.long)  # (b, q): each prompt's last q ids, left-padded
         for k, m in enumerate(msgs):
-            ids[k, width - len(m.prompt_ids):] = torch.tensor(m.prompt_ids, dtype=torch.long)
+            tail = m.prompt_ids[-q:]
+            ids[k, q - len(tail):] = torch.tensor(tail, dtype=torch.long)
         if self.cache.n == 0:  # an empty cache holds no buffers: follow the model if it moved
             self.cache.device = self.policy.device
         r0 = self.cache.add_rows(len(msgs), width)
-        for k, m in enumerate(msgs):
+        for k, (m, n, p) in enumerate(zip(msgs, lengths, shared)):
             m.row = r0 + k
+            if p is not None:
+                self.cache.write_span(m.row, width - n, p[1])
         self.owner.extend(handles)
-        mask, positions = self.cache.prepare_prefill(r0, r0 + len(msgs), lengths, self._dtype())
-        return self._forward(ids, mask, positions)
+        mask, positions = self.cache.prepare_prefill(r0, r0 + len(msgs), lengths, self._dtype(), fed=q)
+        logits = self._forward(ids, mask, positions)
+        for m, n in zip(msgs, lengths):
+            self._prefixes.learn(m.prompt_ids, lambda size, m=m, n=n: self.cache.read_span(m.row, width - n, size))
+        return logits, [min(q, n) for n in lengths]
 
     def _decode(self, msgs: list[_Open]) -> torch.Tensor:
         """Read each message's last sampled id (rows ``msgs[0].row ..``, consecutive); logits ``(b, V)``."""

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from cogym.agents.batch_kv import BatchKV
+from cogym.agents.streaming import SharedPrefixes
 from cogym.agents.kv_session import sample_token, sample_tokens
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
@@ -53,6 +54,47 @@ def test_rows_joining_and_leaving_keep_every_message_exact(policy) -> None:
         assert toks[0].read == len(m.prompt_ids) and all(t.read == 1 for t in toks[1:])
         ids = [t.id for t in toks]
         assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, ids, 0.7), abs=1e-5)
+
+
+def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> None:
+    torch.manual_seed(1)
+    agent = LLMAgent(policy, SamplingParams(max_new_tokens=4, temperature=0.9), name="p")
+    system = {"role": "system", "content": "You are a careful solver."}
+
+    def ask(*texts: str) -> list:
+        return agent.begin([Request(messages=[system, {"role": "user", "content": t}], role="s", seat=t) for t in texts],
+                           encode=lambda t: [])
+
+    first = ask("1+2=", "5-5=")  # two prompts: their common prefix is learnt after they are read
+    reads = [t.read for t in agent.advance([m.handle for m in first])]  # the cache stays open: the prefix stays valid
+    assert reads == [len(m.prompt_ids) for m in first]
+    later = ask("31*4=", "7")
+    handles = [m.handle for m in first + later]
+    steps = [agent.advance(handles) for _ in range(3)]
+    for k, m in enumerate(later, start=len(first)):
+        toks = [step[k] for step in steps if step[k].id is not None]
+        assert 0 < toks[0].read < len(m.prompt_ids)  # only the part after the shared prefix was computed
+        ids = [t.id for t in toks]
+        assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, ids, 0.9), abs=1e-5)
+    agent.close(handles)
+    assert not agent.streams._prefixes.spans  # an empty cache forgets prefixes (the weights may change next)
+
+
+def test_shared_prefixes_are_learnt_from_consecutive_prompts_and_bounded() -> None:
+    spans = SharedPrefixes(min_len=3, capacity=2)
+    spans.learn([1, 2, 3, 4, 5], lambda m: f"first {m}")
+    assert spans.longest([1, 2, 3, 4, 9]) is None  # one prompt teaches nothing
+    spans.learn([1, 2, 3, 4, 9], lambda m: f"span {m}")
+    assert spans.longest([1, 2, 3, 4, 7, 7]) == ((1, 2, 3, 4), "span 4")
+    assert spans.longest([1, 2, 3, 4]) is None  # a prefix must leave an id to compute
+    spans.learn([1, 2, 3, 4, 9], lambda m: f"same {m}")  # the same prompt again: its prefix is kept already
+    assert spans.longest([1, 2, 3, 4, 9, 0]) == ((1, 2, 3, 4), "span 4")
+    spans.learn([8, 8, 8, 8], lambda m: "x")
+    spans.learn([8, 8, 8, 5], lambda m: f"eights {m}")
+    spans.learn([7, 7, 7, 7], lambda m: "y")
+    spans.learn([7, 7, 7, 1], lambda m: f"sevens {m}")  # over capacity: the oldest goes
+    assert len(spans.spans) == 2 and spans.longest([1, 2, 3, 4, 5]) is None
+    assert spans.longest([8, 8, 8, 1]) == ((8, 8, 8), "eights 3") and spans.longest([7, 7, 7, 2]) == ((7, 7, 7), "sevens 3")
 
 
 def test_greedy_streaming_writes_what_greedy_generate_writes(policy) -> None:

@@ -72,7 +72,9 @@ def test_batched_and_one_message_at_a_time_play_the_same_games(policy) -> None:
     assert _summary(batched) == _summary(single) and batched.returns == single.returns
     for a, b in zip(batched.turns, single.turns):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-    assert batched.stats == single.stats
+    # Same messages; the ids read differ only where a batch computes its longest suffix for every row.
+    assert batched.stats["prefills"] == single.stats["prefills"]
+    assert single.stats["fed_tokens"] <= batched.stats["fed_tokens"]
 
 
 def test_every_step_is_one_forward_per_phase_and_a_token_reads_one_id(policy) -> None:
@@ -92,7 +94,9 @@ def test_every_step_is_one_forward_per_phase_and_a_token_reads_one_id(policy) ->
     # Batched across games: the messages open at once share forwards (one message a forward would be
     # one forward per row).
     assert max(decodes) > 1 and len(decodes) < sum(decodes) and len(prefills) < sum(prefills)
-    assert res.stats["fed_tokens"] == sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
+    # A message reads its prompt at most once, less where a shared prefix (template, system message,
+    # the problem both solvers answer) is already cached.
+    assert res.stats["fed_tokens"] < sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
 
 
 def test_behaviour_logprobs_equal_a_full_forward_at_the_rollout_temperature(policy) -> None:
