@@ -2,7 +2,8 @@
 
 :class:`PolicyStreams` writes messages with a policy, every open message in one batched forward
 over a :class:`~cogym.agents.batch_kv.BatchKV` cache: a new message is prefilled once (the new
-messages of one call together, left-padded), each further token feeds only the id sampled last.
+messages of one call together, left-padded; a prefix shared with earlier prompts is copied, not
+recomputed, see :class:`SharedPrefixes`), each further token feeds only the id sampled last.
 Sampling is :func:`~cogym.agents.kv_session.sample_tokens`, the semantics of ``Policy.generate``:
 temperature, top-k, top-p, behaviour log-probs of the tempered unfiltered distribution. A message
 ends at an end-of-sequence token (part of the response: the model chose it) or, one step after its

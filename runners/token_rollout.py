@@ -6,7 +6,8 @@ its seats' messages in one call of its token-level capability
 (:class:`~cogym.agents.types.TokenStreaming`): a seat starting a message is asked with the same
 request as at turn level (``begin``), then every open message gets its next token (``advance``;
 an ``LLMAgent`` runs one batched forward over a batched KV cache: a new message prefills its
-prompt once, each further token reads only the new id), and a message that ended is ``close``d.
+prompt once, less a prefix it shares with earlier prompts, and each further token reads only the
+new id), and a message that ended is ``close``d.
 A scripted seat answers its whole message from the turn-level text and streams it one token per
 step. Any agent, or wrapper, that implements the capability plays; no concrete class is asked for.
 
@@ -15,7 +16,7 @@ log-probs) when the message ends: at its end-of-message token (``finished`` True
 interrupts it, at the game's ``max_turn_tokens``, or at the agent's own ``max_new_tokens`` (the
 rollout then ends the message with the end id, which is not part of the response: the model did
 not choose it). The result has the same shape as the turn-level rollout's, so training is
-unchanged; ``stats`` adds ``fed_tokens`` (ids the models read) and ``prefills`` (messages started).
+unchanged; ``stats`` adds ``fed_tokens`` (ids the models computed) and ``prefills`` (model messages started).
 """
 
 from __future__ import annotations
