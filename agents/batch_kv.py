@@ -49,6 +49,15 @@ class BatchKV:
         self.length += [0] * k
         return r0
 
+    def add_row_with(self, span: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+        """Open a row at the end holding ``span`` (per layer ``(H, m, D)``, from :meth:`read_span`) at
+        slots ``[0, m)``, ready for a decode step; return it."""
+        m = span[0][0].shape[1]
+        r = self.add_rows(1, m + 1)
+        self.write_span(r, 0, span)
+        self.start[r], self.length[r] = 0, m
+        return r
+
     def remove_row(self, r: int) -> int | None:
         """Close row ``r``; the last row moves into it. Returns the old index of the moved row (None if none)."""
         last = self.n - 1

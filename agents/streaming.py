@@ -30,17 +30,22 @@ class SharedPrefixes:
     """Keys and values of prompt prefixes that several messages share (the chat template and system
     message of a role, a problem that several seats answer), so a new message computes only the rest
     of its prompt. A prefix is learnt when a prompt's common prefix with the previous prompt is at
-    least ``min_len`` ids; at most ``capacity`` are kept (oldest dropped). It is only valid for the
-    weights it was computed with: the owner clears it whenever its cache empties (between rollouts).
+    least ``min_len`` ids, and a prompt seen again among the last ``capacity`` keeps all but its last
+    id; at most ``capacity`` prefixes are kept (oldest dropped). It is only valid for the weights it
+    was computed with: the owner clears it whenever its cache empties (between rollouts).
     """
 
-    def __init__(self, min_len: int = 8, capacity: int = 16) -> None:
+    def __init__(self, min_len: int = 8, capacity: int = 64) -> None:
         self.min_len, self.capacity = min_len, capacity
         self.spans: dict[tuple[int, ...], list] = {}
         self._last: list[int] = []
+        self._recent: dict[tuple[int, ...], None] = {}  # prompts read lately (ordered: oldest first)
 
     def longest(self, prompt: list[int]) -> tuple[tuple[int, ...], list] | None:
         """The longest kept prefix of ``prompt`` that leaves at least one id to compute."""
+        whole = tuple(prompt[:-1])
+        if whole in self.spans:  # the prompt was read before: all but its last id is kept
+            return whole, self.spans[whole]
         best = None
         for ids, span in self.spans.items():
             if len(ids) < len(prompt) and tuple(prompt[: len(ids)]) == ids and (best is None or len(ids) > len(best[0])):
@@ -54,8 +59,14 @@ class SharedPrefixes:
             if a != b:
                 break
             m += 1
+        seen = tuple(prompt)
+        if seen in self._recent:
+            m = len(prompt)
         m = min(m, len(prompt) - 1)
         self._last = list(prompt)
+        self._recent[seen] = None
+        if len(self._recent) > self.capacity:
+            self._recent.pop(next(iter(self._recent)))
         key = tuple(prompt[:m])
         if m < self.min_len or key in self.spans or (self.longest(prompt) or ((),))[0] == key:
             return
@@ -65,6 +76,7 @@ class SharedPrefixes:
 
     def clear(self) -> None:
         self.spans.clear()
+        self._recent.clear()
 
 
 @dataclass
@@ -112,8 +124,10 @@ class PolicyStreams:
             model.eval()
         try:
             with self.policy.gather():
+                # A new message whose prompt is cached but for its last id joins the decode forward.
+                new = [i for i in live if msgs[i].row is None and not self._attach(handles[i])]
                 decode = sorted((i for i in live if msgs[i].row is not None), key=lambda i: msgs[i].row)
-                for chunk in self._chunks([i for i in live if msgs[i].row is None]):
+                for chunk in self._chunks(new):
                     out, fed = self._prefill([handles[i] for i in chunk])
                     logits.update(zip(chunk, out))
                     read.update(zip(chunk, fed))
@@ -160,6 +174,18 @@ class PolicyStreams:
             else:
                 runs.append([i])
         return runs
+
+    def _attach(self, handle: Hashable) -> bool:
+        """Give a new message a row holding its prompt's cache but for the last id (which its first
+        decode step reads), when a shared prefix covers that much; whether it did."""
+        msg = self.open[handle]
+        shared = self._prefixes.longest(msg.prompt_ids)
+        if shared is None or len(shared[0]) != len(msg.prompt_ids) - 1:
+            return False
+        msg.row = self.cache.add_row_with(shared[1])
+        msg.pending = msg.prompt_ids[-1]
+        self.owner.append(handle)
+        return True
 
     def _prefill(self, handles: list[Hashable]) -> tuple[torch.Tensor, list[int]]:
         """Read the prompts of new messages (new rows at the end of the cache), each from its longest

@@ -76,7 +76,15 @@ def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> 
         assert 0 < toks[0].read < len(m.prompt_ids)  # only the part after the shared prefix was computed
         ids = [t.id for t in toks]
         assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, ids, 0.9), abs=1e-5)
-    agent.close(handles)
+    second = ask("31*4=")[0]  # read a second time: now its whole prompt but the last id is kept
+    handles.append(second.handle)
+    agent.advance(handles)
+    again = ask("31*4=")[0]  # so a third message only has the last id left, read in the decode forward
+    steps = [agent.advance(handles + [again.handle]) for _ in range(3)]
+    toks = [step[-1] for step in steps if step[-1].id is not None]
+    assert toks[0].read == 1
+    assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, again.prompt_ids, [t.id for t in toks], 0.9), abs=1e-5)
+    agent.close(handles + [again.handle])
     assert not agent.streams._prefixes.spans  # an empty cache forgets prefixes (the weights may change next)
 
 
@@ -89,6 +97,11 @@ def test_shared_prefixes_are_learnt_from_consecutive_prompts_and_bounded() -> No
     assert spans.longest([1, 2, 3, 4]) is None  # a prefix must leave an id to compute
     spans.learn([1, 2, 3, 4, 9], lambda m: f"same {m}")  # the same prompt again: its prefix is kept already
     assert spans.longest([1, 2, 3, 4, 9, 0]) == ((1, 2, 3, 4), "span 4")
+    spans.learn([1, 2, 3, 4, 5], lambda m: f"repeat {m}")  # read before (two prompts ago): all but its last id
+    assert spans.longest([1, 2, 3, 4, 5]) == ((1, 2, 3, 4), "span 4")  # that is the kept (1, 2, 3, 4) already
+    spans.learn([6, 6, 6, 6, 6, 6], lambda m: "z")
+    spans.learn([1, 2, 3, 4, 9], lambda m: f"nine {m}")
+    assert spans.longest([1, 2, 3, 4, 9]) == ((1, 2, 3, 4), "span 4")
     spans.learn([8, 8, 8, 8], lambda m: "x")
     spans.learn([8, 8, 8, 5], lambda m: f"eights {m}")
     spans.learn([7, 7, 7, 7], lambda m: "y")
