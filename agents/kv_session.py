@@ -6,6 +6,10 @@ O(context); a :class:`KVSession` keeps the model's key/value cache of the ids it
 read and feeds only the new ones, so the next token costs one forward over the new ids. When the
 context is not an extension of what the session read (a new turn with a re-rendered prompt), the
 session starts over with one prefill.
+
+This is the one-seat view (``benchmarks/token_kv_cache.py`` measures it); the token rollout writes
+every open message of a policy at once with :class:`~cogym.agents.streaming.PolicyStreams`, which
+shares :func:`sample_tokens`.
 """
 
 from __future__ import annotations
@@ -62,25 +66,33 @@ class KVSession:
 
 
 def sample_token(logits: torch.Tensor, sampling: SamplingParams) -> tuple[int, float]:
-    """Draw one token from ``logits`` ``(V,)`` with ``sampling``; return it and its behaviour log-prob.
+    """Draw one token from ``logits`` ``(V,)``: :func:`sample_tokens` for a batch of one."""
+    ids, logp = sample_tokens(logits[None], sampling)
+    return int(ids[0]), float(logp[0])
+
+
+def sample_tokens(logits: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row of ``logits`` ``(B, V)`` with ``sampling``; return ids ``(B,)`` and
+    their behaviour log-probs ``(B,)``.
 
     Like :meth:`Policy.generate`: top-k then top-p filter the tempered distribution for the draw,
     and the log-prob is of the unfiltered tempered distribution (temperature 1 when greedy), which
     is what the learner recomputes. Draws use torch's global generator (seeded per iteration).
     """
     temp = 1.0 if sampling.greedy else sampling.temperature
-    logp = torch.log_softmax(logits.float() / temp, dim=-1)  # (V,)
+    logp = torch.log_softmax(logits.float() / temp, dim=-1)  # (B, V)
     if sampling.greedy:
-        token = int(torch.argmax(logp))
-        return token, float(logp[token])
+        ids = torch.argmax(logp, dim=-1)
+        return ids, logp.gather(-1, ids[:, None])[:, 0]
     scores = logp.clone()
-    if sampling.top_k and sampling.top_k < scores.numel():
-        kth = torch.topk(scores, sampling.top_k).values[-1]
+    if sampling.top_k and sampling.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, sampling.top_k, dim=-1).values[:, -1:]  # (B, 1)
         scores[scores < kth] = float("-inf")
     if sampling.top_p < 1.0:
-        probs_sorted, order = torch.sort(torch.softmax(scores, dim=-1), descending=True)
+        probs_sorted, order = torch.sort(torch.softmax(scores, dim=-1), dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (always the most likely token).
-        drop = torch.cumsum(probs_sorted, dim=-1) - probs_sorted >= sampling.top_p
-        scores[order[drop]] = float("-inf")
-    token = int(torch.multinomial(torch.softmax(scores, dim=-1), 1))
-    return token, float(logp[token])
+        drop_sorted = torch.cumsum(probs_sorted, dim=-1) - probs_sorted >= sampling.top_p  # (B, V)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scores[drop] = float("-inf")
+    ids = torch.multinomial(torch.softmax(scores, dim=-1), 1)[:, 0]  # (B,)
+    return ids, logp.gather(-1, ids[:, None])[:, 0]

@@ -7,11 +7,12 @@ so games, learners and tournaments can be tested without a model.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from .types import Action, Request
+from .text_streams import TextStreams
+from .types import Action, Message, Request, Token
 
 Strategy = Callable[[str, np.random.Generator], str]
 
@@ -23,6 +24,17 @@ class ScriptedAgent:
         self.strategy = strategy
         self.name = name
         self.rng = np.random.default_rng(seed)  # the trainer reseeds it every iteration
+        self.streams = TextStreams(self.act)
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
         return [Action(text=self.strategy(r.messages[-1]["content"], self.rng)) for r in requests]
+
+    # Token level: the whole answer, one id per step (see TokenStreaming).
+    def begin(self, requests: Sequence[Request], encode: Callable[[str], list[int]]) -> list[Message]:
+        return self.streams.begin(requests, encode)
+
+    def advance(self, handles: Sequence[Hashable]) -> list[Token]:
+        return self.streams.advance(handles)
+
+    def close(self, handles: Sequence[Hashable]) -> None:
+        self.streams.close(handles)

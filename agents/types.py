@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Protocol, Sequence
+from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
 
 from cogym.core.outcome import SeatOutcome
 
@@ -34,6 +34,50 @@ class Agent(Protocol):
     name: str
 
     def act(self, requests: Sequence[Request]) -> list[Action]: ...
+
+
+@dataclass
+class Token:
+    """One step of a streamed message.
+
+    ``id``: the token emitted, or None when the message ends without one (the agent's own length
+    limit: the end is not a choice of the model, so it is not trained on). ``end``: the message ends
+    with this step (an ``id`` is then the agent's end-of-message token). ``logprob``: the behaviour
+    log-probability of ``id`` at the sampling temperature (model agents; None for agents whose moves
+    are not training data). ``read``: how many ids the model read to produce it (the prompt at a
+    prefill, 1 for a further token of a message whose cache is reused, 0 for no model).
+    """
+
+    id: int | None
+    end: bool = False
+    logprob: float | None = None
+    read: int = 0
+
+
+@dataclass
+class Message:
+    """A message opened by :meth:`TokenStreaming.begin`: the handle that names it in ``advance`` and
+    ``close``, and the prompt ids the model conditions on (None for an agent that is not a model)."""
+
+    handle: Hashable
+    prompt_ids: list[int] | None = None
+
+
+@runtime_checkable
+class TokenStreaming(Protocol):
+    """The token-level capability of an agent: messages written one token at a time, batched.
+
+    ``begin`` opens one message per request (``encode`` turns text into the game's token ids, for
+    agents that think in text); ``advance`` gives the next token of every named open message in one
+    batched call; ``close`` frees messages that ended (at their end token, or cut by the game). A
+    wrapper delegates all three. Handles are only valid in the agent that made them.
+    """
+
+    def begin(self, requests: Sequence[Request], encode: Callable[[str], list[int]]) -> list[Message]: ...
+
+    def advance(self, handles: Sequence[Hashable]) -> list[Token]: ...
+
+    def close(self, handles: Sequence[Hashable]) -> None: ...
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """Benchmark: the cost of one token at token level must not grow with the transcript.
 
 A token-level game (``proposer_solver-v0`` on a problem file, one solver, the embedded tiny model,
-the policy's chat template as codec) is played one token per step exactly as the token rollout
-does it: the seat's :class:`KVSession` reads the new ids of its context, a token is sampled,
-the game is stepped. The problem text is sized so the seat's context starts at ``L`` tokens
-(32 and 512 by default), and the seat emits ``--tokens`` more (an end-of-message draw is replaced
+the policy's chat template as codec) is played one token per step, one seat at a time: the
+seat's :class:`KVSession` reads the new ids of its context, a token is sampled, the game is
+stepped (``token_batching.py`` measures the batched path the token rollout takes). The problem
+text is sized so the seat's context starts at ``L`` tokens (32 and 512 by default), and the seat emits ``--tokens`` more (an end-of-message draw is replaced
 by a random other token, so every message has the same length). The first step of a message (the
 prefill) is timed apart; the printed per-token time is the median of the other steps.
 

@@ -1,37 +1,34 @@
-"""The token-level rollout: games wrapped in ``TokenLevelEnv``, one token per step, KV caches reused.
+"""The token-level rollout: games wrapped in ``TokenLevelEnv``, one token per seat per step, batched.
 
-Every LLM seat of every game keeps a :class:`~cogym.agents.kv_session.KVSession`: at each step it
-reads only the ids its context gained since its last step (usually the one token it just emitted),
-so within a message the cost of a token does not grow with the transcript; each new message
-starts with one prefill of its (re-rendered) prompt, and the session is dropped when the message
-ends. A scripted seat answers its whole message from the turn-level text and emits it one token
-per step. A model seat's message becomes one :class:`Turn` (prompt ids, the ids it emitted, their
-behaviour log-probs) when the message ends: at its end-of-message token (``finished`` True), when
-the game interrupts it, at the game's ``max_turn_tokens``, or at the policy's own
-``max_new_tokens`` (the rollout then ends the message with the end id, which is not part of the
-response: the model did not choose it). The result has the same shape as the turn-level
-rollout's, so training is unchanged.
+The loop is :func:`cogym.runners.core.play`'s, the one the turn-level rollout uses. At every step
+the ready seat of every live game is grouped by the agent behind it, and each agent advances all
+its seats' messages in one call of its token-level capability
+(:class:`~cogym.agents.types.TokenStreaming`): a seat starting a message is asked with the same
+request as at turn level (``begin``), then every open message gets its next token (``advance``;
+an ``LLMAgent`` runs one batched forward over a batched KV cache: a new message prefills its
+prompt once, less a prefix it shares with earlier prompts, and each further token reads only the
+new id), and a message that ended is ``close``d.
+A scripted seat answers its whole message from the turn-level text and streams it one token per
+step. Any agent, or wrapper, that implements the capability plays; no concrete class is asked for.
 
-Seats step one at a time, each LLM step a batch-one forward on its own cache; the turn-level
-rollout (one batched generate per policy per step) is the fast path for games that do not need
-token-level control.
+A model seat's message becomes one :class:`Turn` (prompt ids, the ids it emitted, their behaviour
+log-probs) when the message ends: at its end-of-message token (``finished`` True), when the game
+interrupts it, at the game's ``max_turn_tokens``, or at the agent's own ``max_new_tokens`` (the
+rollout then ends the message with the end id, which is not part of the response: the model did
+not choose it). The result has the same shape as the turn-level rollout's, so training is
+unchanged; ``stats`` adds ``fed_tokens`` (ids the models computed) and ``prefills`` (model messages started).
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Hashable, Sequence
 
-from cogym.agents.kv_session import KVSession, sample_token
-from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
-from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Request, Turn
+from cogym.agents.types import Agent, Token, TokenStreaming
 from cogym.envs.token_level import TokenLevelEnv
 
-from .rollout import RolloutResult, SeatMap, _collect, _skip_dead, chat_messages, credit, seat_map_of
+from .core import Episodes, RolloutResult, Seat, SeatMap, chat_messages, play
 
 
 class ChatCodec:
@@ -63,96 +60,99 @@ class ChatCodec:
 
 @dataclass
 class _Open:
-    """A message being emitted."""
+    """A message being written: who writes it, its handle in that agent, what it has emitted."""
 
-    policy_id: str
-    prompt_ids: list[int]
-    session: KVSession
+    agent: Agent
+    handle: Hashable
+    prompt_ids: list[int] | None  # None: not a model's message (no Turn)
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    finished: bool = False  # ended by the agent's own end-of-message token
+
+
+class TokenMover:
+    """Token level: each ready seat emits one token; each agent advances all its seats at once."""
+
+    def __init__(self, games: Sequence[TokenLevelEnv]) -> None:
+        self.games = games
+        self.generated_tokens, self.generate_seconds = 0, 0.0
+        self.stats = {"fed_tokens": 0, "prefills": 0}
+        self.open: dict[tuple[int, str], _Open] = {}
+
+    def request_text(self, env: TokenLevelEnv, g: int, seat: str) -> str | None:
+        return None if (g, seat) in self.open else env.unwrapped.observe(seat)["text"]
+
+    def answer(self, agent: Agent, seats: list[Seat]) -> list[int]:
+        if not isinstance(agent, TokenStreaming):
+            raise TypeError(f"token-level play needs agents with the TokenStreaming capability (begin, advance, close); "
+                            f"seat {seats[0].seat!r} has a {type(agent).__name__}")
+        self._begin(agent, [s for s in seats if s.request is not None])
+        msgs = [self.open[(s.g, s.seat)] for s in seats]
+        tokens = agent.advance([m.handle for m in msgs])
+        if len(tokens) != len(msgs):
+            raise RuntimeError(f"agent {agent.name!r} advanced {len(tokens)} messages, asked for {len(msgs)}")
+        return [self._record(s, m, t) for s, m, t in zip(seats, msgs, tokens)]
+
+    def _begin(self, agent: Agent, new: list[Seat]) -> None:
+        """Open the new messages, one ``begin`` per codec (every game of a run usually shares one)."""
+        by_codec: dict[tuple, list[Seat]] = {}
+        for s in new:
+            env = self.games[s.g]
+            by_codec.setdefault((id(env.codec), env.max_turn_tokens), []).append(s)
+        for group in by_codec.values():
+            env = self.games[group[0].g]
+            opened = agent.begin([s.request for s in group], _encoder(env))
+            for s, m in zip(group, opened, strict=True):
+                self.open[(s.g, s.seat)] = _Open(agent, m.handle, m.prompt_ids)
+
+    def _record(self, s: Seat, msg: _Open, token: Token) -> int:
+        """Keep a model's token for its Turn; return the id to step the game with."""
+        codec = self.games[s.g].codec
+        if token.id is None:
+            if not token.end:
+                raise RuntimeError(f"agent {msg.agent.name!r} gave seat {s.seat!r} a step with no token that does not end the message")
+            return codec.eos_id  # the agent's own limit ends the message; not a choice of the model
+        if msg.prompt_ids is not None:
+            if token.logprob is None:
+                raise RuntimeError(f"agent {msg.agent.name!r} gave a model message a token without its log-prob")
+            if not msg.response_ids and token.read > 0:
+                self.stats["prefills"] += 1
+            self.stats["fed_tokens"] += token.read
+            self.generated_tokens += 1
+            msg.response_ids.append(int(token.id))
+            msg.logprobs.append(float(token.logprob))
+        msg.finished = token.end
+        return codec.eos_id if token.end else int(token.id)
+
+    def after_step(self, episodes: Episodes, s: Seat) -> None:
+        env = self.games[s.g]
+        if env.in_message(s.seat):
+            return
+        msg = self.open.pop((s.g, s.seat))  # ended: its own end, the game's cut, or a length limit
+        msg.agent.close([msg.handle])
+        if msg.prompt_ids is not None:
+            episodes.add_turn(s.g, s.seat, s.role, s.policy_id, list(msg.prompt_ids), msg.response_ids, msg.logprobs,
+                              env.codec.decode(msg.response_ids), msg.finished)
+
+    def abort(self) -> None:
+        for msg in self.open.values():
+            msg.agent.close([msg.handle])
+        self.open.clear()
+
+
+def _encoder(env: TokenLevelEnv) -> Callable[[str], list[int]]:
+    """The game's ids of a text message, cut to what ``max_turn_tokens`` can take (bounded work)."""
+    return lambda text: env.encode_message(text)[:-1]  # without the end id: the stream's end says it
 
 
 def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
                   episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 1_000_000,
                   game_indices: Sequence[int] | None = None) -> RolloutResult:
-    """Play one episode in every token-level game; return its turns (one per LLM message).
-    ``game_indices``: as in :func:`~cogym.runners.rollout.rollout` (a data-parallel rank's share)."""
-    if len(seeds) != len(games):
-        raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
+    """Play one episode in every token-level game; return its turns (one per model message).
+    ``game_indices``: as in :func:`~cogym.runners.rollout.rollout` (a data-parallel rank's share);
+    ``max_steps`` counts steps of the whole batch (one token per live game each)."""
     for env in games:
         if not isinstance(env, TokenLevelEnv):
             raise TypeError(f"token_rollout plays token-level games (make(..., granularity='token')), got {type(env).__name__}")
-    t0 = time.perf_counter()
-    returns: list[dict[str, float]] = [dict() for _ in games]
-    infos: list[dict[str, dict]] = [dict() for _ in games]
-    seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
-    index = list(game_indices) if game_indices is not None else list(range(len(games)))
-    episode_ids = [f"{episode_prefix}-{i}" for i in index]
-    stats = {"fed_tokens": 0, "prefills": 0}
-    queues: dict[tuple[int, str], list[int]] = {}
-    open_: dict[tuple[int, str], _Open] = {}
-    gen_tokens, gen_seconds, steps = 0, 0.0, 0
-    for g, (env, seed) in enumerate(zip(games, seeds)):
-        env.reset(seed=int(seed))
-        _skip_dead(env, returns[g], infos[g])
-
-    def close(g: int, seat: str, role: str, finished: bool) -> None:
-        msg = open_.pop((g, seat))
-        stats["fed_tokens"] += msg.session.fed_tokens  # the cache is freed with the message
-        stats["prefills"] += msg.session.prefills
-        text = games[g].codec.decode(msg.response_ids)
-        seat_turns[g][seat].append(Turn(
-            game_index=index[g], episode_id=episode_ids[g], seat=seat, role=role, policy_id=msg.policy_id,
-            prompt_ids=msg.prompt_ids, response_ids=msg.response_ids, logprobs=msg.logprobs, text=text,
-            finished=finished, group_key=(f"{episode_prefix}-{index[g] // group_size}", role)))
-
-    while True:
-        live = [g for g, env in enumerate(games) if env.agents]
-        if not live:
-            break
-        for g in live:
-            steps += 1
-            if steps > max_steps:
-                raise RuntimeError(f"token rollout exceeded {max_steps} steps; a game never ended")
-            env = games[g]
-            ready = env.ready_agents()
-            if not ready:
-                raise RuntimeError(f"game {g} ({env.spec.id}) has live seats {env.agents} but none is ready")
-            seat = ready[0]
-            role = env.role_of(seat)
-            policy_id, agent = seat_map_of(seat_map, g)(seat, role)
-            key = (g, seat)
-            if isinstance(agent, LLMAgent):
-                msg = open_.get(key)
-                if msg is not None and len(msg.response_ids) >= agent.sampling.max_new_tokens:
-                    # The policy's own length limit: end the message with an id the model did not choose.
-                    env.step(env.codec.eos_id)
-                    close(g, seat, role, finished=False)
-                else:
-                    context = env.context_ids(seat)
-                    if msg is None:
-                        msg = open_[key] = _Open(policy_id, list(context), KVSession(agent.policy))
-                    tg = time.perf_counter()
-                    token, logprob = sample_token(msg.session.next_logits(context), agent.sampling)
-                    gen_seconds += time.perf_counter() - tg
-                    gen_tokens += 1
-                    msg.response_ids.append(token)
-                    msg.logprobs.append(logprob)
-                    is_eos = token in getattr(env.codec, "eos_ids", (env.codec.eos_id,))
-                    env.step(env.codec.eos_id if is_eos else token)
-                    if not env.in_message(seat):
-                        close(g, seat, role, finished=is_eos)
-            elif isinstance(agent, ScriptedAgent):
-                queue = queues.setdefault(key, [])
-                if not env.in_message(seat):  # a new message; the tail of a cut one is dropped
-                    request = Request(messages=chat_messages(system_prompts.get(role), env.env.observe(seat)["text"]),
-                                      role=role, seat=seat)
-                    queue[:] = env.encode_message(agent.act([request])[0].text)
-                env.step(queue.pop(0))
-            else:
-                raise TypeError(f"token-level play drives LLMAgent and ScriptedAgent seats; seat {seat!r} has a "
-                                f"{type(agent).__name__}")
-            _collect(env, returns[g], infos[g])
-            _skip_dead(env, returns[g], infos[g])
-    return RolloutResult(turns=credit(seat_turns, returns, infos), returns=returns, infos=infos, generated_tokens=gen_tokens,
-                         generate_seconds=gen_seconds, seconds=time.perf_counter() - t0, stats=stats)
+    return play(games, seat_map, system_prompts, seeds, TokenMover(games), episode_prefix, group_size, max_steps,
+                game_indices)

@@ -123,14 +123,26 @@ class _Prompted:
     def __init__(self, agent: Agent, prompts: dict[str, str]) -> None:
         self.agent, self.prompts, self.name = agent, prompts, agent.name
 
-    def act(self, requests):
+    def _rewrite(self, requests):
         from cogym.runners.rollout import chat_messages
 
-        out = []
-        for r in requests:
-            user = r.messages[-1]["content"]
-            out.append(type(r)(messages=chat_messages(self.prompts.get(r.role, ""), user), role=r.role, seat=r.seat))
-        return self.agent.act(out)
+        return [type(r)(messages=chat_messages(self.prompts.get(r.role, ""), r.messages[-1]["content"]), role=r.role,
+                        seat=r.seat) for r in requests]
+
+    def act(self, requests):
+        return self.agent.act(self._rewrite(requests))
+
+    # Token level (TokenStreaming): the same rewrite when a message begins, the rest delegated.
+    def begin(self, requests, encode):
+        if not hasattr(self.agent, "begin"):
+            raise TypeError(f"player {self.name!r} ({type(self.agent).__name__}) cannot play at token level")
+        return self.agent.begin(self._rewrite(requests), encode)
+
+    def advance(self, handles):
+        return self.agent.advance(handles)
+
+    def close(self, handles):
+        self.agent.close(handles)
 
 
 # ---------------------------------------------------------------------------------------- schedules

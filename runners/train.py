@@ -79,8 +79,9 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     threads = cfg.run.threads or (1 if cfg.game.granularity == "token" else 0)
     threads_before = torch.get_num_threads()
     if threads:
-        # Token-level play is many small forwards: splitting each across threads costs more than it
-        # saves, and under CPU contention OpenMP's spin-waits make it tens of times slower.
+        # Token-level play is many small forwards (one id a row, a forward a step): splitting each across
+        # threads costs more than it saves, and under CPU contention OpenMP's spin-waits make it tens of
+        # times slower.
         torch.set_num_threads(threads)
     try:
         return _train(cfg, run_path, start_it, ckpt, t_start, progress)

@@ -172,5 +172,5 @@ def test_token_rollout_refuses_agents_it_cannot_drive(policy) -> None:
     class Remote:
         name = "remote"
 
-    with pytest.raises(TypeError, match="LLMAgent and ScriptedAgent"):
+    with pytest.raises(TypeError, match="TokenStreaming capability"):
         token_rollout(_games(policy, "interruptible_verifier-v0", 1, num_solvers=1), lambda s, r: ("x", Remote()), SYSTEM, [0])

@@ -1,0 +1,166 @@
+"""A key/value cache for many messages at once: one preallocated padded buffer, a row per message.
+
+Token-level play advances every open message of a policy in one forward. Messages start and end
+at different times and have different lengths, so each row keeps its own span of valid slots
+``[start, length)``; a forward reads the rows ``[r0, r1)`` (a view, never a copy), writes the new
+keys/values at each row's own next slot, and attends through a 4-D additive mask that hides every
+slot outside a row's span. Rows ``[0, n)`` are the open messages: a message joins at row ``n`` and
+a leaving one is replaced by the last row (one row copied once, not per step), so the open rows
+stay contiguous. Capacity (rows and slots) grows by doubling, so the per-token cost is one write
+plus attention over the longest open context, flat in the number of tokens already cached.
+
+The object passed as ``past_key_values`` only needs ``update(key, value, layer_idx)``: what every
+Hugging Face decoder calls on its cache; the 4-D mask is passed through unchanged by
+``transformers``' mask builder. It holds no model and knows nothing of sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class BatchKV:
+    """Per layer, keys and values ``(R, H, W, D)`` (rows, kv heads, slots, head dim) plus per-row spans."""
+
+    def __init__(self, device: torch.device | str = "cpu", rows: int = 8, slots: int = 64) -> None:
+        self.device = torch.device(device)
+        self.rows_cap, self.slots_cap = rows, slots
+        self.keys: list[torch.Tensor | None] = []
+        self.values: list[torch.Tensor | None] = []
+        # Per open row (plain lists: a handful of small ops a step, cheaper than tensor ops).
+        self.start: list[int] = []  # first valid slot
+        self.length: list[int] = []  # next free slot
+        self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
+        self._write: tuple[torch.Tensor, torch.Tensor] | None = None  # decode: (row index (b,), slot (b,)); None: prefill
+        self._width = 0  # slots the forward in flight attends over
+        self._window = 0  # prefill: the first slot the forward in flight writes
+
+    @property
+    def n(self) -> int:
+        """Open rows: ``[0, n)``."""
+        return len(self.length)
+
+    # ------------------------------------------------------------------ rows
+    def add_rows(self, k: int, width: int) -> int:
+        """Open ``k`` rows at the end, about to be prefilled with ``width`` slots; return the first."""
+        r0 = self.n
+        self._reserve(r0 + k, width)
+        self.start += [0] * k
+        self.length += [0] * k
+        return r0
+
+    def add_row_with(self, span: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+        """Open a row at the end holding ``span`` (per layer ``(H, m, D)``, from :meth:`read_span`) at
+        slots ``[0, m)``, ready for a decode step; return it."""
+        m = span[0][0].shape[1]
+        r = self.add_rows(1, m + 1)
+        self.write_span(r, 0, span)
+        self.start[r], self.length[r] = 0, m
+        return r
+
+    def remove_row(self, r: int) -> int | None:
+        """Close row ``r``; the last row moves into it. Returns the old index of the moved row (None if none)."""
+        last = self.n - 1
+        if not 0 <= r <= last:
+            raise IndexError(f"row {r} is not open (open rows: {self.n})")
+        moved = None
+        if r != last:
+            used = self.length[last]
+            for buf in self.keys + self.values:
+                if buf is not None:
+                    buf[r, :, :used] = buf[last, :, :used]  # one row's span, once per finished message
+            self.start[r], self.length[r] = self.start[last], self.length[last]
+            moved = last
+        del self.start[last], self.length[last]
+        if self.n == 0:  # nothing open: give the memory back between rollouts
+            self.keys, self.values = [], []
+        return moved
+
+    def _reserve(self, rows: int, slots: int) -> None:
+        """Grow capacity (doubling) to hold ``rows`` rows of ``slots`` slots; existing content is kept."""
+        new_rows, new_slots = self.rows_cap, self.slots_cap
+        while new_rows < rows:
+            new_rows *= 2
+        while new_slots < slots:
+            new_slots *= 2
+        if (new_rows, new_slots) == (self.rows_cap, self.slots_cap):
+            return
+        for bufs in (self.keys, self.values):
+            for i, old in enumerate(bufs):
+                if old is not None:
+                    grown = old.new_zeros((new_rows, old.shape[1], new_slots, old.shape[3]))
+                    grown[: old.shape[0], :, : old.shape[2]] = old
+                    bufs[i] = grown
+        self.rows_cap, self.slots_cap = new_rows, new_slots
+
+    # ------------------------------------------------------------------ forwards
+    def prepare_prefill(self, r0: int, r1: int, lengths: list[int], dtype: torch.dtype, fed: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up a prefill of rows ``[r0, r1)`` whose prompts have ``lengths`` ids, left-padded to
+        ``P = max(lengths)``; the forward reads the last ``q = fed`` slots (default all ``P``), the
+        slots before them already hold their keys and values (a shared prefix, :meth:`write_span`).
+        Returns ``(mask (b, 1, q, P), position_ids (b, q))``."""
+        width = max(lengths)
+        q = width if fed is None else fed
+        self._reserve(r1, width)
+        self.start[r0:r1] = [width - n for n in lengths]
+        self.length[r0:r1] = [width] * (r1 - r0)
+        k = torch.arange(width)
+        qs = torch.arange(width - q, width)  # (q,) the slots the forward writes
+        start = torch.tensor(self.start[r0:r1], dtype=torch.long)[:, None, None]  # (b, 1, 1)
+        allowed = (k[None, None, :] >= start) & (k[None, None, :] <= qs[None, :, None])  # (b, q, P): own span, causal
+        # A padding query sees only itself: never an empty row (NaN that would reach the cache).
+        allowed |= (k[None, None, :] == qs[None, :, None]) & (qs[None, :, None] < start)
+        self._view, self._write, self._width, self._window = (r0, r1), None, width, width - q
+        positions = (qs[None, :] - start[:, :, 0]).clamp(min=0)  # (b, q)
+        return self._additive(allowed[:, None], dtype), positions.to(self.device)
+
+    def write_span(self, r: int, slot: int, span: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Put per-layer keys and values ``(H, m, D)`` (from :meth:`read_span`) at slots ``[slot, slot + m)`` of row ``r``."""
+        for layer, (key, value) in enumerate(span):
+            self.keys[layer][r, :, slot: slot + key.shape[1]] = key
+            self.values[layer][r, :, slot: slot + value.shape[1]] = value
+
+    def read_span(self, r: int, slot: int, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of row ``r``'s keys and values at slots ``[slot, slot + m)``, per layer ``(H, m, D)``."""
+        return [(k[r, :, slot: slot + m].clone(), v[r, :, slot: slot + m].clone()) for k, v in zip(self.keys, self.values)]
+
+    def prepare_decode(self, r0: int, r1: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Set up one new id for each of rows ``[r0, r1)``, written at its next slot.
+        Returns ``(mask (b, 1, 1, W), position_ids (b, 1))``, ``W`` the longest span end of these rows."""
+        width = max(self.length[r0:r1]) + 1
+        self._reserve(r1, width)
+        write = torch.tensor(self.length[r0:r1], dtype=torch.long)  # (b,)
+        starts = torch.tensor(self.start[r0:r1], dtype=torch.long)  # (b,)
+        k = torch.arange(width)
+        allowed = (k[None, :] >= starts[:, None]) & (k[None, :] <= write[:, None])  # (b, W)
+        self.length[r0:r1] = [n + 1 for n in self.length[r0:r1]]
+        rows = torch.arange(r1 - r0, device=self.device)
+        self._view, self._write, self._width = (r0, r1), (rows, write.to(self.device)), width
+        positions = (write - starts)[:, None]  # (b, 1)
+        return self._additive(allowed[:, None, None], dtype), positions.to(self.device)
+
+    def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        mask = torch.zeros(allowed.shape, dtype=dtype)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask.to(self.device)
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``key``/``value`` ``(b, H, q, D)`` of the forward in flight; return the rows' keys and
+        values ``(b, H, W, D)`` (views of the buffer)."""
+        while len(self.keys) <= layer_idx:
+            self.keys.append(None)
+            self.values.append(None)
+        r0, r1 = self._view
+        out = []
+        for bufs, new in ((self.keys, key), (self.values, value)):
+            if bufs[layer_idx] is None:
+                bufs[layer_idx] = new.new_zeros((self.rows_cap, new.shape[1], self.slots_cap, new.shape[3]))
+            rows = bufs[layer_idx][r0:r1]  # (b, H, S, D), a view
+            if self._write is None:
+                rows[:, :, self._window: self._window + new.shape[2]] = new
+            else:
+                rows[self._write[0], :, self._write[1]] = new[:, :, 0]
+            out.append(rows[:, :, : self._width])
+        return out[0], out[1]

@@ -1,0 +1,216 @@
+"""The rollout core shared by both granularities: many live games, one batched call per agent per step.
+
+At every step each live game names the seats that may act now (``ready_agents()``); the seats of
+every game are grouped by the agent behind them and a :class:`Mover` answers each agent's group
+in one call: a whole message per seat at turn level (``Agent.act``), one token per seat at token
+level (``TokenStreaming.advance``). Then every game is stepped with its moves in AEC order.
+:class:`Episodes` is the bookkeeping both share: resets, returns and infos, the :class:`Turn`
+records with their episode ids and group keys, and the :class:`RolloutResult`.
+
+The core speaks only the ``Agent`` protocol (and its token-level capability): which concrete
+class plays a seat is never asked, so a wrapper that delegates the protocol plays anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Protocol, Sequence
+
+from cogym.agents.types import Agent, Request, Turn
+from cogym.core.outcome import SeatOutcome
+from cogym.envs.base import CogymEnv
+
+
+@dataclass
+class RolloutResult:
+    turns: list[Turn]  # LLM moves only (the ones a learner can train on)
+    returns: list[dict[str, float]]  # per game: seat -> total reward
+    infos: list[dict[str, dict]]  # per game: seat -> last info
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    seconds: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+
+SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
+
+
+def seat_map_of(seat_map: SeatMap | Sequence[SeatMap], g: int) -> SeatMap:
+    """The seat map of game ``g``: one map for every game (training), or one per game (a tournament
+    seats different players in each game; generation is still batched by agent across games)."""
+    return seat_map if callable(seat_map) else seat_map[g]
+
+
+def chat_messages(system: str | None, text: str) -> list[dict]:
+    """What a seat is asked: the role's system message (when it has one), then the game's text."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+
+def skip_dead(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
+    """Step finished seats with None (the AEC protocol) until a live seat or no seat is left."""
+    while env.agents:
+        sel = env.agent_selection
+        if not (env.terminations.get(sel) or env.truncations.get(sel)):
+            return
+        env.step(None)
+        collect(env, returns, infos)
+
+
+def collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
+    """Add this step's rewards to each seat's return and keep each seat's latest info
+    (PettingZoo drops a finished seat's entries once it is stepped with None)."""
+    for seat, r in env.rewards.items():
+        returns[seat] = returns.get(seat, 0.0) + float(r)
+    for seat, info in env.infos.items():
+        infos[seat] = info
+
+
+def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, float]],
+           infos: list[dict[str, dict]]) -> list[Turn]:
+    """Every move of a seat gets the seat's episode return and its last info, checked against the
+    game -> learner contract (:class:`~cogym.core.outcome.SeatOutcome`); all turns in game order."""
+    turns: list[Turn] = []
+    for g, by_seat in enumerate(seat_turns):
+        for seat, ts in by_seat.items():
+            info = infos[g].get(seat, {})
+            if ts:  # a mistyped fact fails here, naming the game and seat, not inside a learner
+                SeatOutcome.from_info(info, where=f"game {g} infos[{seat!r}]")
+            for t in ts:
+                t.reward = returns[g].get(seat, 0.0)
+                t.info = info
+            turns.extend(ts)
+    return turns
+
+
+@dataclass
+class Seat:
+    """A ready seat of one step: game ``g``, its ``k``-th ready seat, who plays it, what it is asked
+    (None when the mover needs no request: a token-level message already under way)."""
+
+    g: int
+    k: int
+    seat: str
+    role: str
+    policy_id: str
+    agent: Agent
+    request: Request | None
+
+
+class Episodes:
+    """One episode in every game: resets, returns, infos, and the Turns with their ids and group keys."""
+
+    def __init__(self, games: Sequence[CogymEnv], seeds: Sequence[int], episode_prefix: str, group_size: int,
+                 game_indices: Sequence[int] | None) -> None:
+        if len(seeds) != len(games):
+            raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
+        self.games, self.prefix, self.group_size = games, episode_prefix, group_size
+        self.returns: list[dict[str, float]] = [dict() for _ in games]
+        self.infos: list[dict[str, dict]] = [dict() for _ in games]
+        self.seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
+        self.index = list(game_indices) if game_indices is not None else list(range(len(games)))
+        self.episode_ids = [f"{episode_prefix}-{i}" for i in self.index]
+        for env, seed in zip(games, seeds):
+            env.reset(seed=int(seed))
+        for g in range(len(games)):
+            self.skip_dead(g)
+
+    def live(self) -> list[int]:
+        return [g for g, env in enumerate(self.games) if env.agents]
+
+    def skip_dead(self, g: int) -> None:
+        skip_dead(self.games[g], self.returns[g], self.infos[g])
+
+    def collect(self, g: int) -> None:
+        collect(self.games[g], self.returns[g], self.infos[g])
+
+    def add_turn(self, g: int, seat: str, role: str, policy_id: str, prompt_ids: list[int], response_ids: list[int],
+                 logprobs: list[float], text: str, finished: bool) -> None:
+        self.seat_turns[g][seat].append(Turn(
+            game_index=self.index[g], episode_id=self.episode_ids[g], seat=seat, role=role, policy_id=policy_id,
+            prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, text=text, finished=finished,
+            group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role)))
+
+    def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
+        return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
+                             infos=self.infos, generated_tokens=generated_tokens, generate_seconds=generate_seconds,
+                             seconds=time.perf_counter() - t0, stats=stats)
+
+
+class Mover(Protocol):
+    """How one granularity answers ready seats. ``answer`` takes one agent's seats (every live game)
+    and returns each seat's action, in order; ``after_step`` sees the game just stepped with it;
+    ``abort`` frees what agents still hold when the rollout ends."""
+
+    generated_tokens: int
+    generate_seconds: float
+    stats: dict
+
+    def request_text(self, env: CogymEnv, g: int, seat: str) -> str | None:
+        """The game's text ``seat`` is asked about now; None when it needs no request."""
+
+    def answer(self, agent: Agent, seats: list[Seat]) -> list[Any]: ...
+
+    def after_step(self, episodes: Episodes, s: Seat) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
+         seeds: Sequence[int], mover: Mover, episode_prefix: str, group_size: int, max_steps: int,
+         game_indices: Sequence[int] | None) -> RolloutResult:
+    """Play one episode in every game with ``mover``; see the module docstring."""
+    t0 = time.perf_counter()
+    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices)
+    steps = 0
+    try:
+        while live := ep.live():
+            steps += 1
+            if steps > max_steps:
+                raise RuntimeError(f"rollout exceeded {max_steps} steps; a game never ended (check its max_turns)")
+            pending, by_agent = _ready(ep, live, seat_map, system_prompts, mover)
+            moves: dict[tuple[int, int], Any] = {}
+            for agent, seats in by_agent.values():
+                tg = time.perf_counter()
+                answers = mover.answer(agent, seats)
+                mover.generate_seconds += time.perf_counter() - tg
+                moves.update(((s.g, s.k), a) for s, a in zip(seats, answers))
+            for g, seats in pending.items():  # step every game with its moves, in the order it declared
+                env = games[g]
+                for s in seats:
+                    if env.agent_selection != s.seat:
+                        raise RuntimeError(f"game {g} declared {s.seat} ready but selected {env.agent_selection}")
+                    env.step(moves[(g, s.k)])
+                    ep.collect(g)
+                    mover.after_step(ep, s)
+                    ep.skip_dead(g)
+                    if not env.agents:
+                        break
+    finally:
+        mover.abort()  # an agent keeps no state of a rollout that ended (or failed)
+    return ep.result(t0, mover.generated_tokens, mover.generate_seconds, mover.stats)
+
+
+def _ready(ep: Episodes, live: list[int], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
+           mover: Mover) -> tuple[dict[int, list[Seat]], dict[Hashable, tuple[Agent, list[Seat]]]]:
+    """The ready seats of every live game, per game and grouped by the agent behind them."""
+    pending: dict[int, list[Seat]] = {}
+    by_agent: dict[Hashable, tuple[Agent, list[Seat]]] = {}
+    for g in live:
+        env = ep.games[g]
+        ready = env.ready_agents()
+        if not ready:
+            raise RuntimeError(f"game {g} ({env.spec.id}) has live seats {env.agents} but none is ready")
+        pending[g] = []
+        for seat in ready:
+            role = env.role_of(seat)
+            policy_id, agent = seat_map_of(seat_map, g)(seat, role)
+            request = None
+            text = mover.request_text(env, g, seat)
+            if text is not None:
+                request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat)
+            s = Seat(g, len(pending[g]), seat, role, policy_id, agent, request)
+            by_agent.setdefault(id(agent), (agent, []))[1].append(s)
+            pending[g].append(s)
+    return pending, by_agent
