@@ -1,6 +1,6 @@
-"""Advantage estimators as pure torch functions (ALGORITHMS.md §2, §4).
+"""Advantage estimators as pure torch functions (docs/algorithms.md §2, §4).
 
-Layout (ALGORITHMS.md §1): ``N`` responses right-padded to width ``L``; ``mask`` (N, L) is the loss
+Layout (docs/algorithms.md §1): ``N`` responses right-padded to width ``L``; ``mask`` (N, L) is the loss
 mask (1 = token emitted by the policy being trained; 0 = padding, prompt, tool/opponent tokens);
 ``scores`` (N,) are per-response outcome scores ``S_i``; ``groups`` (N,) are integer group ids
 (build them with :func:`group_index` from explicit keys such as ``(prompt_uid, role)``).

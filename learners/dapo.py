@@ -1,4 +1,4 @@
-"""DAPO-style pieces as pure functions (ALGORITHMS.md §7.2, §7.4).
+"""DAPO-style pieces as pure functions (docs/algorithms.md §7.2, §7.4).
 
 * Overlong reward shaping (§7.4, vector V13): a soft length penalty added to the outcome reward,
   plus OpenRLHF's ProRL "stop properly" penalty and overlong filtering (truncated rows masked out).

@@ -1,6 +1,6 @@
-"""GAE for PPO with a critic, and the clipped value loss (ALGORITHMS.md §4.1, §6).
+"""GAE for PPO with a critic, and the clipped value loss (docs/algorithms.md §4.1, §6).
 
-Layout as in :mod:`cogym.learners.advantages` (ALGORITHMS.md §1): ``N`` responses right-padded to
+Layout as in :mod:`cogym.learners.advantages` (docs/algorithms.md §1): ``N`` responses right-padded to
 width ``L``; ``mask`` (N, L) is the loss mask (1 = token emitted by the policy being trained; 0 =
 padding, prompt, tool/environment/opponent tokens); ``token_rewards`` (N, L) carry the outcome on
 the last valid token plus any per-token shaping (e.g. KL-in-reward); ``values`` (N, L) are the

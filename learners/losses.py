@@ -1,6 +1,6 @@
 """Pure loss functions: KL estimators, entropy, clipped policy loss, loss aggregation (§3, §5).
 
-Layout as in ALGORITHMS.md §1: per-token tensors are (N, L) with a loss mask ``mask`` (N, L)
+Layout as in docs/algorithms.md §1: per-token tensors are (N, L) with a loss mask ``mask`` (N, L)
 (1 = token emitted by the policy being trained). Masked positions may hold garbage (huge ratios,
 NaN logprobs of padding); they never influence values, metrics or gradients here.
 

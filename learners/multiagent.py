@@ -1,4 +1,4 @@
-"""Multi-agent / co-training advantage plug-ins as pure functions (ALGORITHMS.md §8).
+"""Multi-agent / co-training advantage plug-ins as pure functions (docs/algorithms.md §8).
 
 * PRIME (§8.1, V9): implicit process reward ``r = beta * (log pi_phi - log pi_ref)`` from an
   outcome-trained implicit PRM, its cross-entropy loss on verifier labels, and the combined
@@ -8,7 +8,7 @@
 * Absolute Zero TRR++ (§8.4, V11): REINFORCE++ (returns, then token-weighted whitening) applied
   separately to each ``(task_type, role)`` group.
 
-Layout and conventions are those of :mod:`cogym.learners.advantages` (ALGORITHMS.md §1): ``N``
+Layout and conventions are those of :mod:`cogym.learners.advantages` (docs/algorithms.md §1): ``N``
 responses right-padded to width ``L``; ``mask`` (N, L) is the loss mask; group ids are explicit
 integer ids (build them with :func:`~cogym.learners.advantages.group_index`); fully-masked rows are
 excluded from every statistic and get exactly 0; padding is exactly 0; values on masked positions

@@ -426,7 +426,7 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
     _check_choice(lc.engine, ENGINES, f"{where}.engine")
     _check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
     if lc.kl_in_loss == "k1":
-        raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (ALGORITHMS.md §3.1); "
+        raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (docs/algorithms.md §3.1); "
                           "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
     _check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
     _check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")

@@ -1,4 +1,4 @@
-"""Pure scoring rules of proposer_solver-v0, against ALGORITHMS.md V11 and hand values."""
+"""Pure scoring rules of proposer_solver-v0, against docs/algorithms.md V11 and hand values."""
 
 from __future__ import annotations
 

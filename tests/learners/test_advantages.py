@@ -1,4 +1,4 @@
-"""Advantage estimators against ALGORITHMS.md §12 (V1-V4b) and the §13 property checklist.
+"""Advantage estimators against docs/algorithms.md §12 (V1-V4b) and the §13 property checklist.
 
 Expected numbers are copied from the specification; they ARE the specification.
 """

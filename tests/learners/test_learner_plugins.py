@@ -1,5 +1,5 @@
 """The learner plug-ins wired into Learner and the trainer: RAE, TRR++, DAPO overlong shaping,
-truncation masking and dynamic sampling (the formulas themselves are tested against ALGORITHMS.md's
+truncation masking and dynamic sampling (the formulas themselves are tested against docs/algorithms.md's
 vectors in tests/learners; here: that the Learner feeds them the right rows and keeps their state)."""
 
 from __future__ import annotations

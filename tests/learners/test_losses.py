@@ -1,4 +1,4 @@
-"""Loss functions against ALGORITHMS.md §12 (V6, V6b, V7, V8) and the §13 loss/KL checklist.
+"""Loss functions against docs/algorithms.md §12 (V6, V6b, V7, V8) and the §13 loss/KL checklist.
 
 Expected numbers are copied from the specification; they ARE the specification.
 """

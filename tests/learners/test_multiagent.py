@@ -1,4 +1,4 @@
-"""Multi-agent plug-ins against ALGORITHMS.md §8 / §12 (V9 PRIME, V11 TRR++, V12 SPIRAL RAE) and §13.
+"""Multi-agent plug-ins against docs/algorithms.md §8 / §12 (V9 PRIME, V11 TRR++, V12 SPIRAL RAE) and §13.
 
 Expected numbers are copied from the specification (they ARE the specification) or derived by
 hand in the test where the spec gives only the formula.

@@ -1,4 +1,4 @@
-"""ALGORITHMS.md §13 property, loss and KL tests on seeded random batches.
+"""docs/algorithms.md §13 property, loss and KL tests on seeded random batches.
 
 Complements tests/learners/test_advantages.py and test_losses.py (which pin the §12 vectors and
 check each property on one contiguous batch): here every property runs on several seeds with

@@ -116,3 +116,16 @@ def test_a_missing_dependency_inside_a_game_module_keeps_its_own_error(tmp_path)
         import_game_modules([str(tmp_path / "needs_dep.py")])
     with pytest.raises(ConfigError, match="cannot import 'no_such_module_abc'"):
         import_game_modules(["no_such_module_abc"])
+
+
+def test_an_algorithm_needs_the_outcome_facts_it_reads(tiny_model_dir):
+    """SPIN trains on each turn's ``reference``: a game that declares it for the trained role builds;
+    one that declares it for no role the policy trains is refused at build time, naming the fact."""
+    from pathlib import Path
+
+    spin_ok = _cfg(tiny_model_dir, "learners.solver.algorithm=spin", "seats.proposer=scripted:random")
+    assert "reference" in build(spin_ok).games[0].spec.outcomes["solver"]
+    kuhn = load_config(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml",
+                       [f"policies.player.model={tiny_model_dir}", "learners.player.algorithm=spin"])
+    with pytest.raises(ConfigError, match=r"spin reads each turn's 'reference'.*kuhn_poker-v0 declares none for role\(s\) first"):
+        build(kuhn)
