@@ -186,6 +186,65 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+def _assign_seats(cfg: Config, game, factory: AgentFactory) -> dict[str, tuple[str, str]]:
+    """seat -> (policy id, role) for every seat of the game, from ``seats`` (a seat name wins over its role)."""
+    roles = game.spec.roles
+    for key in cfg.seats:
+        if key not in roles and key not in game.possible_agents:
+            raise ConfigError(f"seats.{key}: {cfg.game.id} has no role or seat {key!r} (roles: {', '.join(roles)})")
+    _check_role_keys(cfg, roles)
+    assignment: dict[str, tuple[str, str]] = {}
+    for seat in game.possible_agents:
+        role = game.role_of(seat)
+        pid = cfg.seats.get(seat, cfg.seats.get(role))
+        if pid is None:
+            raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
+        if twin_name(pid) is not None:
+            factory.check_twin(twin_name(pid), role)
+        assignment[seat] = (pid, role)
+    return assignment
+
+
+def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lora_bases: dict[str, LoraBase]
+                   ) -> dict[str, Policy]:
+    """Every seated policy (every adapter), from ``policy_dirs`` when resuming, else its config model."""
+    policies = {}
+    for pid, pc in cfg.policies.items():
+        if pid not in used:
+            continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
+        path = policy_dirs.get(pid, pc.model)
+        if pc.lora.enabled:
+            policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
+        else:
+            policies[pid] = Policy.from_pretrained(path, name=pid)
+    return policies
+
+
+def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[str, Path],
+                   critic_dirs: dict[str, Path], lora_bases: dict[str, LoraBase]) -> dict[str, Learner]:
+    """A learner per trained policy (after every policy is loaded: critics and PRMs copy them)."""
+    learners = {}
+    for pid, policy in policies.items():
+        pc, lc = cfg.policies[pid], cfg.learners[pid]
+        if lc.algorithm == "frozen":
+            continue
+        path = policy_dirs.get(pid, pc.model)
+        # The KL anchor and PRIME's pi_ref are the config's model, not a checkpoint being resumed.
+        needs_ref = (lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
+                     or any(registry.get(name).needs_reference for name in lc.algorithm_names()))
+        if needs_ref and pc.lora.enabled and not is_adapter_dir(pc.model):
+            # A LoRA policy starts as its base model (a fresh adapter adds zero): the base with every
+            # adapter disabled is the reference, sharing the base weights instead of copying them.
+            reference = lora_bases[_base_key(pc.model)].base_view()
+        else:
+            reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
+        critic = critic_dirs.get(pid)
+        learners[pid] = Learner(policy, lc, temperature=pc.sampling.temperature, reference=reference,
+                                critic_weights=critic if critic is not None and critic.is_dir() else None,
+                                game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)
+    return learners
+
+
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``; ``critic_dirs`` holds
@@ -195,55 +254,16 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         game = make(cfg.game.id, **cfg.game.kwargs)
     except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
         raise ConfigError(f"game: {exc}") from exc
-    roles = game.spec.roles
-    for key in cfg.seats:
-        if key not in roles and key not in game.possible_agents:
-            raise ConfigError(f"seats.{key}: {cfg.game.id} has no role or seat {key!r} (roles: {', '.join(roles)})")
-    _check_role_keys(cfg, roles)
     factory = AgentFactory(cfg.game.id, seed=cfg.run.seed)
-    assignment: dict[str, tuple[str, str]] = {}  # seat -> (policy id, role)
-    for seat in game.possible_agents:
-        role = game.role_of(seat)
-        pid = cfg.seats.get(seat, cfg.seats.get(role))
-        if pid is None:
-            raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
-        if twin_name(pid) is not None:
-            factory.check_twin(twin_name(pid), role)
-        assignment[seat] = (pid, role)
+    assignment = _assign_seats(cfg, game, factory)
     _check_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
     evaluators = evaluators_of(cfg, _build)  # after game.modules: they may register evaluator kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats else None
-    policies, learners = {}, {}
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
-    for pid, pc in cfg.policies.items():  # every policy (every adapter) first, then the learners that copy them
-        if pid not in used:
-            continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
-        path = (policy_dirs or {}).get(pid, pc.model)
-        if pc.lora.enabled:
-            policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
-        else:
-            policies[pid] = Policy.from_pretrained(path, name=pid)
-    for pid, pc in cfg.policies.items():
-        if pid not in used:
-            continue
-        path = (policy_dirs or {}).get(pid, pc.model)
-        lc = cfg.learners[pid]
-        if lc.algorithm != "frozen":
-            # The KL anchor and PRIME's pi_ref are the config's model, not a checkpoint being resumed.
-            needs_ref = (lc.kl_in_reward != "off" or lc.kl_in_loss != "off"
-                         or any(registry.get(name).needs_reference for name in lc.algorithm_names()))
-            if needs_ref and pc.lora.enabled and not is_adapter_dir(pc.model):
-                # A LoRA policy starts as its base model (a fresh adapter adds zero): the base with every
-                # adapter disabled is the reference, sharing the base weights instead of copying them.
-                reference = lora_bases[_base_key(pc.model)].base_view()
-            else:
-                reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
-            critic = (critic_dirs or {}).get(pid)
-            learners[pid] = Learner(policies[pid], lc, temperature=pc.sampling.temperature, reference=reference,
-                                    critic_weights=critic if critic is not None and critic.is_dir() else None,
-                                    game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)
+    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases)
+    learners = _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {}, lora_bases)
     games = _make_games(cfg, policies, used)
     sampling = {pid: pc.sampling for pid, pc in cfg.policies.items()}
     seats = {seat: (pid, factory.seat(pid, role, policies, sampling)) for seat, (pid, role) in assignment.items()}
@@ -251,4 +271,4 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     if league_seats is not None:  # its members are added when training starts (League.start)
         pid = league_policy(cfg)
         league = League(cfg.league, pid, policies[pid], cfg.policies[pid].sampling, *league_seats, seed=cfg.run.seed)
-    return Run(cfg, games, policies, learners, roles, seats, league, evaluators)
+    return Run(cfg, games, policies, learners, game.spec.roles, seats, league, evaluators)

@@ -366,28 +366,8 @@ def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.r
     return swiss_round(names, points, met, rng)
 
 
-def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
-                   on_batch: Callable[[int], None] | None = None) -> list[dict]:
-    """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
-
-    ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill)."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from cogym.envs import make
-
-    from .rollout import rollout
-
-    if spec.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
-    if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
-        raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders), "
-                          f"got {spec.games_per_pairing}")
-    try:
-        probe = make(spec.game, **spec.game_kwargs)
-    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
-        raise ConfigError(f"--game: {exc}") from exc
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _seating(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[str, str]]:
+    """The two sides' seats and the fixed agent of every other seat, checked against the game."""
     sides = spec.sides or default_sides(probe)
     seats = list(probe.possible_agents)
     if len(sides) != 2 or not all(sides) or set(sides[0]) & set(sides[1]) or not set(sides[0] + sides[1]) <= set(seats):
@@ -401,18 +381,22 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
             raise ConfigError(f"seat {seat!r} (role {probe.role_of(seat)!r}) is on no side and has no fixed agent; "
                               f"give --fixed {probe.role_of(seat)}=scripted:<twin> (or a model directory)")
         fixed[seat] = who
+    return sides, fixed
+
+
+def _check_players(spec: TournamentSpec) -> None:
     names = [p.name for p in spec.players]
-    by_name = {p.name: p for p in spec.players}
-    if spec.anchor is not None and spec.anchor not in by_name:
+    if spec.anchor is not None and spec.anchor not in names:
         raise ConfigError(f"--anchor {spec.anchor!r} is not a player (players: {', '.join(names)})")
     if spec.schedule == "gauntlet":
-        unknown = [p for p in spec.pool if p not in by_name]
+        unknown = [p for p in spec.pool if p not in names]
         if not spec.pool or unknown or set(spec.pool) >= set(names):
             raise ConfigError(f"gauntlet needs --pool naming some, not all, players of the tournament"
                               f"{' (unknown: ' + ', '.join(unknown) + ')' if unknown else ''}")
-    # What decides a game's outcome: a rerun in the same directory must play under the same settings.
-    settings = {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed, "seed": spec.seed,
-                "temperature": spec.temperature, "max_new_tokens": spec.max_new_tokens, "prompts": spec.prompts}
+
+
+def _record_settings(spec: TournamentSpec, out_dir: Path, settings: dict) -> None:
+    """Write tournament.json; refuse a directory whose games were played under other outcome-deciding settings."""
     info_file = out_dir / "tournament.json"
     if info_file.is_file() and (out_dir / RESULTS_FILE).is_file():
         try:
@@ -426,72 +410,112 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                               "use another --out, or delete the directory to start over")
     _write_json(info_file, {"settings": settings, "schedule": spec.schedule, "games_per_pairing": spec.games_per_pairing,
                             "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}})
-    models = {p.name for p in spec.players if p.twin is None}
+
+
+class _Schedule:
+    """Each round's pairings, written down before the round is played, so a rerun replays the same
+    schedule (Swiss pairings depend on the results so far, which a rerun would otherwise see more of)."""
+
+    def __init__(self, spec: TournamentSpec, out_dir: Path) -> None:
+        self.spec, self.file = spec, out_dir / "schedule.json"
+        self.stamp = {"players": [p.name for p in spec.players], "schedule": spec.schedule, "pool": spec.pool}
+        try:
+            saved = json.loads(self.file.read_text()) if self.file.is_file() else {}
+        except json.JSONDecodeError:
+            saved = {}  # cut by a kill while written: the rounds not yet played are paired again
+        self.rounds: list = saved.get("rounds", []) if all(saved.get(k) == v for k, v in self.stamp.items()) else []
+
+    def pairs(self, round_no: int, log: ResultsLog) -> list[tuple[str, str]]:
+        if round_no < len(self.rounds):
+            return [tuple(p) for p in self.rounds[round_no]]
+        pairs = _pairings(self.spec, self.stamp["players"], log, np.random.default_rng([self.spec.seed, 1, round_no]))
+        self.rounds.append([list(p) for p in pairs])
+        _write_json(self.file, {**self.stamp, "rounds": self.rounds})
+        return pairs
+
+
+def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: _Agents, sides: list[list[str]],
+                fixed: dict[str, str], seeds: list[int], batch_no: int) -> list[dict]:
+    """Play one batch of games (generation shared across them) and return their result rows."""
+    import torch
+
+    from .rollout import rollout
+
+    by_name = {p.name: p for p in spec.players}
+    agents.reseed(batch_no)
+    maps = []
+    for key in batch:
+        seat_of = {s: (key.a if key.order == 0 else key.b) for s in sides[0]}
+        seat_of |= {s: (key.b if key.order == 0 else key.a) for s in sides[1]}
+
+        def seat_map(seat, role, seat_of=seat_of):
+            who = seat_of.get(seat)
+            if who is None:
+                return fixed[seat], agents.get(fixed[seat], role)
+            return who, agents.get(by_name[who], role)
+        maps.append(seat_map)
+    torch.manual_seed(spec.seed * 1_000_003 + batch_no)
+    res = rollout(envs[: len(batch)], maps, dict(spec.prompts), [seeds[key.k] for key in batch], episode_prefix=f"t{batch_no}")
+    rows = []
+    for key, returns in zip(batch, res.returns):
+        side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
+        ra, rb = side_returns(returns, side_a, side_b)
+        rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
+                     "seed": seeds[key.k], "return_a": ra, "return_b": rb, "score": game_score(returns, side_a, side_b)})
+    return rows
+
+
+def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
+                   on_batch: Callable[[int], None] | None = None) -> list[dict]:
+    """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
+
+    ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill)."""
+    from tqdm.auto import tqdm
+
+    from cogym.envs import make
+
+    if spec.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
+    if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
+        raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders), "
+                          f"got {spec.games_per_pairing}")
+    try:
+        probe = make(spec.game, **spec.game_kwargs)
+    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
+        raise ConfigError(f"--game: {exc}") from exc
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sides, fixed = _seating(spec, probe)
+    _check_players(spec)
+    # What decides a game's outcome: a rerun in the same directory must play under the same settings.
+    _record_settings(spec, out_dir, {"game": spec.game, "game_kwargs": spec.game_kwargs, "sides": sides, "fixed": fixed,
+                                     "seed": spec.seed, "temperature": spec.temperature,
+                                     "max_new_tokens": spec.max_new_tokens, "prompts": spec.prompts})
     if spec.max_loaded and spec.max_loaded < 2:
         raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
-    log = ResultsLog(out_dir / RESULTS_FILE)
-    agents = _Agents(spec)
+    log, agents, schedule = ResultsLog(out_dir / RESULTS_FILE), _Agents(spec), _Schedule(spec, out_dir)
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
-    system = dict(spec.prompts)
+    names, models = [p.name for p in spec.players], {p.name for p in spec.players if p.twin is None}
     swiss = spec.schedule == "swiss"
     rounds = 1 if not swiss else (spec.swiss_rounds or min(math.ceil(math.log2(len(names))) + 1, len(names) - 1))
     envs: list = []
     batch_no = 0
-    # The pairings of every round are written down before it is played, so a rerun replays the same
-    # schedule (Swiss pairings depend on the results so far, which a rerun would otherwise see more of).
-    schedule_file = out_dir / "schedule.json"
-    stamp = {"players": names, "schedule": spec.schedule, "pool": spec.pool}
-    try:
-        saved = json.loads(schedule_file.read_text()) if schedule_file.is_file() else {}
-    except json.JSONDecodeError:
-        saved = {}  # cut by a kill while written: the rounds not yet played are paired again
-    schedule: list = saved.get("rounds", []) if all(saved.get(k) == v for k, v in stamp.items()) else []
     for round_no in range(rounds):
-        if round_no < len(schedule):
-            pairs = [tuple(p) for p in schedule[round_no]]
-        else:
-            pairs = _pairings(spec, names, log, np.random.default_rng([spec.seed, 1, round_no]))
-            schedule.append([list(p) for p in pairs])
-            _write_json(schedule_file, {**stamp, "rounds": schedule})
-        keys = [GameKey(a, b, k, o, round_no if swiss else None) for a, b in pairs for k in range(len(seeds))
-                for o in (0, 1)]
+        keys = [GameKey(a, b, k, o, round_no if swiss else None) for a, b in schedule.pairs(round_no, log)
+                for k in range(len(seeds)) for o in (0, 1)]
         todo = [key for key in keys if key.id not in log.done]
         bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
                    desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
         for batch in _batches(todo, spec.batch_games, spec.max_loaded, models):
             agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
-            while len(envs) < len(batch):
-                envs.append(make(spec.game, **spec.game_kwargs))
-            agents.reseed(batch_no)
-            maps = []
-            for key in batch:
-                seat_of = {s: (key.a if key.order == 0 else key.b) for s in sides[0]}
-                seat_of |= {s: (key.b if key.order == 0 else key.a) for s in sides[1]}
-
-                def seat_map(seat, role, seat_of=seat_of):
-                    who = seat_of.get(seat)
-                    if who is None:
-                        return fixed[seat], agents.get(fixed[seat], role)
-                    return who, agents.get(by_name[who], role)
-                maps.append(seat_map)
-            torch.manual_seed(spec.seed * 1_000_003 + batch_no)
-            res = rollout(envs[: len(batch)], maps, system, [seeds[key.k] for key in batch],
-                          episode_prefix=f"t{batch_no}")
-            rows = []
-            for key, returns in zip(batch, res.returns):
-                side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
-                ra, rb = side_returns(returns, side_a, side_b)
-                rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
-                             "seed": seeds[key.k], "return_a": ra, "return_b": rb,
-                             "score": game_score(returns, side_a, side_b)})
-            log.append(rows)
+            envs += [make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(envs))]
+            log.append(_play_batch(spec, batch, envs, agents, sides, fixed, seeds, batch_no))
             bar.update(len(batch))
             if on_batch is not None:
                 on_batch(batch_no)
             batch_no += 1
         bar.close()
     # Only this tournament's games (a directory reused with other players or more games keeps those too).
-    return [r for r in log.rows if r["a"] in by_name and r["b"] in by_name and r["k"] < len(seeds)
+    return [r for r in log.rows if r["a"] in names and r["b"] in names and r["k"] < len(seeds)
             and (r.get("round") is not None) == swiss]
 
 
