@@ -71,11 +71,25 @@ class GameSpec:
 
 
 def seed_spaces(env: Any, entropy: int | list[int]) -> None:
-    """Seed every seat's action and observation space of ``env`` from its own child of ``entropy``."""
-    children = np.random.SeedSequence(entropy).spawn(2 * len(env.possible_agents))
-    for i, agent in enumerate(env.possible_agents):
-        env.action_space(agent).seed(int(children[2 * i].generate_state(1)[0]))
-        env.observation_space(agent).seed(int(children[2 * i + 1].generate_state(1)[0]))
+    """Seed every seat's action and observation space of ``env`` from its own child of ``entropy``
+    (children ``2i`` and ``2i + 1`` of seat ``i``, as ``SeedSequence(entropy).spawn`` numbers them).
+
+    The seeding happens when a seat's space is first asked for (:func:`seeded_space`), not here:
+    seeding a Dict space seeds each of its parts, which costs more than a whole training step's
+    resets are worth, and training never samples a space. What a space samples is the same either way.
+    """
+    env._space_entropy, env._unseeded = entropy, set(env.possible_agents)
+
+
+def seeded_space(env: Any, agent: str, spaces: dict) -> gymnasium.spaces.Space:
+    """``spaces[agent]`` (its action or observation spaces), the seat's two spaces seeded first if
+    :func:`seed_spaces` ran since they were last seeded."""
+    if agent in getattr(env, "_unseeded", ()):
+        env._unseeded.discard(agent)
+        i = list(env.possible_agents).index(agent)
+        for k, space in ((0, env.action_spaces[agent]), (1, env.observation_spaces[agent])):
+            space.seed(int(np.random.SeedSequence(env._space_entropy, spawn_key=(2 * i + k,)).generate_state(1)[0]))
+    return spaces[agent]
 
 
 def int_arg(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -160,11 +174,11 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         self._check_seat(agent)
-        return self.observation_spaces[agent]
+        return seeded_space(self, agent, self.observation_spaces)
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
         self._check_seat(agent)
-        return self.action_spaces[agent]
+        return seeded_space(self, agent, self.action_spaces)
 
     def ready_agents(self) -> list[str]:
         """Seats that may act now without seeing each other's moves, in the order to step them."""

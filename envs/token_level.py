@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 from pettingzoo import AECEnv
 
-from cogym.envs.base import CogymEnv, GameSpec, seed_spaces
+from cogym.envs.base import CogymEnv, GameSpec, seed_spaces, seeded_space
 
 GRANULARITIES = ("turn", "token")
 DEFAULT_MAX_TURN_TOKENS = 64
@@ -153,11 +153,11 @@ class TokenLevelEnv(AECEnv):
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         self.env._check_seat(agent)
-        return self.observation_spaces[agent]
+        return seeded_space(self, agent, self.observation_spaces)
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
         self.env._check_seat(agent)
-        return self.action_spaces[agent]
+        return seeded_space(self, agent, self.action_spaces)
 
     def ready_agents(self) -> list[str]:
         """One seat at a time: simultaneous seats of the game emit their messages one after another."""
