@@ -187,3 +187,18 @@ def test_overrides_may_follow_options(monkeypatch, tmp_path):
     assert seen == {"config": "cfg.yaml", "overrides": ["a.b=1", "c.d=2"], "run_dir": str(tmp_path)}
     with pytest.raises(SystemExit):
         main(["train", "cfg.yaml", "--run-dir", str(tmp_path), "--bogus"])
+
+
+def test_output_cut_by_a_closed_pipe_is_not_an_error() -> None:
+    """`cogym games | true`: the reader is gone before cogym writes (as with `| head` on long output);
+    cogym exits 0 with no traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cogym = Path(sys.executable).with_name("cogym")
+    proc = subprocess.run(f"'{cogym}' games | true; echo rc=${{PIPESTATUS[0]}}", shell=True, capture_output=True,
+                          text=True, executable="/bin/bash", env={**os.environ, "COLUMNS": "80"})
+    assert proc.stdout.strip() == "rc=0"
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
