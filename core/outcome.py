@@ -7,8 +7,8 @@ meaning in every game, and learners and metrics read them:
 key             type                   meaning
 ==============  =====================  ==========================================================
 ``role``        str                    the seat's role
-``correct``     bool or None           the seat's answer was right; None: it never answered
-``invalid``     bool                   the seat's last move broke the rules (``reason`` says why)
+``correct``     bool or None           the seat's answer was right; None: it never answered (1/0 read as bools)
+``invalid``     bool                   the seat's last move broke the rules (``reason`` says why; 1/0 too)
 ``reason``      str or None            why a move was invalid, or why the game ended early
 ``reference``   str, number or None    the right answer or a canonical right response for the
                                        seat's last prompt (SPIN's "real" response: a str)
@@ -25,6 +25,7 @@ needs a fact the game does not declare (SPIN needs ``reference``).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping
 
@@ -71,7 +72,15 @@ class SeatOutcome:
 
 
 def _is_bool(v: Any) -> bool:
-    return type(v).__name__ in ("bool", "bool_")  # Python's or numpy's
+    """True/False (Python's or numpy's), or the integers 0 and 1 that games written before the
+    contract report."""
+    if type(v).__name__ in ("bool", "bool_"):
+        return True
+    return isinstance(v, numbers.Integral) and v in (0, 1)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and type(v).__name__ not in ("bool", "bool_")
 
 
 def _opt_bool(v: Any) -> bool | None:
@@ -97,10 +106,10 @@ def _hashable(v: Any) -> bool:
 
 _CHECKS = (
     ("role", lambda v: isinstance(v, str), "a str"),
-    ("correct", lambda v: v is None or _is_bool(v), "True, False or None"),
-    ("invalid", _is_bool, "True or False"),
+    ("correct", lambda v: v is None or _is_bool(v), "True, False (or 1, 0) or None"),
+    ("invalid", _is_bool, "True or False (or 1, 0)"),
     ("reason", lambda v: v is None or isinstance(v, str), "a str or None"),
-    ("reference", lambda v: v is None or isinstance(v, (str, int, float)) and not _is_bool(v), "a str, a number or None"),
+    ("reference", lambda v: v is None or isinstance(v, str) or _is_number(v), "a str, a number or None"),
     ("task", _hashable, "hashable"),
     ("metrics", lambda v: v is None or isinstance(v, Mapping), "a mapping of metric names to values"),
 )

@@ -52,11 +52,14 @@ class GameSpec:
     description: str
     # role -> the contract keys (cogym.core.outcome: correct, invalid, reason, reference, task, metrics)
     # every seat of that role has in its last info of an episode; check_game holds the game to it.
-    outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.roles:
             raise ValueError(f"GameSpec {self.id!r}: roles must not be empty")
+        # A copy of its own (a wrapper that passes the spec's outcomes on shares nothing mutable);
+        # a plain dict, so specs and games still deep-copy and pickle.
+        object.__setattr__(self, "outcomes", {r: tuple(k) for r, k in self.outcomes.items()})
         for role, keys in self.outcomes.items():
             if role not in self.roles:
                 raise ValueError(f"GameSpec {self.id!r}: outcomes names role {role!r}, which is not in roles {self.roles}")
@@ -74,22 +77,26 @@ def seed_spaces(env: Any, entropy: int | list[int]) -> None:
     """Seed every seat's action and observation space of ``env`` from its own child of ``entropy``
     (children ``2i`` and ``2i + 1`` of seat ``i``, as ``SeedSequence(entropy).spawn`` numbers them).
 
-    The seeding happens when a seat's space is first asked for (:func:`seeded_space`), not here:
-    seeding a Dict space seeds each of its parts, which costs more than a whole training step's
-    resets are worth, and training never samples a space. What a space samples is the same either way.
+    Action spaces are seeded here. Observation spaces (Dicts, whose seeding seeds every part and
+    cost more than a whole rollout's resets are worth; training never samples them) are seeded when
+    first asked for through ``env.observation_space(agent)`` (:func:`seeded_space`): sample them
+    through that call, not through a space object fetched before the reset.
     """
     env._space_entropy, env._unseeded = entropy, set(env.possible_agents)
+    for i, agent in enumerate(env.possible_agents):
+        env.action_spaces[agent].seed(_child_seed(entropy, 2 * i))
 
 
-def seeded_space(env: Any, agent: str, spaces: dict) -> gymnasium.spaces.Space:
-    """``spaces[agent]`` (its action or observation spaces), the seat's two spaces seeded first if
-    :func:`seed_spaces` ran since they were last seeded."""
+def _child_seed(entropy: int | list[int], k: int) -> int:
+    return int(np.random.SeedSequence(entropy, spawn_key=(k,)).generate_state(1)[0])
+
+
+def seeded_space(env: Any, agent: str) -> gymnasium.spaces.Space:
+    """``env.observation_spaces[agent]``, seeded first if :func:`seed_spaces` ran since it was last seeded."""
     if agent in getattr(env, "_unseeded", ()):
         env._unseeded.discard(agent)
-        i = list(env.possible_agents).index(agent)
-        for k, space in ((0, env.action_spaces[agent]), (1, env.observation_spaces[agent])):
-            space.seed(int(np.random.SeedSequence(env._space_entropy, spawn_key=(2 * i + k,)).generate_state(1)[0]))
-    return spaces[agent]
+        env.observation_spaces[agent].seed(_child_seed(env._space_entropy, 2 * list(env.possible_agents).index(agent) + 1))
+    return env.observation_spaces[agent]
 
 
 def int_arg(name: str, value: Any, low: int, high: int | None = None) -> int:
@@ -174,11 +181,11 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         self._check_seat(agent)
-        return seeded_space(self, agent, self.observation_spaces)
+        return seeded_space(self, agent)
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
         self._check_seat(agent)
-        return seeded_space(self, agent, self.action_spaces)
+        return self.action_spaces[agent]
 
     def ready_agents(self) -> list[str]:
         """Seats that may act now without seeing each other's moves, in the order to step them."""

@@ -153,11 +153,11 @@ class TokenLevelEnv(AECEnv):
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         self.env._check_seat(agent)
-        return seeded_space(self, agent, self.observation_spaces)
+        return seeded_space(self, agent)
 
     def action_space(self, agent: str) -> gymnasium.spaces.Space:
         self.env._check_seat(agent)
-        return seeded_space(self, agent, self.action_spaces)
+        return self.action_spaces[agent]
 
     def ready_agents(self) -> list[str]:
         """One seat at a time: simultaneous seats of the game emit their messages one after another."""

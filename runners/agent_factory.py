@@ -71,6 +71,3 @@ class AgentFactory:
         if twin is not None:
             return self.scripted(twin, role)
         return self.model(spec, policies[spec], sampling[spec])
-
-    def drop(self, key: str) -> None:
-        self.agents.pop(key, None)

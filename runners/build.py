@@ -271,4 +271,8 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     if league_seats is not None:  # its members are added when training starts (League.start)
         pid = league_policy(cfg)
         league = League(cfg.league, pid, policies[pid], cfg.policies[pid].sampling, *league_seats, seed=cfg.run.seed)
-    return Run(cfg, games, policies, learners, game.spec.roles, seats, league, evaluators)
+    run = Run(cfg, games, policies, learners, game.spec.roles, seats, league, evaluators)
+    for evaluator in evaluators:
+        if hasattr(evaluator, "check"):
+            evaluator.check(run)
+    return run

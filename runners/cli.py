@@ -297,10 +297,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cogym {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a pipe of our own (a worker, a socket) broke: a real failure
         # The reader of our output went away (`cogym games | head`): stop quietly, as other CLI tools do,
         # and point stdout at /dev/null so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _stdout_closed() -> bool:
+    """Whether the reader of stdout has gone away: writing to it (one newline, harmless when it has
+    not) breaks the pipe again."""
+    try:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    return False
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ Shipped kinds:
   the sign of the two sides' return difference), ``eval/<name>/return`` (the policy's seats' mean
   return) and ``eval/<name>/invalid`` when the game reports invalid moves.
 
-An evaluation never moves training: it plays on its own game copies, with its own scripted agents,
-and inside a forked torch RNG, so a run with evaluators logs the same training numbers as without.
+An evaluation never moves training: it plays on its own game copies (at turn level, whatever the
+training granularity), with its own scripted agents, and inside a forked torch RNG, so a run with
+evaluators logs the same training numbers as without.
 Register your own kind with :func:`register_evaluator` in a module listed under ``game.modules``.
 """
 
@@ -38,7 +39,7 @@ import torch
 from cogym.core.errors import ConfigError
 from cogym.envs import make
 
-from .agent_factory import AgentFactory, model_agent
+from .agent_factory import AgentFactory, model_agent, twin_name
 from .evaluate import heldout_accuracy
 
 EVALUATORS: dict[str, type] = {}
@@ -129,9 +130,15 @@ class VsScripted:
                 seating[seat] = (pid, model_agent(run.policies[pid], sampling, f"eval:{pid}"))
             elif seat in twin:
                 seating[seat] = (f"scripted:{self.opponent}", factory.scripted(self.opponent, role))
-            else:  # a seat the config gives someone else (a frozen judge) keeps its player
+            elif twin_name(run.seats[seat][0]) is not None:  # the config's own twin, with this evaluation's RNG
+                seating[seat] = (run.seats[seat][0], factory.scripted(twin_name(run.seats[seat][0]), role))
+            else:  # a seat the config gives a model (a frozen judge) keeps its player
                 seating[seat] = run.seats[seat]
         return seating, mine, twin
+
+    def check(self, run) -> None:
+        """Fail at build time, not after training, on a policy or seats the game cannot seat this way."""
+        self._seating(run, run.games[0], self._policy_id(run))
 
     def evaluate(self, run) -> dict[str, float]:
         from .rollout import rollout

@@ -42,12 +42,13 @@ def seat_maps(hooks: Sequence[TrainHook], seat_map, iteration: int, n_games: int
               round_: int = 0) -> tuple[Any, list]:
     """The seat map(s) of one rollout and every hook's context (None for hooks that seat no one)."""
     contexts: list = []
+    seated = False
     for hook in hooks:
         out = hook.seat_maps(seat_map, iteration, n_games, group_size, round_)
         if out is not None:
-            if any(c is not None for c in contexts):
+            if seated:
                 raise ValueError("two training hooks both seat players in one rollout; at most one may")
-            seat_map, context = out
+            seated, (seat_map, context) = True, out
             contexts.append(context)
         else:
             contexts.append(None)

@@ -54,7 +54,6 @@ def retokenize_mismatch(policy, turns) -> float:
     return bad / len(turns)
 
 
-
 def mean_last(rows: list[dict], key: str, k: int = 5) -> float | None:
     vals = [r[key] for r in rows if key in r]
     return float(np.mean(vals[-k:])) if vals else None

@@ -38,7 +38,7 @@ def import_game_modules(modules: list[str]) -> None:
             try:
                 importlib.import_module(name)
             except ModuleNotFoundError as exc:
-                if exc.name is not None and not name.startswith(exc.name):
+                if exc.name is not None and not (name == exc.name or name.startswith(exc.name + ".")):
                     raise  # the module exists but needs a package that is missing: its own error says which
                 raise ConfigError(f"game.modules: cannot import {name!r} ({exc}); give a module on the Python path "
                                   "or a .py file") from exc

@@ -328,7 +328,7 @@ class _Agents:
     def reseed(self, batch: int) -> None:
         from cogym.agents.scripted import ScriptedAgent
 
-        # Scripted agents first, then by name: each batch's streams are fixed by the players in it.
+        # Every agent loaded so far, scripted ones first, then by name (the order the streams were numbered in before).
         for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: (twin_name(kv[0]) is None, kv[0]))):
             if isinstance(agent, ScriptedAgent):
                 agent.rng = np.random.default_rng([self.spec.seed, batch, k])

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..multiagent import RAE_ORDERS, RAEBaselines, nonzero_rows, rae_turn_discount
-from .base import Algorithm, Advantages, Context, Discounted, RoleRows, check_choice, check_number
+from .base import Algorithm, Advantages, Context, Discounted, RoleRows, check_choice
 from .registry import register
 
 STATE_FILE = "rae_baselines.json"

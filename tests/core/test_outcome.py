@@ -16,10 +16,13 @@ def test_a_valid_info_becomes_typed_facts_and_keeps_the_games_own_keys() -> None
     assert dict(out.metrics) == {"len": 3.0, "ok": 1.0, "undefined": None}
     assert out.get("problem") == "6*7" and out.get("task", "one task") == "one task" and out.get("role") == "solver"
     assert SeatOutcome.from_info(None) == SeatOutcome()
+    # Games written before the contract: 0/1 flags and numpy numbers read as the types they stand for.
+    old = SeatOutcome.from_info({"correct": 1, "invalid": np.int64(0), "reference": np.int64(48)})
+    assert old.correct is True and old.invalid is False and old.reference == 48
 
 
 @pytest.mark.parametrize("info, message", [
-    ({"correct": 1}, r"\['correct'\] must be True, False or None, got 1"),
+    ({"correct": 2}, r"\['correct'\] must be True, False \(or 1, 0\) or None, got 2"),
     ({"invalid": "no"}, r"\['invalid'\] must be True or False"),
     ({"reason": 3}, r"\['reason'\] must be a str or None"),
     ({"reference": True}, r"\['reference'\] must be a str, a number or None"),

@@ -166,7 +166,7 @@ class _MistypedFact(ProposerSolverEnv):
 
 @pytest.mark.parametrize("cls, message", [
     (_BrokenPromise, r"spec.outcomes promises \['task'\] for role 'solver'"),
-    (_MistypedFact, r"\['correct'\] must be True, False or None, got 'yes'"),
+    (_MistypedFact, r"\['correct'\] must be True, False \(or 1, 0\) or None, got 'yes'"),
 ])
 def test_check_game_holds_a_game_to_the_outcome_contract(scratch_registry, cls: type, message: str) -> None:
     register("contract-v0", cls, scripted=SCRIPTED)

@@ -1,5 +1,6 @@
-"""Spaces are seeded lazily on first access after reset(seed): what they sample is fixed by the seed
-and the seat, whatever order the seats' spaces are asked for in, and equals eager seeding."""
+"""reset(seed) seeds action spaces at once and observation spaces on first access: what they sample
+is fixed by the seed and the seat, whatever order the seats' spaces are asked for in, equals eager
+seeding, and an action space object fetched before the reset is seeded too."""
 
 from __future__ import annotations
 
@@ -29,3 +30,16 @@ def test_lazy_space_seeding_is_the_eager_seeding_in_any_order() -> None:
     assert {s: (eager.action_spaces[s].sample(), str(eager.observation_spaces[s].sample())) for s in seats} == forward
     env.reset(seed=12)
     assert _samples(env, seats) != forward
+
+
+def test_an_action_space_held_from_before_the_reset_is_seeded_by_it() -> None:
+    import copy
+    import pickle
+
+    env = make("kuhn_poker-v0")
+    held = env.action_spaces["player_0"]  # as RLlib's PettingZoo adapter keeps them
+    env.reset(seed=3)
+    first = [held.sample() for _ in range(3)]
+    env.reset(seed=3)
+    assert [env.action_space("player_0").sample() for _ in range(3)] == first
+    assert hash(env.spec) == hash(copy.deepcopy(env.spec)) and pickle.loads(pickle.dumps(env.spec)) == env.spec

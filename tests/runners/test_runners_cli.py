@@ -202,3 +202,15 @@ def test_output_cut_by_a_closed_pipe_is_not_an_error() -> None:
                           text=True, executable="/bin/bash", env={**os.environ, "COLUMNS": "80"})
     assert proc.stdout.strip() == "rc=0"
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch) -> None:
+    """Only a reader of stdout going away is quiet: a pipe of cogym's own that breaks (a worker's) fails."""
+    from cogym.runners import cli
+
+    def broken(args):
+        raise BrokenPipeError("a worker's pipe")
+
+    monkeypatch.setattr(cli, "_games", broken)
+    with pytest.raises(BrokenPipeError, match="worker"):
+        cli.main(["games"])
