@@ -4,7 +4,7 @@
 over a :class:`~cogym.agents.batch_kv.BatchKV` cache: a new message is prefilled once (the new
 messages of one call together, left-padded; a prefix shared with earlier prompts is copied, not
 recomputed, see :class:`SharedPrefixes`), each further token feeds only the id sampled last.
-Sampling is :func:`~cogym.agents.kv_session.sample_tokens`, the semantics of ``Policy.generate``:
+Sampling is :func:`~cogym.agents.sampling.sample_tokens`, the semantics of ``Policy.generate``:
 temperature, top-k, top-p, behaviour log-probs of the tempered unfiltered distribution. A message
 ends at an end-of-sequence token (part of the response: the model chose it) or, one step after its
 ``max_new_tokens``-th token, with a :class:`Token` that has no id (the limit chose it).
@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 from .batch_kv import BatchKV
-from .kv_session import sample_tokens
+from .sampling import sample_tokens
 from .policy import Policy, SamplingParams
 from .types import Message, Request, Token
 

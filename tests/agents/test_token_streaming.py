@@ -7,7 +7,7 @@ import torch
 
 from cogym.agents.batch_kv import BatchKV
 from cogym.agents.streaming import SharedPrefixes
-from cogym.agents.kv_session import sample_token, sample_tokens
+from cogym.agents.sampling import sample_token, sample_tokens
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cogym.agents.kv_session import KVSession, sample_token
+from cogym.agents.sampling import sample_token
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
@@ -103,18 +103,6 @@ def test_token_and_turn_level_agree_for_scripted_play() -> None:
         a.rng = np.random.default_rng(3)
     token = token_rollout([make("proposer_solver-v0", granularity="token", num_solvers=2) for _ in range(3)], seat_map, {}, [0, 1, 2])
     assert token.returns == turn.returns
-
-
-def test_kv_session_restarts_when_the_context_is_not_an_extension(policy) -> None:
-    s = KVSession(policy)
-    a = s.next_logits([5, 6, 7])
-    b = s.next_logits([5, 6, 7, 8])
-    assert s.fed_tokens == 4 and s.prefills == 1
-    s.next_logits([9, 6, 7])
-    assert s.prefills == 2 and s.fed_tokens == 7
-    fresh = KVSession(policy).next_logits([5, 6, 7, 8])
-    assert torch.allclose(b, fresh, atol=1e-5) and not torch.allclose(a, b)
-    assert torch.equal(s.next_logits([9, 6, 7]), s.next_logits([9, 6, 7]))  # same context: cached logits
 
 
 def test_sample_token_filters_but_logprob_is_the_tempered_distribution() -> None:
