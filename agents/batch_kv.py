@@ -9,6 +9,10 @@ a leaving one is replaced by the last row (one row copied once, not per step), s
 stay contiguous. Capacity (rows and slots) grows by doubling, so the per-token cost is one write
 plus attention over the longest open context, flat in the number of tokens already cached.
 
+Rows that hold the same prompt prefix can be tagged with a group (:meth:`share`); a decode step
+then reads each group's prefix once, not once per row (:mod:`~cogym.agents.cascade`), when that saves
+at least :data:`MIN_SAVED` slot reads.
+
 The object passed as ``past_key_values`` only needs ``update(key, value, layer_idx)``: what every
 Hugging Face decoder calls on its cache; the 4-D mask is passed through unchanged by
 ``transformers``' mask builder. It holds no model and knows nothing of sampling.
@@ -17,6 +21,10 @@ Hugging Face decoder calls on its cache; the 4-D mask is passed through unchange
 from __future__ import annotations
 
 import torch
+
+from .cascade import CascadePlan
+
+MIN_SAVED = 2048  # slot reads (rows x slots, per layer) a cascade step must save to be worth its extra ops
 
 
 class BatchKV:
@@ -30,6 +38,8 @@ class BatchKV:
         # Per open row (plain lists: a handful of small ops a step, cheaper than tensor ops).
         self.start: list[int] = []  # first valid slot
         self.length: list[int] = []  # next free slot
+        self.shared: list[tuple[int, int]] = []  # (group, prefix slots) of a row sharing a prefix, else (-1, 0)
+        self.cascade: CascadePlan | None = None  # decode: the shared-prefix plan of the forward in flight
         self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
         self._write: tuple[torch.Tensor, torch.Tensor] | None = None  # decode: (row index (b,), slot (b,)); None: prefill
         self._width = 0  # slots the forward in flight attends over
@@ -47,7 +57,13 @@ class BatchKV:
         self._reserve(r0 + k, width)
         self.start += [0] * k
         self.length += [0] * k
+        self.shared += [(-1, 0)] * k
         return r0
+
+    def share(self, r: int, group: int, slots: int) -> None:
+        """Tag row ``r``: its first ``slots`` slots (from its span start) hold the same keys and values as
+        those of every other row tagged ``group``."""
+        self.shared[r] = (group, slots)
 
     def add_row_with(self, span: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
         """Open a row at the end holding ``span`` (per layer ``(H, m, D)``, from :meth:`read_span`) at
@@ -70,8 +86,9 @@ class BatchKV:
                 if buf is not None:
                     buf[r, :, :used] = buf[last, :, :used]  # one row's span, once per finished message
             self.start[r], self.length[r] = self.start[last], self.length[last]
+            self.shared[r] = self.shared[last]
             moved = last
-        del self.start[last], self.length[last]
+        del self.start[last], self.length[last], self.shared[last]
         if self.n == 0:  # nothing open: give the memory back between rollouts
             self.keys, self.values = [], []
         return moved
@@ -105,6 +122,8 @@ class BatchKV:
         self._reserve(r1, width)
         self.start[r0:r1] = [width - n for n in lengths]
         self.length[r0:r1] = [width] * (r1 - r0)
+        self.shared[r0:r1] = [(-1, 0)] * (r1 - r0)
+        self.cascade = None
         k = torch.arange(width)
         qs = torch.arange(width - q, width)  # (q,) the slots the forward writes
         start = torch.tensor(self.start[r0:r1], dtype=torch.long)[:, None, None]  # (b, 1, 1)
@@ -127,18 +146,68 @@ class BatchKV:
 
     def prepare_decode(self, r0: int, r1: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Set up one new id for each of rows ``[r0, r1)``, written at its next slot.
-        Returns ``(mask (b, 1, 1, W), position_ids (b, 1))``, ``W`` the longest span end of these rows."""
+        Returns ``(mask (b, 1, 1, W), position_ids (b, 1))``, ``W`` the longest span end of these rows; with a
+        shared-prefix plan (:attr:`cascade`) the mask is the plan's own-part mask instead."""
         width = max(self.length[r0:r1]) + 1
         self._reserve(r1, width)
         write = torch.tensor(self.length[r0:r1], dtype=torch.long)  # (b,)
         starts = torch.tensor(self.start[r0:r1], dtype=torch.long)  # (b,)
-        k = torch.arange(width)
-        allowed = (k[None, :] >= starts[:, None]) & (k[None, :] <= write[:, None])  # (b, W)
+        self.cascade = self._plan(r0, r1, width, dtype)
+        if self.cascade is None:
+            k = torch.arange(width)
+            allowed = (k[None, :] >= starts[:, None]) & (k[None, :] <= write[:, None])  # (b, W)
+            mask = self._additive(allowed[:, None, None], dtype)
+        else:  # the cascade reads its own masks: the model only passes this one through
+            mask = self.cascade.own_mask
         self.length[r0:r1] = [n + 1 for n in self.length[r0:r1]]
         rows = torch.arange(r1 - r0, device=self.device)
         self._view, self._write, self._width = (r0, r1), (rows, write.to(self.device)), width
         positions = (write - starts)[:, None]  # (b, 1)
-        return self._additive(allowed[:, None, None], dtype), positions.to(self.device)
+        return mask, positions.to(self.device)
+
+    def _plan(self, r0: int, r1: int, width: int, dtype: torch.dtype) -> CascadePlan | None:
+        """The shared-prefix plan of a decode step of rows ``[r0, r1)`` (before their lengths grow), or None
+        when no two rows share a prefix or it would save fewer than :data:`MIN_SAVED` slot reads."""
+        groups: dict[int, list[int]] = {}
+        for i, (g, _) in enumerate(self.shared[r0:r1]):
+            if g >= 0:
+                groups.setdefault(g, []).append(i)
+        groups = {g: rows for g, rows in groups.items() if len(rows) > 1}
+        if not groups:
+            return None
+        b = r1 - r0
+        starts = self.start[r0:r1]
+        own = list(starts)  # the first slot each row reads from its own row
+        for rows in groups.values():
+            for i in rows:
+                own[i] += self.shared[r0 + i][1]
+        reps = [rows[0] for rows in groups.values()]
+        spans = [(starts[i], starts[i] + self.shared[r0 + i][1]) for i in reps]
+        own_from, p0, p1 = min(own), min(s for s, _ in spans), max(e for _, e in spans)
+        if b * width - (len(reps) * (p1 - p0) + b * (width - own_from)) < MIN_SAVED:
+            return None
+        k = torch.arange(own_from, width)
+        first = torch.tensor(own, dtype=torch.long)[:, None]
+        last = torch.tensor(self.length[r0:r1], dtype=torch.long)[:, None]  # the slot this step writes
+        own_mask = self._additive(((k[None] >= first) & (k[None] <= last))[:, None, None], dtype)
+        k = torch.arange(p0, p1)
+        lo, hi = (torch.tensor(x, dtype=torch.long)[:, None] for x in zip(*spans))
+        prefix_mask = self._additive(((k[None] >= lo) & (k[None] < hi))[:, None, None], dtype)
+        size = max(len(rows) for rows in groups.values())
+        stack = [rows[min(j, len(rows) - 1)] for rows in groups.values() for j in range(size)]
+        place, gate = [0] * b, [float("-inf")] * b
+        for g, rows in enumerate(groups.values()):
+            for j, i in enumerate(rows):
+                place[i], gate[i] = g * size + j, 0.0
+        step = reps[1] - reps[0] if len(reps) > 1 else 1
+        even = step > 0 and reps == list(range(reps[0], reps[0] + step * len(reps), step))
+        ordered = stack == list(range(b))  # groups of equal size in row order, every row in one: no reordering
+        dev = self.device
+        return CascadePlan(ordered=ordered, own_from=own_from, own_mask=own_mask, reps=torch.tensor(reps, device=dev),
+                           rep_slice=slice(reps[0], reps[-1] + 1, step) if even else None,
+                           prefix_from=p0, prefix_to=p1, prefix_mask=prefix_mask, stack=torch.tensor(stack, device=dev),
+                           place=torch.tensor(place, device=dev), gate=torch.tensor(gate, dtype=dtype, device=dev).view(b, 1, 1),
+                           size=size)
 
     def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         mask = torch.zeros(allowed.shape, dtype=dtype)

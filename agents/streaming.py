@@ -21,6 +21,7 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 from .batch_kv import BatchKV
+from .cascade import use_cascade
 from .sampling import sample_tokens
 from .policy import Policy, SamplingParams
 from .types import Message, Request, Token
@@ -99,6 +100,8 @@ class PolicyStreams:
         self.eos = frozenset(int(e) for e in policy.eos_ids)
         self.fed_tokens = 0  # ids read by the model, all messages (cache reuse: prompt + 1 per further token)
         self._prefixes = SharedPrefixes()
+        self._groups: dict[tuple[int, ...], int] = {}  # shared prefix -> its group tag in the cache
+        self.cascade_steps = 0  # decode forwards that read shared prefixes once per group
         self._ids = itertools.count()
 
     def begin(self, requests: Sequence[Request]) -> list[Message]:
@@ -159,6 +162,7 @@ class PolicyStreams:
                 self.open[last].row = msg.row
         if self.cache.n == 0:  # between rollouts the weights may change: shared prefixes go with the cache
             self._prefixes.clear()
+            self._groups.clear()
 
     # ------------------------------------------------------------------ internals
     def _chunks(self, idx: list[int]) -> list[list[int]]:
@@ -185,7 +189,15 @@ class PolicyStreams:
         msg.row = self.cache.add_row_with(shared[1])
         msg.pending = msg.prompt_ids[-1]
         self.owner.append(handle)
+        self._tag(msg)
         return True
+
+    def _tag(self, msg: _Open) -> None:
+        """Tag the message's row with the longest shared prefix of its prompt (the row holds that prefix's
+        keys and values from its span start), so decode steps may read it once for all rows that hold it."""
+        shared = self._prefixes.longest(msg.prompt_ids)
+        if shared is not None:
+            self.cache.share(msg.row, self._groups.setdefault(shared[0], len(self._groups)), len(shared[0]))
 
     def _prefill(self, handles: list[Hashable]) -> tuple[torch.Tensor, list[int]]:
         """Read the prompts of new messages (new rows at the end of the cache), each from its longest
@@ -212,6 +224,8 @@ class PolicyStreams:
         logits = self._forward(ids, mask, positions)
         for m, n in zip(msgs, lengths):
             self._prefixes.learn(m.prompt_ids, lambda size, m=m, n=n: self.cache.read_span(m.row, width - n, size))
+        for m in msgs:  # after learning: messages read together tag the prefix they share
+            self._tag(m)
         return logits, [min(q, n) for n in lengths]
 
     def _decode(self, msgs: list[_Open]) -> torch.Tensor:
@@ -221,8 +235,11 @@ class PolicyStreams:
         return self._forward(ids, mask, positions)
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        out = self.policy.model(input_ids=ids.to(self.policy.device), attention_mask=mask, position_ids=positions,
-                                past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        model = self.policy.model
+        with use_cascade(model, self.cache.cascade) as extra:  # a decode step with a shared-prefix plan
+            self.cascade_steps += bool(extra)
+            out = model(input_ids=ids.to(self.policy.device), attention_mask=mask, position_ids=positions,
+                        past_key_values=self.cache, use_cache=True, logits_to_keep=1, **extra)
         return out.logits[:, -1].float().cpu()  # (b, V)
 
     def _dtype(self) -> torch.dtype:

@@ -12,14 +12,18 @@
    Tokens/s is model tokens over the rollout's wall time (resets and game steps included, as in
    ``rollout_vs_generate.py``); "gen" counts only the time inside the agent's calls. The bar is
    batched >= 5x one at a time.
-2. Per-token cost against context. ``--rows`` messages whose prompts are ``L`` ids (32 and 512)
+2. Per-token cost against context. ``rows`` messages whose prompts are ``L`` ids (32 and 512)
    are prefilled, then advanced ``--tokens`` steps in one batched forward each (an end token does
-   not stop them); the per-token time is the median step over rows. The bar is a 512/32 ratio of
-   at most 1.5. Attention must read every cached key and value of every row each step (no copy:
-   the rows are a view of the buffer), so a token at 512 ids pays the same extra time at any row
-   count, while batching shrinks the rest of its cost; the table shows 1, 8 and 32 rows.
+   not stop them); the per-token time is the median step over rows, the two contexts measured in
+   turn ``--repeats`` times. Prompts come as in the workloads: ``share`` messages a prompt (the 8
+   solvers of a game answer one problem), consecutive; ``share`` 1 shows all-different prompts.
+   The bar is a 512/32 ratio of at most 1.5 on the workload's layout (8 a prompt). A step reads
+   each shared prompt once per group, not once per message (shared-prefix attention,
+   ``cogym.agents.cascade``; "cascade" counts its forwards); a prompt of its own is read whole by
+   every step of its message, so with all prompts different the extra time of a long context
+   stays about the same per token while batching makes the rest cheaper.
 
-    python benchmarks/token_batching.py [--games 32] [--repeats 3] [--rows 1 8 32] [--tokens 32]
+    python benchmarks/token_batching.py [--games 32] [--repeats 3] [--layouts 1x1 8x8 32x8 32x1] [--tokens 32]
 """
 
 from __future__ import annotations
@@ -52,14 +56,16 @@ def rollout_rates(policy: Policy, games: list, max_batch: int, seed: int) -> tup
     return res.generated_tokens / res.seconds, res.generated_tokens / res.generate_seconds, res.generated_tokens
 
 
-def per_token_seconds(policy: Policy, rows: int, context: int, tokens: int) -> float:
-    """Median seconds of one batched step of ``rows`` messages at ``context`` ids, divided by ``rows``."""
+def per_token_seconds(policy: Policy, rows: int, share: int, context: int, tokens: int) -> tuple[float, int]:
+    """(median seconds of one batched step of ``rows`` messages at ``context`` ids divided by ``rows``, cascade
+    forwards); ``share`` consecutive messages have the same prompt."""
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=tokens + 1, temperature=1.0), name="solver")
     overhead = len(policy.render([{"role": "user", "content": ""}]))
-    if context <= overhead:
-        raise SystemExit(f"--contexts must exceed the chat template's {overhead} ids")
-    text = ("1+" * context)[: context - overhead]
-    requests = [Request(messages=[{"role": "user", "content": text}], role="solver", seat=f"s{i}") for i in range(rows)]
+    if context <= overhead + 4:
+        raise SystemExit(f"--contexts must exceed the chat template's {overhead} ids by 4")
+    texts = [(f"{g}=" + "1+" * context)[: context - overhead] for g in range(-(-rows // share))]  # differ at once
+    requests = [Request(messages=[{"role": "user", "content": texts[i // share]}], role="solver", seat=f"s{i}")
+                for i in range(rows)]
     handles = [m.handle for m in agent.begin(requests, encode=lambda t: [])]
     assert len(agent.streams.open[handles[0]].prompt_ids) == context
     agent.advance(handles)  # the prefill, not timed
@@ -69,7 +75,7 @@ def per_token_seconds(policy: Policy, rows: int, context: int, tokens: int) -> f
         agent.advance(handles)
         times.append(time.perf_counter() - t0)
     agent.close(handles)
-    return statistics.median(times) / rows
+    return statistics.median(times) / rows, agent.streams.cascade_steps
 
 
 def throughput(policy: Policy, codec: ChatCodec, n_games: int, repeats: int) -> None:
@@ -89,24 +95,43 @@ def throughput(policy: Policy, codec: ChatCodec, n_games: int, repeats: int) -> 
               f"{med[0][1] / med[1][1]:.2f}x gen (bar: >= 5)")
 
 
-def context_cost(policy: Policy, rows: list[int], contexts: list[int], tokens: int, repeats: int) -> None:
+def context_cost(policy: Policy, layouts: list[tuple[int, int]], contexts: list[int], tokens: int, repeats: int) -> None:
     lo, hi = contexts
-    print(f"{'rows':>5} {'ms/token @' + str(lo):>14} {'ms/token @' + str(hi):>15} {'extra ms':>9} {'ratio':>7}")
-    for n in rows:
-        cost = {c: statistics.median(per_token_seconds(policy, n, c, tokens) for _ in range(repeats)) for c in contexts}
-        print(f"{n:>5} {1e3 * cost[lo]:>14.4f} {1e3 * cost[hi]:>15.4f} {1e3 * (cost[hi] - cost[lo]):>9.4f} "
-              f"{cost[hi] / cost[lo]:>6.2f}x (bar: <= 1.5)")
-    print("extra ms: what a token pays for the longer context; attention reads every cached key and value of its row,")
-    print("so it is about the same at any row count, while batching makes the rest of a token cheaper")
+    print(f"{'rows':>5} {'a prompt':>9} {'ms/token @' + str(lo):>14} {'ms/token @' + str(hi):>15} {'extra ms':>9} "
+          f"{'ratio':>7} {'cascade':>8}")
+    for rows, share in layouts:
+        runs: dict[int, list[tuple[float, int]]] = {c: [] for c in contexts}
+        for _ in range(repeats):  # the two contexts in turn: a slow spell of the machine hits both
+            for c in contexts:
+                runs[c].append(per_token_seconds(policy, rows, share, c, tokens))
+        cost = {c: statistics.median(x[0] for x in runs[c]) for c in contexts}
+        bar = "(bar: <= 1.5)" if share == min(rows, 8) else "(prompts of their own)"
+        print(f"{rows:>5} {share:>9} {1e3 * cost[lo]:>14.4f} {1e3 * cost[hi]:>15.4f} {1e3 * (cost[hi] - cost[lo]):>9.4f} "
+              f"{cost[hi] / cost[lo]:>6.2f}x {runs[hi][-1][1]:>8} {bar}")
+    print("extra ms: what a token pays for the longer context. A prompt shared by a group is read once a step for")
+    print("the group; a prompt of its own is read whole every step, which batching does not make cheaper")
+
+
+def _layout(text: str) -> tuple[int, int]:
+    rows, _, share = text.partition("x")
+    try:
+        rows_n, share_n = int(rows), int(share or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ROWSxSHARE, e.g. 32x8") from None
+    if rows_n < 1 or not 1 <= share_n <= rows_n:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 1 <= SHARE <= ROWS")
+    return rows_n, share_n
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", type=int, default=32, help="games played at once")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32], help="messages advanced together in the context test")
+    ap.add_argument("--layouts", type=_layout, nargs="+", default=[(1, 1), (8, 8), (32, 8), (32, 1)],
+                    help="context test: ROWSxSHARE, ROWS messages advanced together, SHARE of them a prompt")
     ap.add_argument("--contexts", type=int, nargs=2, default=[32, 512], help="the two context lengths compared (ids)")
     ap.add_argument("--tokens", type=int, default=32, help="steps timed per context")
+    ap.add_argument("--skip-throughput", action="store_true", help="only the context test")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -114,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     codec = ChatCodec(policy, SYSTEM)
     print(f"tiny model, {args.games} games a rollout, at most {SAMPLING.max_new_tokens} tokens a message, "
           f"median of {args.repeats} repeats, {args.threads} thread(s)")
-    throughput(policy, codec, args.games, args.repeats)
-    context_cost(policy, args.rows, args.contexts, args.tokens, args.repeats)
+    if not args.skip_throughput:
+        throughput(policy, codec, args.games, args.repeats)
+    context_cost(policy, args.layouts, args.contexts, args.tokens, args.repeats)
     return 0
 
 

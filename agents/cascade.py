@@ -1,0 +1,131 @@
+"""Shared-prefix ("cascade") attention for batched decoding.
+
+Messages that answer the same prompt (the solvers of one game, the samples of one GRPO group) hold
+the same keys and values for that prompt. Plain attention reads that prefix once per message and
+step; at long prompts and many rows that read is most of a step's cost. Here a step reads each
+shared prefix once per group: the queries of a group's messages are stacked against one copy of the
+prefix (its representative row), each message reads only its own slots after the prefix, and the two
+partial softmaxes are merged exactly through their log-sum-exps:
+
+    out = o_prefix + sigmoid(lse_own - lse_prefix) * (o_own - o_prefix)
+
+where ``o`` are the two softmax-weighted outputs and ``lse`` the log-sum-exps of their scores. The
+result equals attention over the whole row up to float rounding.
+
+:class:`CascadePlan` is built by :meth:`~cogym.agents.batch_kv.BatchKV.prepare_decode` when it saves
+enough reads; :func:`cascade_attention` is registered with ``transformers`` as the attention
+implementation ``"cogym_cascade"`` and :func:`use_cascade` selects it for one forward. Grouped-query
+attention is handled by folding the query heads of a key/value head into the query axis (no key or
+value is repeated). Anything else (prefill, no plan) goes to ``transformers``' SDPA attention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+NAME = "cogym_cascade"
+PLAIN = ("sdpa", "eager")  # the model implementations a cascade forward may stand in for (same maths)
+
+
+@dataclass
+class CascadePlan:
+    """One decode forward of ``b`` rows, ``G`` groups of rows sharing a prefix, at most ``size`` rows a group.
+
+    Own part: every row attends slots ``[own_from, W)`` of its own row under ``own_mask`` (b, 1, 1, W - own_from),
+    which hides a grouped row's prefix slots. Prefix part: group ``g`` attends slots ``[prefix_from, prefix_to)``
+    of row ``reps[g]`` (``rep_slice``, when set, selects the same rows as a slice) under ``prefix_mask`` (G, 1, 1, P).
+    ``stack`` (G * size,) lists the row in each place of each group's query block (padding places repeat a row;
+    their results are never read), ``place`` (b,) the place of each row in ``stack`` and ``gate`` (b, 1, 1) is
+    0 for a row in a group and -inf for a row in none (whose prefix part then weighs nothing). ``ordered``: the
+    places are the rows in order (``stack`` and ``place`` are ``arange(b)``), so nothing needs reordering."""
+
+    own_from: int
+    own_mask: torch.Tensor
+    reps: torch.Tensor
+    rep_slice: slice | None
+    prefix_from: int
+    prefix_to: int
+    prefix_mask: torch.Tensor
+    stack: torch.Tensor
+    place: torch.Tensor
+    gate: torch.Tensor
+    size: int
+    ordered: bool = False
+
+
+def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``q`` (n, Hkv, t, D) (already scaled) over ``k``/``v`` (n, Hkv, S, D) under an additive ``mask``
+    (n, 1, 1, S): (output (n, Hkv, t, D), log-sum-exp of the scores (n, Hkv, t))."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) + mask
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), v), lse
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_manual`; on CPU PyTorch's fused flash kernel, which returns the log-sum-exp too (one op, not six)."""
+    if q.device.type == "cpu" and _FLASH_CPU is not None:
+        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=1.0)
+        return out, lse
+    return _manual(q, k, v, mask)
+
+
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      cascade: CascadePlan | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """The ``transformers`` attention interface: ``query`` (b, H, 1, D), ``key``/``value`` (b, Hkv, W, D), the rows
+    of a :class:`~cogym.agents.batch_kv.BatchKV` decode. Returns ``(output (b, 1, H, D), None)``."""
+    if cascade is None or query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    p = cascade
+    b, heads, _, dim = query.shape
+    hkv = key.shape[1]
+    rep = heads // hkv
+    groups = p.reps.shape[0]
+    scale = dim ** -0.5 if scaling is None else scaling
+    q = (query * scale).reshape(b, hkv, rep, dim)  # the query heads of one kv head side by side
+    o_out, o_lse = _attend(q, key[:, :, p.own_from:], value[:, :, p.own_from:], p.own_mask)  # (b, Hkv, rep, .)
+    stacked = (q if p.ordered else q[p.stack]).view(groups, p.size, hkv, rep, dim)
+    stacked = stacked.transpose(1, 2).reshape(groups, hkv, p.size * rep, dim)  # each group's queries, one block
+    window = slice(p.prefix_from, p.prefix_to)
+    if p.rep_slice is not None:  # groups read together sit in order: a view
+        pk, pv = key[p.rep_slice, :, window], value[p.rep_slice, :, window]
+    else:  # one copy of each prefix
+        pk, pv = key[:, :, window].index_select(0, p.reps), value[:, :, window].index_select(0, p.reps)
+    s_out, s_lse = _attend(stacked, pk, pv, p.prefix_mask)  # (G, Hkv, size * rep, .)
+    shared = torch.cat([s_out, s_lse[..., None]], dim=-1).view(groups, hkv, p.size, rep, dim + 1)
+    shared = shared.transpose(1, 2).reshape(groups * p.size, hkv, rep, dim + 1)
+    if not p.ordered:
+        shared = shared[p.place]  # (b, Hkv, rep, D + 1): each row's prefix part
+    s_out, s_lse = shared[..., :dim], shared[..., dim] + p.gate  # no group: no prefix part
+    own_share = torch.sigmoid(o_lse - s_lse)[..., None]  # exp(o_lse) / (exp(o_lse) + exp(s_lse))
+    out = s_out + own_share * (o_out - s_out)
+    return out.reshape(b, heads, 1, dim).transpose(1, 2), None
+
+
+AttentionInterface.register(NAME, cascade_attention)
+
+
+@contextlib.contextmanager
+def use_cascade(model: torch.nn.Module, plan: CascadePlan | None) -> Iterator[dict]:
+    """For the forward inside the block: the keyword arguments to pass the model (``{"cascade": plan}``)
+    with the model switched to :func:`cascade_attention`, or ``{}`` (unchanged model) when there is no
+    plan or the model's attention is not plain (SDPA or eager) attention."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if plan is None or current not in PLAIN:
+        yield {}
+        return
+    config._attn_implementation = NAME
+    try:
+        yield {"cascade": plan}
+    finally:
+        config._attn_implementation = current

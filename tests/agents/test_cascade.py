@@ -1,0 +1,157 @@
+"""Shared-prefix (cascade) attention: the kernel against plain attention, the plan, and token streaming through it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cogym.agents import batch_kv, cascade
+from cogym.agents.batch_kv import BatchKV
+from cogym.agents.llm import LLMAgent
+from cogym.agents.policy import SamplingParams
+from cogym.agents.types import Request
+
+
+def _filled(lengths: list[int], groups: dict[int, tuple[list[int], int]], kv_heads: int = 2, dim: int = 8,
+            seed: int = 0) -> tuple[BatchKV, torch.Tensor, torch.Tensor]:
+    """A cache of ``len(lengths)`` prefilled rows (left-padded) with random keys and values; the rows of each
+    group hold the same first ``prefix`` slots of their span and are tagged with it. Returns (cache, K, V)."""
+    g = torch.Generator().manual_seed(seed)
+    b, width = len(lengths), max(lengths)
+    kv = BatchKV("cpu", rows=2, slots=8)
+    kv.add_rows(b, width)
+    kv.prepare_prefill(0, b, lengths, torch.float32)
+    keys, values = torch.randn(b, kv_heads, width, dim, generator=g), torch.randn(b, kv_heads, width, dim, generator=g)
+    for tag, (rows, prefix) in groups.items():
+        first = width - lengths[rows[0]]
+        for r in rows:
+            start = width - lengths[r]
+            keys[r, :, start: start + prefix] = keys[rows[0], :, first: first + prefix]
+            values[r, :, start: start + prefix] = values[rows[0], :, first: first + prefix]
+            kv.share(r, tag, prefix)
+    kv.update(keys, values, 0)
+    return kv, keys, values
+
+
+def _full_attention(kv: BatchKV, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain attention of the decode step just prepared, every row over its whole span; (b, 1, H, D)."""
+    b = q.shape[0]
+    slots = torch.arange(k.shape[2])
+    start, last = torch.tensor(kv.start[:b]), torch.tensor(kv.length[:b]) - 1  # length has grown by the step
+    allowed = (slots[None] >= start[:, None]) & (slots[None] <= last[:, None])
+    rep = q.shape[1] // k.shape[1]
+    out = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                         attn_mask=allowed[:, None, None])
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-kernel", "matmuls"])
+@pytest.mark.parametrize("layout", ["ordered", "evenly-spaced", "scattered"])
+def test_cascade_attention_equals_attention_over_whole_rows(monkeypatch, fused: bool, layout: str) -> None:
+    """Grouped-query heads (4 query heads on 2 key/value heads), groups of unequal size, a row in no group,
+    prefixes of different lengths: the same output as attention over every row's whole span."""
+    monkeypatch.setattr(batch_kv, "MIN_SAVED", -10**9)  # a plan whatever it saves
+    if not fused:
+        monkeypatch.setattr(cascade, "_FLASH_CPU", None)
+    if layout == "ordered":  # every row in a group, groups of equal size in row order: nothing reordered
+        lengths, groups = [60] * 6, {0: ([0, 1, 2], 50), 1: ([3, 4, 5], 40)}
+    elif layout == "evenly-spaced":  # first rows 0 and 2: the prefixes are read through a view; row 4 in no group
+        lengths, groups = [60, 58, 61, 60, 55, 20], {0: ([0, 1, 3], 50), 1: ([2, 5], 15)}
+    else:  # first rows 0, 1 and 3: the prefixes are copied; row 6 in no group
+        lengths, groups = [60, 58, 61, 60, 55, 20, 12], {0: ([0, 2], 50), 1: ([1, 4], 30), 2: ([3, 5], 10)}
+    kv, _, _ = _filled(lengths, groups)
+    kv.prepare_decode(0, len(lengths), torch.float32)
+    plan = kv.cascade
+    assert plan is not None and plan.ordered == (layout == "ordered")
+    assert (plan.rep_slice is not None) == (layout != "scattered")
+    g = torch.Generator().manual_seed(1)
+    k, v = kv.update(torch.randn(len(lengths), 2, 1, 8, generator=g), torch.randn(len(lengths), 2, 1, 8, generator=g), 0)
+    q = torch.randn(len(lengths), 4, 1, 8, generator=g)
+    out, weights = cascade.cascade_attention(None, q, k, v, plan.own_mask, cascade=plan)
+    assert weights is None and out.shape == (len(lengths), 1, 4, 8)
+    assert torch.allclose(out, _full_attention(kv, q, k, v), atol=1e-6)
+
+
+def test_a_plan_is_made_only_when_rows_share_enough() -> None:
+    kv, _, _ = _filled([300] * 4, {0: ([0], 290), 1: ([1], 290)})  # tagged, but no tag held twice
+    kv.prepare_decode(0, 4, torch.float32)
+    assert kv.cascade is None
+    kv, _, _ = _filled([40] * 4, {0: ([0, 1, 2, 3], 30)})  # shared, but a short prompt: saves too little
+    kv.prepare_decode(0, 4, torch.float32)
+    assert kv.cascade is None
+    kv, _, _ = _filled([1000] * 4, {0: ([0, 1, 2, 3], 990)})
+    mask, _ = kv.prepare_decode(0, 4, torch.float32)
+    plan = kv.cascade
+    assert plan is not None and mask is plan.own_mask
+    assert (plan.prefix_from, plan.prefix_to, plan.own_from) == (0, 990, 990)
+    assert (plan.own_mask[:, 0, 0] == 0).sum(-1).tolist() == [11] * 4  # 10 own prompt slots and the new one
+    kv.prepare_prefill(0, 4, [1000] * 4, torch.float32)  # a prefill drops the plan and the tags
+    assert kv.cascade is None and kv.shared == [(-1, 0)] * 4
+
+
+def test_a_moved_row_keeps_its_tag() -> None:
+    kv, _, _ = _filled([30, 30, 30], {0: ([0, 1], 20), 7: ([2], 25)})
+    assert kv.remove_row(0) == 2
+    assert kv.shared == [(7, 25), (0, 20)]
+
+
+def test_the_model_gets_its_attention_back(policy) -> None:
+    model = policy.model
+    before = model.config._attn_implementation
+    plan = object()
+    with cascade.use_cascade(model, None) as extra:
+        assert extra == {} and model.config._attn_implementation == before
+    with pytest.raises(RuntimeError):
+        with cascade.use_cascade(model, plan) as extra:
+            assert extra == {"cascade": plan} and model.config._attn_implementation == cascade.NAME
+            raise RuntimeError("a forward that fails")
+    assert model.config._attn_implementation == before
+    model.config._attn_implementation = "flex_attention"  # not plain attention: left alone
+    with cascade.use_cascade(model, plan) as extra:
+        assert extra == {}
+    model.config._attn_implementation = before
+
+
+def _full_logp(policy, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
+    with torch.no_grad():
+        logits = policy.model(torch.tensor([prompt + ids])).logits[0].float() / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    return [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(ids)]
+
+
+def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy, monkeypatch) -> None:
+    """Three problems, four messages each, prompts of ~120 ids: decode steps read each prompt once a group;
+    log-probs equal a full forward's while rows leave (the last row moves: groups out of order), and one
+    message a forward (no cascade) draws the same tokens from the same seed."""
+    monkeypatch.setattr(batch_kv, "MIN_SAVED", 0)  # prompts the tiny model can read; any saving takes the cascade
+    plans: list = []
+    make_plan = BatchKV._plan
+    monkeypatch.setattr(BatchKV, "_plan", lambda self, *a: plans.append(make_plan(self, *a)) or plans[-1])
+    texts = [f"{p}=" + "12+" * 40 for p in (1, 2, 3)]
+    requests = [Request(messages=[{"role": "user", "content": texts[i // 4]}], role="solver", seat=f"s{i}")
+                for i in range(12)]
+    runs = []
+    for cap in (0, 1):
+        torch.manual_seed(5)
+        agent = LLMAgent(policy, SamplingParams(max_new_tokens=6, temperature=0.8), name="p", max_batch=cap)
+        agent.streams.eos = frozenset()  # every message runs to its limit
+        opened = agent.begin(requests, encode=lambda t: [])
+        live = [m.handle for m in opened]
+        emitted: dict = {h: [] for h in live}
+        for step in range(7):
+            for h, t in zip(list(live), agent.advance(live)):
+                if t.id is not None:
+                    emitted[h].append(t)
+            if step == 2:  # two early rows leave: later rows move into their places
+                agent.close([live.pop(0), live.pop(4)])
+        agent.close(live)
+        runs.append((agent.streams.cascade_steps, opened, emitted))
+    (steps, opened, emitted), (single_steps, _, single) = runs
+    assert steps > 0 and single_steps == 0
+    assert {p.ordered for p in plans if p is not None} == {True, False}  # rows in group order, then moved
+    for m in opened:
+        toks = emitted[m.handle]
+        assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, [t.id for t in toks], 0.8),
+                                                          abs=1e-5)
+    assert [[t.id for t in v] for v in emitted.values()] == [[t.id for t in v] for v in single.values()]
