@@ -108,7 +108,7 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     s_out, s_lse = shared[..., :dim], shared[..., dim] + p.gate  # no group: no prefix part
     own_share = torch.sigmoid(o_lse - s_lse)[..., None]  # exp(o_lse) / (exp(o_lse) + exp(s_lse))
     out = s_out + own_share * (o_out - s_out)
-    return out.reshape(b, heads, 1, dim).transpose(1, 2), None
+    return out.to(query.dtype).reshape(b, heads, 1, dim).transpose(1, 2), None
 
 
 AttentionInterface.register(NAME, cascade_attention)

@@ -155,3 +155,20 @@ def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy
         assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, [t.id for t in toks], 0.8),
                                                           abs=1e-5)
     assert [[t.id for t in v] for v in emitted.values()] == [[t.id for t in v] for v in single.values()]
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-kernel", "matmuls"])
+def test_a_bfloat16_model_gets_bfloat16_back(monkeypatch, fused: bool) -> None:
+    monkeypatch.setattr(batch_kv, "MIN_SAVED", -10**9)
+    if not fused:
+        monkeypatch.setattr(cascade, "_FLASH_CPU", None)
+    kv, _, _ = _filled([40, 40, 40], {0: ([0, 1, 2], 30)})
+    for layer in (kv.keys, kv.values):
+        layer[0] = layer[0].to(torch.bfloat16)
+    kv.prepare_decode(0, 3, torch.bfloat16)
+    new = torch.randn(3, 2, 1, 8).to(torch.bfloat16)
+    k, v = kv.update(new, new, 0)
+    q = torch.randn(3, 4, 1, 8).to(torch.bfloat16)
+    out, _ = cascade.cascade_attention(None, q, k, v, kv.cascade.own_mask, cascade=kv.cascade)
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), _full_attention(kv, q.float(), k.float(), v.float()), atol=3e-2)
