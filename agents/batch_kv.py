@@ -9,9 +9,9 @@ a leaving one is replaced by the last row (one row copied once, not per step), s
 stay contiguous. Capacity (rows and slots) grows by doubling, so the per-token cost is one write
 plus attention over the longest open context, flat in the number of tokens already cached.
 
-Rows that hold the same prompt prefix can be tagged with a group (:meth:`share`); a decode step
-then reads each group's prefix once, not once per row (:mod:`~cogym.agents.cascade`), when that saves
-at least :data:`MIN_SAVED` slot reads.
+Rows that hold the same prompt prefix can be tagged with a group (:meth:`share`); with
+:attr:`plan_shared` on, a decode step then reads each group's prefix once, not once per row
+(:mod:`~cogym.agents.cascade`), when that saves at least :data:`MIN_SAVED` slot reads.
 
 The object passed as ``past_key_values`` only needs ``update(key, value, layer_idx)``: what every
 Hugging Face decoder calls on its cache; the 4-D mask is passed through unchanged by
@@ -40,6 +40,7 @@ class BatchKV:
         self.length: list[int] = []  # next free slot
         self.shared: list[tuple[int, int]] = []  # (group, prefix slots) of a row sharing a prefix, else (-1, 0)
         self.cascade: CascadePlan | None = None  # decode: the shared-prefix plan of the forward in flight
+        self.plan_shared = False  # plan shared-prefix decode steps (the owner sets it when its model supports them)
         self._view: tuple[int, int] = (0, 0)  # rows of the forward in flight
         self._write: tuple[torch.Tensor, torch.Tensor] | None = None  # decode: (row index (b,), slot (b,)); None: prefill
         self._width = 0  # slots the forward in flight attends over
@@ -166,29 +167,34 @@ class BatchKV:
         return mask, positions.to(self.device)
 
     def _plan(self, r0: int, r1: int, width: int, dtype: torch.dtype) -> CascadePlan | None:
-        """The shared-prefix plan of a decode step of rows ``[r0, r1)`` (before their lengths grow), or None
-        when no two rows share a prefix or it would save fewer than :data:`MIN_SAVED` slot reads."""
-        groups: dict[int, list[int]] = {}
+        """The shared-prefix plan of a decode step of rows ``[r0, r1)`` (before their lengths grow), or None when
+        :attr:`plan_shared` is off, no two rows share a prefix or it would save fewer than :data:`MIN_SAVED` slot
+        reads. Rows in no group of two or more (loners) attend their whole span on their own."""
+        if not self.plan_shared:
+            return None
+        tags: dict[int, list[int]] = {}
         for i, (g, _) in enumerate(self.shared[r0:r1]):
-            if g >= 0:
-                groups.setdefault(g, []).append(i)
-        groups = {g: rows for g, rows in groups.items() if len(rows) > 1}
+            tags.setdefault(g, []).append(i)
+        groups = {g: rows for g, rows in tags.items() if g >= 0 and len(rows) > 1}
         if not groups:
             return None
         b = r1 - r0
         starts = self.start[r0:r1]
+        grouped = [i for rows in groups.values() for i in rows]
+        loners = sorted(set(range(b)) - set(grouped))
         own = list(starts)  # the first slot each row reads from its own row
-        for rows in groups.values():
-            for i in rows:
-                own[i] += self.shared[r0 + i][1]
+        for i in grouped:
+            own[i] += self.shared[r0 + i][1]
         reps = [rows[0] for rows in groups.values()]
         spans = [(starts[i], starts[i] + self.shared[r0 + i][1]) for i in reps]
-        own_from, p0, p1 = min(own), min(s for s, _ in spans), max(e for _, e in spans)
-        if b * width - (len(reps) * (p1 - p0) + b * (width - own_from)) < MIN_SAVED:
+        own_from, p0, p1 = min(own[i] for i in grouped), min(s for s, _ in spans), max(e for _, e in spans)
+        loner_from = min((starts[i] for i in loners), default=width)
+        reads = len(reps) * (p1 - p0) + b * (width - own_from) + len(loners) * (width - loner_from)
+        if b * width - reads < MIN_SAVED:
             return None
-        k = torch.arange(own_from, width)
-        first = torch.tensor(own, dtype=torch.long)[:, None]
         last = torch.tensor(self.length[r0:r1], dtype=torch.long)[:, None]  # the slot this step writes
+        k = torch.arange(own_from, width)
+        first = torch.tensor([max(o, own_from) for o in own], dtype=torch.long)[:, None]
         own_mask = self._additive(((k[None] >= first) & (k[None] <= last))[:, None, None], dtype)
         k = torch.arange(p0, p1)
         lo, hi = (torch.tensor(x, dtype=torch.long)[:, None] for x in zip(*spans))
@@ -201,13 +207,19 @@ class BatchKV:
                 place[i], gate[i] = g * size + j, 0.0
         step = reps[1] - reps[0] if len(reps) > 1 else 1
         even = step > 0 and reps == list(range(reps[0], reps[0] + step * len(reps), step))
-        ordered = stack == list(range(b))  # groups of equal size in row order, every row in one: no reordering
         dev = self.device
-        return CascadePlan(ordered=ordered, own_from=own_from, own_mask=own_mask, reps=torch.tensor(reps, device=dev),
+        plan = CascadePlan(own_from=own_from, own_mask=own_mask, reps=torch.tensor(reps, device=dev),
                            rep_slice=slice(reps[0], reps[-1] + 1, step) if even else None,
                            prefix_from=p0, prefix_to=p1, prefix_mask=prefix_mask, stack=torch.tensor(stack, device=dev),
-                           place=torch.tensor(place, device=dev), gate=torch.tensor(gate, dtype=dtype, device=dev).view(b, 1, 1),
-                           size=size)
+                           place=torch.tensor(place, device=dev), gate=torch.tensor(gate, device=dev).view(b, 1, 1),
+                           size=size, ordered=stack == list(range(b)))  # ordered: equal groups in row order, no loner
+        if loners:
+            k = torch.arange(loner_from, width)
+            index = torch.tensor(loners, dtype=torch.long)
+            first = torch.tensor(starts, dtype=torch.long)[index, None]
+            plan.loners, plan.loner_from = index.to(dev), loner_from
+            plan.loner_mask = self._additive(((k[None] >= first) & (k[None] <= last[index]))[:, None, None], dtype)
+        return plan
 
     def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         mask = torch.zeros(allowed.shape, dtype=dtype)

@@ -14,7 +14,8 @@ result equals attention over the whole row up to float rounding.
 
 :class:`CascadePlan` is built by :meth:`~cogym.agents.batch_kv.BatchKV.prepare_decode` when it saves
 enough reads; :func:`cascade_attention` is registered with ``transformers`` as the attention
-implementation ``"cogym_cascade"`` and :func:`use_cascade` selects it for one forward. Grouped-query
+implementation ``"cogym_cascade"`` and :func:`use_cascade` selects it for one forward, for models that
+:func:`supports` (plain attention: no softcapping, sliding window or sinks). Grouped-query
 attention is handled by folding the query heads of a key/value head into the query axis (no key or
 value is repeated). Anything else (prefill, no plan) goes to ``transformers``' SDPA attention.
 """
@@ -43,7 +44,9 @@ class CascadePlan:
     ``stack`` (G * size,) lists the row in each place of each group's query block (padding places repeat a row;
     their results are never read), ``place`` (b,) the place of each row in ``stack`` and ``gate`` (b, 1, 1) is
     0 for a row in a group and -inf for a row in none (whose prefix part then weighs nothing). ``ordered``: the
-    places are the rows in order (``stack`` and ``place`` are ``arange(b)``), so nothing needs reordering."""
+    places are the rows in order (``stack`` and ``place`` are ``arange(b)``), so nothing needs reordering.
+    ``loners`` (n,): the rows in no group (a prompt of their own, the last open message of a group); they attend
+    slots ``[loner_from, W)`` of their rows under ``loner_mask`` (n, 1, 1, W - loner_from), plain attention."""
 
     own_from: int
     own_mask: torch.Tensor
@@ -57,21 +60,24 @@ class CascadePlan:
     gate: torch.Tensor
     size: int
     ordered: bool = False
+    loners: torch.Tensor | None = None
+    loner_from: int = 0
+    loner_mask: torch.Tensor | None = None
 
 
 def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``q`` (n, Hkv, t, D) (already scaled) over ``k``/``v`` (n, Hkv, S, D) under an additive ``mask``
-    (n, 1, 1, S): (output (n, Hkv, t, D), log-sum-exp of the scores (n, Hkv, t))."""
-    scores = torch.matmul(q, k.transpose(-1, -2)) + mask
+    (n, 1, 1, S), in float32 whatever the inputs: (output (n, Hkv, t, D), log-sum-exp of the scores (n, Hkv, t))."""
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) + mask.float()
     lse = torch.logsumexp(scores, dim=-1)
-    return torch.matmul(torch.exp(scores - lse[..., None]), v), lse
+    return torch.matmul(torch.exp(scores - lse[..., None]), v.float()), lse
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_manual`; on CPU PyTorch's fused flash kernel, which returns the log-sum-exp too (one op, not six)."""
+    """:func:`_manual`; on CPU PyTorch's fused flash kernel (float32 accumulation), which returns the log-sum-exp
+    too (one op, not six)."""
     if q.device.type == "cpu" and _FLASH_CPU is not None:
-        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=1.0)
-        return out, lse
+        return _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=1.0)
     return _manual(q, k, v, mask)
 
 
@@ -85,6 +91,9 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     of a :class:`~cogym.agents.batch_kv.BatchKV` decode. Returns ``(output (b, 1, H, D), None)``."""
     if cascade is None or query.shape[2] != 1:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    unsupported = [name for name in ("softcap", "s_aux", "sliding_window") if kwargs.get(name) is not None]
+    if unsupported or value.shape[-1] != query.shape[-1]:  # supports() keeps such models off this path
+        raise NotImplementedError(f"shared-prefix attention cannot apply {unsupported or 'a value head size unlike the query'}")
     p = cascade
     b, heads, _, dim = query.shape
     hkv = key.shape[1]
@@ -101,31 +110,62 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     else:  # one copy of each prefix
         pk, pv = key[:, :, window].index_select(0, p.reps), value[:, :, window].index_select(0, p.reps)
     s_out, s_lse = _attend(stacked, pk, pv, p.prefix_mask)  # (G, Hkv, size * rep, .)
-    shared = torch.cat([s_out, s_lse[..., None]], dim=-1).view(groups, hkv, p.size, rep, dim + 1)
+    shared = torch.cat([s_out.float(), s_lse[..., None].float()], dim=-1).view(groups, hkv, p.size, rep, dim + 1)
     shared = shared.transpose(1, 2).reshape(groups * p.size, hkv, rep, dim + 1)
     if not p.ordered:
         shared = shared[p.place]  # (b, Hkv, rep, D + 1): each row's prefix part
     s_out, s_lse = shared[..., :dim], shared[..., dim] + p.gate  # no group: no prefix part
-    own_share = torch.sigmoid(o_lse - s_lse)[..., None]  # exp(o_lse) / (exp(o_lse) + exp(s_lse))
-    out = s_out + own_share * (o_out - s_out)
-    return out.to(query.dtype).reshape(b, heads, 1, dim).transpose(1, 2), None
+    own_share = torch.sigmoid(o_lse.float() - s_lse)[..., None]  # exp(o_lse) / (exp(o_lse) + exp(s_lse))
+    out = (s_out + own_share * (o_out.float() - s_out)).to(query.dtype)
+    if p.loners is not None:  # rows in no group: plain attention over their whole span
+        lk, lv = key[:, :, p.loner_from:].index_select(0, p.loners), value[:, :, p.loner_from:].index_select(0, p.loners)
+        out[p.loners] = _attend(q.index_select(0, p.loners), lk, lv, p.loner_mask)[0].to(query.dtype)
+    return out.reshape(b, heads, 1, dim).transpose(1, 2), None
 
 
 AttentionInterface.register(NAME, cascade_attention)
+
+
+def supports(model: torch.nn.Module) -> bool:
+    """Whether :func:`cascade_attention` computes what ``model``'s own attention does: plain (SDPA or eager)
+    attention with no logit softcapping, no sliding window, no attention sinks and values as wide as keys."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) not in PLAIN:
+        return False
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "attn_logit_softcapping", None) or getattr(text, "v_head_dim", None) is not None:
+        return False
+    if getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True):
+        return False
+    return not any(getattr(m, "sinks", None) is not None for m in model.modules())
+
+
+def _configs(config) -> list:
+    """``config`` and its sub-configs, recursively."""
+    out = [config]
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None:
+            out += _configs(sub)
+    return out
 
 
 @contextlib.contextmanager
 def use_cascade(model: torch.nn.Module, plan: CascadePlan | None) -> Iterator[dict]:
     """For the forward inside the block: the keyword arguments to pass the model (``{"cascade": plan}``)
     with the model switched to :func:`cascade_attention`, or ``{}`` (unchanged model) when there is no
-    plan or the model's attention is not plain (SDPA or eager) attention."""
+    plan or the model's attention is not plain (SDPA or eager) attention. Every config that switched
+    (the model's and any sub-config's that was plain) gets its own setting back."""
     config = getattr(model, "config", None)
-    current = getattr(config, "_attn_implementation", None)
-    if plan is None or current not in PLAIN:
+    if plan is None or getattr(config, "_attn_implementation", None) not in PLAIN:
         yield {}
         return
-    config._attn_implementation = NAME
+    saved = [(c, c._attn_implementation_internal) for c in _configs(config)
+             if getattr(c, "_attn_implementation_internal", None) in PLAIN]
+    for c, _ in saved:
+        c._attn_implementation_internal = NAME
     try:
         yield {"cascade": plan}
     finally:
-        config._attn_implementation = current
+        for c, value in saved:
+            c._attn_implementation_internal = value

@@ -21,7 +21,7 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 from .batch_kv import BatchKV
-from .cascade import use_cascade
+from .cascade import supports, use_cascade
 from .sampling import sample_tokens
 from .policy import Policy, SamplingParams
 from .types import Message, Request, Token
@@ -212,8 +212,9 @@ class PolicyStreams:
         for k, m in enumerate(msgs):
             tail = m.prompt_ids[-q:]
             ids[k, q - len(tail):] = torch.tensor(tail, dtype=torch.long)
-        if self.cache.n == 0:  # an empty cache holds no buffers: follow the model if it moved
+        if self.cache.n == 0:  # an empty cache holds no buffers: follow the model if it moved (or changed)
             self.cache.device = self.policy.device
+            self.cache.plan_shared = supports(self.policy.model)
         r0 = self.cache.add_rows(len(msgs), width)
         for k, (m, n, p) in enumerate(zip(msgs, lengths, shared)):
             m.row = r0 + k

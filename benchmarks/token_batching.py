@@ -17,13 +17,14 @@
    not stop them); the per-token time is the median step over rows, the two contexts measured in
    turn ``--repeats`` times. Prompts come as in the workloads: ``share`` messages a prompt (the 8
    solvers of a game answer one problem), consecutive; ``share`` 1 shows all-different prompts.
+   ``33x8`` adds one message with a prompt of its own to four groups of 8.
    The bar is a 512/32 ratio of at most 1.5 on the workload's layout (8 a prompt). A step reads
    each shared prompt once per group, not once per message (shared-prefix attention,
    ``cogym.agents.cascade``; "cascade" counts its forwards); a prompt of its own is read whole by
    every step of its message, so with all prompts different the extra time of a long context
    stays about the same per token while batching makes the rest cheaper.
 
-    python benchmarks/token_batching.py [--games 32] [--repeats 3] [--layouts 1x1 8x8 32x8 32x1] [--tokens 32]
+    python benchmarks/token_batching.py [--games 32] [--repeats 3] [--layouts 1x1 8x8 32x8 33x8 32x1] [--tokens 32]
 """
 
 from __future__ import annotations
@@ -105,11 +106,18 @@ def context_cost(policy: Policy, layouts: list[tuple[int, int]], contexts: list[
             for c in contexts:
                 runs[c].append(per_token_seconds(policy, rows, share, c, tokens))
         cost = {c: statistics.median(x[0] for x in runs[c]) for c in contexts}
-        bar = "(bar: <= 1.5)" if share == min(rows, 8) else "(prompts of their own)"
+        if share == min(rows, 8) and rows % share == 0:  # the workloads' layout
+            note = "(bar: <= 1.5)"
+        elif share == 1:
+            note = "(prompts of their own)"
+        else:
+            note = f"(+{rows % share} of its own)" if rows % share else "(groups of another size)"
+        used = "/".join(str(runs[c][-1][1]) for c in contexts)
         print(f"{rows:>5} {share:>9} {1e3 * cost[lo]:>14.4f} {1e3 * cost[hi]:>15.4f} {1e3 * (cost[hi] - cost[lo]):>9.4f} "
-              f"{cost[hi] / cost[lo]:>6.2f}x {runs[hi][-1][1]:>8} {bar}")
+              f"{cost[hi] / cost[lo]:>6.2f}x {used:>8} {note}")
     print("extra ms: what a token pays for the longer context. A prompt shared by a group is read once a step for")
-    print("the group; a prompt of its own is read whole every step, which batching does not make cheaper")
+    print("the group; a prompt of its own is read whole every step, which batching does not make cheaper.")
+    print(f"cascade: shared-prefix decode forwards of {tokens} at {lo}/{hi} ids (at {lo} ids it saves too little to plan)")
 
 
 def _layout(text: str) -> tuple[int, int]:
@@ -127,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", type=int, default=32, help="games played at once")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--layouts", type=_layout, nargs="+", default=[(1, 1), (8, 8), (32, 8), (32, 1)],
+    ap.add_argument("--layouts", type=_layout, nargs="+", default=[(1, 1), (8, 8), (32, 8), (33, 8), (32, 1)],
                     help="context test: ROWSxSHARE, ROWS messages advanced together, SHARE of them a prompt")
     ap.add_argument("--contexts", type=int, nargs=2, default=[32, 512], help="the two context lengths compared (ids)")
     ap.add_argument("--tokens", type=int, default=32, help="steps timed per context")

@@ -20,6 +20,7 @@ def _filled(lengths: list[int], groups: dict[int, tuple[list[int], int]], kv_hea
     g = torch.Generator().manual_seed(seed)
     b, width = len(lengths), max(lengths)
     kv = BatchKV("cpu", rows=2, slots=8)
+    kv.plan_shared = True
     kv.add_rows(b, width)
     kv.prepare_prefill(0, b, lengths, torch.float32)
     keys, values = torch.randn(b, kv_heads, width, dim, generator=g), torch.randn(b, kv_heads, width, dim, generator=g)
@@ -65,6 +66,7 @@ def test_cascade_attention_equals_attention_over_whole_rows(monkeypatch, fused: 
     plan = kv.cascade
     assert plan is not None and plan.ordered == (layout == "ordered")
     assert (plan.rep_slice is not None) == (layout != "scattered")
+    assert (plan.loners is None) == (layout == "ordered")  # a row in no group attends its whole span alone
     g = torch.Generator().manual_seed(1)
     k, v = kv.update(torch.randn(len(lengths), 2, 1, 8, generator=g), torch.randn(len(lengths), 2, 1, 8, generator=g), 0)
     q = torch.randn(len(lengths), 4, 1, 8, generator=g)
@@ -121,16 +123,16 @@ def _full_logp(policy, prompt: list[int], ids: list[int], temperature: float) ->
 
 
 def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy, monkeypatch) -> None:
-    """Three problems, four messages each, prompts of ~120 ids: decode steps read each prompt once a group;
-    log-probs equal a full forward's while rows leave (the last row moves: groups out of order), and one
-    message a forward (no cascade) draws the same tokens from the same seed."""
+    """Three problems, four messages each, and a message with a prompt of its own, prompts of ~120 ids: decode
+    steps read each shared prompt once a group; log-probs equal a full forward's while rows leave (the last row
+    moves: groups out of order), and one message a forward (no cascade) draws the same tokens from one seed."""
     monkeypatch.setattr(batch_kv, "MIN_SAVED", 0)  # prompts the tiny model can read; any saving takes the cascade
     plans: list = []
     make_plan = BatchKV._plan
     monkeypatch.setattr(BatchKV, "_plan", lambda self, *a: plans.append(make_plan(self, *a)) or plans[-1])
-    texts = [f"{p}=" + "12+" * 40 for p in (1, 2, 3)]
+    texts = [f"{p}=" + "12+" * 40 for p in (1, 2, 3, 4)]  # the fourth: a prompt of its own
     requests = [Request(messages=[{"role": "user", "content": texts[i // 4]}], role="solver", seat=f"s{i}")
-                for i in range(12)]
+                for i in range(13)]
     runs = []
     for cap in (0, 1):
         torch.manual_seed(5)
@@ -149,7 +151,9 @@ def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy
         runs.append((agent.streams.cascade_steps, opened, emitted))
     (steps, opened, emitted), (single_steps, _, single) = runs
     assert steps > 0 and single_steps == 0
-    assert {p.ordered for p in plans if p is not None} == {True, False}  # rows in group order, then moved
+    made = [p for p in plans if p is not None]
+    assert all(p.loners is not None for p in made)  # the message with a prompt of its own reads it alone
+    assert len({p.rep_slice is None for p in made}) == 2  # groups in order, then moved
     for m in opened:
         toks = emitted[m.handle]
         assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, [t.id for t in toks], 0.8),
@@ -172,3 +176,51 @@ def test_a_bfloat16_model_gets_bfloat16_back(monkeypatch, fused: bool) -> None:
     out, _ = cascade.cascade_attention(None, q, k, v, kv.cascade.own_mask, cascade=kv.cascade)
     assert out.dtype == torch.bfloat16
     assert torch.allclose(out.float(), _full_attention(kv, q.float(), k.float(), v.float()), atol=3e-2)
+
+
+def test_only_models_whose_attention_it_computes_get_the_cascade(policy, monkeypatch) -> None:
+    model = policy.model
+    assert cascade.supports(model)
+    for name, value in (("attn_logit_softcapping", 30.0), ("sliding_window", 16), ("v_head_dim", 16)):
+        monkeypatch.setattr(model.config, name, value, raising=False)
+        assert not cascade.supports(model), name
+        monkeypatch.delattr(model.config, name)
+    assert cascade.supports(model)
+    monkeypatch.setattr(model.model.layers[0].self_attn, "sinks", torch.nn.Parameter(torch.zeros(4)), raising=False)
+    assert not cascade.supports(model)  # attention sinks (gpt-oss)
+    # A model it does not support streams as before: no plan is made, log-probs stay exact.
+    monkeypatch.setattr(batch_kv, "MIN_SAVED", 0)
+    agent = LLMAgent(policy, SamplingParams(max_new_tokens=3, temperature=1.0), name="p")
+    opened = agent.begin([Request(messages=[{"role": "user", "content": "7=" + "1+" * 30}], role="s", seat=f"s{i}")
+                          for i in range(3)], encode=lambda t: [])
+    steps = [agent.advance([m.handle for m in opened]) for _ in range(3)]
+    assert agent.streams.cascade_steps == 0 and not agent.streams.cache.plan_shared
+    ids = [t.id for t in (step[0] for step in steps) if t.id is not None]
+    logp = [t.logprob for t in (step[0] for step in steps) if t.id is not None]
+    assert logp == pytest.approx(_full_logp(policy, opened[0].prompt_ids, ids, 1.0), abs=1e-5)
+
+
+def test_errors_rather_than_dropping_what_it_cannot_compute(monkeypatch) -> None:
+    monkeypatch.setattr(batch_kv, "MIN_SAVED", -10**9)
+    kv, _, _ = _filled([40, 40, 40], {0: ([0, 1, 2], 30)})
+    kv.prepare_decode(0, 3, torch.float32)
+    k, v = kv.update(torch.randn(3, 2, 1, 8), torch.randn(3, 2, 1, 8), 0)
+    with pytest.raises(NotImplementedError, match="softcap"):
+        cascade.cascade_attention(None, torch.randn(3, 4, 1, 8), k, v, None, cascade=kv.cascade, softcap=30.0)
+    with pytest.raises(NotImplementedError, match="value head size"):
+        cascade.cascade_attention(None, torch.randn(3, 4, 1, 8), k, v[..., :4], None, cascade=kv.cascade)
+
+
+def test_every_config_gets_its_own_attention_back() -> None:
+    from transformers import LlavaConfig
+
+    config = LlavaConfig()
+    config.text_config._attn_implementation_internal = "sdpa"
+    config.vision_config._attn_implementation_internal = "eager"
+    config._attn_implementation_internal = "sdpa"
+    holder = torch.nn.Module()
+    holder.config = config
+    with cascade.use_cascade(holder, object()) as extra:
+        assert extra and config.text_config._attn_implementation == cascade.NAME
+    assert (config._attn_implementation, config.text_config._attn_implementation,
+            config.vision_config._attn_implementation) == ("sdpa", "sdpa", "eager")
