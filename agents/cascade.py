@@ -65,20 +65,22 @@ class CascadePlan:
     loner_mask: torch.Tensor | None = None
 
 
-def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention of ``q`` (n, Hkv, t, D) (already scaled) over ``k``/``v`` (n, Hkv, S, D) under an additive ``mask``
-    (n, 1, 1, S), in float32 whatever the inputs: (output (n, Hkv, t, D), log-sum-exp of the scores (n, Hkv, t))."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) + mask.float()
+def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``q`` (n, Hkv, t, D) over ``k``/``v`` (n, Hkv, S, D) under an additive ``mask`` (n, 1, 1, S),
+    in float32 whatever the inputs: (output (n, Hkv, t, D), log-sum-exp of the scaled scores (n, Hkv, t))."""
+    scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2)) + mask.float()
     lse = torch.logsumexp(scores, dim=-1)
     return torch.matmul(torch.exp(scores - lse[..., None]), v.float()), lse
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`_manual`; on CPU PyTorch's fused flash kernel (float32 accumulation), which returns the log-sum-exp
     too (one op, not six)."""
     if q.device.type == "cpu" and _FLASH_CPU is not None:
-        return _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=1.0)
-    return _manual(q, k, v, mask)
+        return _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    return _manual(q, k, v, mask, scale)
 
 
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -97,11 +99,10 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     p = cascade
     b, heads, _, dim = query.shape
     hkv = key.shape[1]
-    rep = heads // hkv
-    groups = p.reps.shape[0]
+    rep, groups = heads // hkv, p.reps.shape[0]
     scale = dim ** -0.5 if scaling is None else scaling
-    q = (query * scale).reshape(b, hkv, rep, dim)  # the query heads of one kv head side by side
-    o_out, o_lse = _attend(q, key[:, :, p.own_from:], value[:, :, p.own_from:], p.own_mask)  # (b, Hkv, rep, .)
+    q = query.reshape(b, hkv, rep, dim)  # the query heads of one kv head side by side
+    o_out, o_lse = _attend(q, key[:, :, p.own_from:], value[:, :, p.own_from:], p.own_mask, scale)  # (b, Hkv, rep, .)
     stacked = (q if p.ordered else q[p.stack]).view(groups, p.size, hkv, rep, dim)
     stacked = stacked.transpose(1, 2).reshape(groups, hkv, p.size * rep, dim)  # each group's queries, one block
     window = slice(p.prefix_from, p.prefix_to)
@@ -109,17 +110,20 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         pk, pv = key[p.rep_slice, :, window], value[p.rep_slice, :, window]
     else:  # one copy of each prefix
         pk, pv = key[:, :, window].index_select(0, p.reps), value[:, :, window].index_select(0, p.reps)
-    s_out, s_lse = _attend(stacked, pk, pv, p.prefix_mask)  # (G, Hkv, size * rep, .)
-    shared = torch.cat([s_out.float(), s_lse[..., None].float()], dim=-1).view(groups, hkv, p.size, rep, dim + 1)
-    shared = shared.transpose(1, 2).reshape(groups * p.size, hkv, rep, dim + 1)
-    if not p.ordered:
-        shared = shared[p.place]  # (b, Hkv, rep, D + 1): each row's prefix part
-    s_out, s_lse = shared[..., :dim], shared[..., dim] + p.gate  # no group: no prefix part
-    own_share = torch.sigmoid(o_lse.float() - s_lse)[..., None]  # exp(o_lse) / (exp(o_lse) + exp(s_lse))
-    out = (s_out + own_share * (o_out.float() - s_out)).to(query.dtype)
+    s_out, s_lse = _attend(stacked, pk, pv, p.prefix_mask, scale)  # (G, Hkv, size * rep, .)
+    if p.ordered:  # merge in the groups' layout: the rows' results are a view of it
+        o_out = o_out.view(groups, p.size, hkv, rep, dim).transpose(1, 2)  # (G, Hkv, size, rep, D)
+        o_lse = o_lse.view(groups, p.size, hkv, rep).transpose(1, 2)
+        own_share = torch.sigmoid(o_lse.float() - s_lse.view(groups, hkv, p.size, rep).float()).unsqueeze(-1)
+        out = torch.lerp(s_out.view(groups, hkv, p.size, rep, dim).float(), o_out.float(), own_share)
+        return out.to(query.dtype).transpose(1, 2).reshape(b, 1, heads, dim), None
+    shared = torch.cat([s_out.float(), s_lse.unsqueeze(-1).float()], dim=-1).view(groups, hkv, p.size, rep, dim + 1)
+    shared = shared.transpose(1, 2).reshape(groups * p.size, hkv, rep, dim + 1)[p.place]  # each row's prefix part
+    own_share = torch.sigmoid(o_lse.float() - (shared[..., dim] + p.gate)).unsqueeze(-1)  # no group: no prefix part
+    out = torch.lerp(shared[..., :dim], o_out.float(), own_share).to(query.dtype)  # s + own_share * (o - s)
     if p.loners is not None:  # rows in no group: plain attention over their whole span
         lk, lv = key[:, :, p.loner_from:].index_select(0, p.loners), value[:, :, p.loner_from:].index_select(0, p.loners)
-        out[p.loners] = _attend(q.index_select(0, p.loners), lk, lv, p.loner_mask)[0].to(query.dtype)
+        out[p.loners] = _attend(q.index_select(0, p.loners), lk, lv, p.loner_mask, scale)[0].to(query.dtype)
     return out.reshape(b, heads, 1, dim).transpose(1, 2), None
 
 

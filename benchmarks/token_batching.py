@@ -24,7 +24,7 @@
    every step of its message, so with all prompts different the extra time of a long context
    stays about the same per token while batching makes the rest cheaper.
 
-    python benchmarks/token_batching.py [--games 32] [--repeats 3] [--layouts 1x1 8x8 32x8 33x8 32x1] [--tokens 32]
+    python benchmarks/token_batching.py [--games 32] [--repeats 5] [--layouts 1x1 8x8 32x8 33x8 32x1] [--tokens 32]
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def _layout(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", type=int, default=32, help="games played at once")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="medians over this many runs")
     ap.add_argument("--layouts", type=_layout, nargs="+", default=[(1, 1), (8, 8), (32, 8), (33, 8), (32, 1)],
                     help="context test: ROWSxSHARE, ROWS messages advanced together, SHARE of them a prompt")
     ap.add_argument("--contexts", type=int, nargs=2, default=[32, 512], help="the two context lengths compared (ids)")
