@@ -139,6 +139,8 @@ def supports(model: torch.nn.Module) -> bool:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "attn_logit_softcapping", None) or getattr(text, "v_head_dim", None) is not None:
         return False
+    if getattr(text, "scale_attn_by_inverse_layer_idx", False):  # GPT-2's option, applied inside its own attention
+        return False
     if getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True):
         return False
     return not any(getattr(m, "sinks", None) is not None for m in model.modules())

@@ -181,7 +181,8 @@ def test_a_bfloat16_model_gets_bfloat16_back(monkeypatch, fused: bool) -> None:
 def test_only_models_whose_attention_it_computes_get_the_cascade(policy, monkeypatch) -> None:
     model = policy.model
     assert cascade.supports(model)
-    for name, value in (("attn_logit_softcapping", 30.0), ("sliding_window", 16), ("v_head_dim", 16)):
+    for name, value in (("attn_logit_softcapping", 30.0), ("sliding_window", 16), ("v_head_dim", 16),
+                        ("scale_attn_by_inverse_layer_idx", True)):
         monkeypatch.setattr(model.config, name, value, raising=False)
         assert not cascade.supports(model), name
         monkeypatch.delattr(model.config, name)
