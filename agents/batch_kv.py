@@ -218,6 +218,8 @@ class BatchKV:
             index = torch.tensor(loners, dtype=torch.long)
             first = torch.tensor(starts, dtype=torch.long)[index, None]
             plan.loners, plan.loner_from = index.to(dev), loner_from
+            if loners == list(range(loners[0], loners[-1] + 1)):  # consecutive rows: read through a view
+                plan.loner_slice = slice(loners[0], loners[-1] + 1)
             plan.loner_mask = self._additive(((k[None] >= first) & (k[None] <= last[index]))[:, None, None], dtype)
         return plan
 

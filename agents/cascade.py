@@ -46,7 +46,8 @@ class CascadePlan:
     0 for a row in a group and -inf for a row in none (whose prefix part then weighs nothing). ``ordered``: the
     places are the rows in order (``stack`` and ``place`` are ``arange(b)``), so nothing needs reordering.
     ``loners`` (n,): the rows in no group (a prompt of their own, the last open message of a group); they attend
-    slots ``[loner_from, W)`` of their rows under ``loner_mask`` (n, 1, 1, W - loner_from), plain attention."""
+    slots ``[loner_from, W)`` of their rows under ``loner_mask`` (n, 1, 1, W - loner_from), plain attention;
+    ``loner_slice``, when set, selects the same (consecutive) rows as a slice."""
 
     own_from: int
     own_mask: torch.Tensor
@@ -63,6 +64,7 @@ class CascadePlan:
     loners: torch.Tensor | None = None
     loner_from: int = 0
     loner_mask: torch.Tensor | None = None
+    loner_slice: slice | None = None
 
 
 def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
@@ -122,8 +124,12 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     own_share = torch.sigmoid(o_lse.float() - (shared[..., dim] + p.gate)).unsqueeze(-1)  # no group: no prefix part
     out = torch.lerp(shared[..., :dim], o_out.float(), own_share).to(query.dtype)  # s + own_share * (o - s)
     if p.loners is not None:  # rows in no group: plain attention over their whole span
-        lk, lv = key[:, :, p.loner_from:].index_select(0, p.loners), value[:, :, p.loner_from:].index_select(0, p.loners)
-        out[p.loners] = _attend(q.index_select(0, p.loners), lk, lv, p.loner_mask, scale)[0].to(query.dtype)
+        if p.loner_slice is not None:
+            lk, lv, lq = key[p.loner_slice, :, p.loner_from:], value[p.loner_slice, :, p.loner_from:], q[p.loner_slice]
+        else:
+            lk, lv = key[:, :, p.loner_from:].index_select(0, p.loners), value[:, :, p.loner_from:].index_select(0, p.loners)
+            lq = q.index_select(0, p.loners)
+        out[p.loners] = _attend(lq, lk, lv, p.loner_mask, scale)[0].to(query.dtype)
     return out.reshape(b, heads, 1, dim).transpose(1, 2), None
 
 

@@ -59,14 +59,15 @@ def test_cascade_attention_equals_attention_over_whole_rows(monkeypatch, fused: 
         lengths, groups = [60] * 6, {0: ([0, 1, 2], 50), 1: ([3, 4, 5], 40)}
     elif layout == "evenly-spaced":  # first rows 0 and 2: the prefixes are read through a view; row 4 in no group
         lengths, groups = [60, 58, 61, 60, 55, 20], {0: ([0, 1, 3], 50), 1: ([2, 5], 15)}
-    else:  # first rows 0, 1 and 3: the prefixes are copied; row 6 in no group
-        lengths, groups = [60, 58, 61, 60, 55, 20, 12], {0: ([0, 2], 50), 1: ([1, 4], 30), 2: ([3, 5], 10)}
+    else:  # first rows 0, 1 and 5: the prefixes are copied; rows 3 and 7 in no group (copied too)
+        lengths, groups = [60, 58, 61, 60, 55, 20, 12, 33], {0: ([0, 2], 50), 1: ([1, 4], 30), 2: ([5, 6], 10)}
     kv, _, _ = _filled(lengths, groups)
     kv.prepare_decode(0, len(lengths), torch.float32)
     plan = kv.cascade
     assert plan is not None and plan.ordered == (layout == "ordered")
     assert (plan.rep_slice is not None) == (layout != "scattered")
     assert (plan.loners is None) == (layout == "ordered")  # a row in no group attends its whole span alone
+    assert (plan.loner_slice is not None) == (layout == "evenly-spaced")  # one loner: a view of its row
     g = torch.Generator().manual_seed(1)
     k, v = kv.update(torch.randn(len(lengths), 2, 1, 8, generator=g), torch.randn(len(lengths), 2, 1, 8, generator=g), 0)
     q = torch.randn(len(lengths), 4, 1, 8, generator=g)
