@@ -50,8 +50,8 @@ def _full_attention(kv: BatchKV, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-kernel", "matmuls"])
 @pytest.mark.parametrize("layout", ["ordered", "evenly-spaced", "scattered"])
 def test_cascade_attention_equals_attention_over_whole_rows(monkeypatch, fused: bool, layout: str) -> None:
-    """Grouped-query heads (4 query heads on 2 key/value heads), groups of unequal size, a row in no group,
-    prefixes of different lengths: the same output as attention over every row's whole span."""
+    """Grouped-query heads (4 query heads on 2 key/value heads), prefixes of different lengths and, by layout,
+    groups of unequal size and rows in no group: the same output as attention over every row's whole span."""
     monkeypatch.setattr(batch_kv, "MIN_SAVED", -10**9)  # a plan whatever it saves
     if not fused:
         monkeypatch.setattr(cascade, "_FLASH_CPU", None)
