@@ -160,7 +160,9 @@ class Policy:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
-        """Generate one response per prompt, in one batched call."""
+        """Generate one response per prompt, in one batched call. Behaviour log-probs (the tempered,
+        unfiltered distribution) are taken step by step by a forward hook, so memory holds one step's
+        logits ``(B, V)``, not every step's ``(B, T, V)``."""
         if not prompts:
             return []
         pad = self.tokenizer.pad_token_id
@@ -171,7 +173,7 @@ class Policy:
             input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attention[i, width - len(p):] = 1
         kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=self.eos_ids,
-                      return_dict_in_generate=True, output_logits=True)
+                      return_dict_in_generate=True)
         if sampling.greedy:
             kwargs.update(do_sample=False)
         else:
@@ -179,15 +181,18 @@ class Policy:
                           top_k=sampling.top_k)  # 0 = no top-k (None would mean "the default, 50")
         was_training = self.model.training
         self.model.eval()
-        with self.gather():
-            out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                                      **kwargs)
+        steps = _StepLogprobs(1.0 if sampling.greedy else sampling.temperature)
+        hook = getattr(self.model, "hf_model", self.model).register_forward_hook(steps, with_kwargs=True)
+        try:
+            with self.gather():
+                out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                          **kwargs)
+        finally:
+            hook.remove()
         if was_training:
             self.model.train()
         new = out.sequences[:, width:].cpu()  # (B, T)
-        temp = 1.0 if sampling.greedy else sampling.temperature
-        logits = torch.stack(out.logits, dim=1).float().cpu() / temp  # (B, T, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        logp = steps.finish(new)  # (B, T)
         eos = torch.zeros_like(new, dtype=torch.bool)
         for e in self.eos_ids:
             eos |= new == e
@@ -212,6 +217,35 @@ class Policy:
             else:
                 self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+
+
+class _StepLogprobs:
+    """A forward hook on the model that ``generate`` steps: the behaviour log-prob of each sampled token,
+    ``log_softmax(logits / temperature)`` of the raw logits (before any processor), kept step by step.
+
+    A step's log-softmax row ``(B, V)`` waits until the next forward, whose input is the token just
+    sampled; only that token's value is kept. Memory is one step's ``(B, V)``, never ``(B, T, V)``."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.last: torch.Tensor | None = None  # (B, V): the newest step's log-softmax
+        self.taken: list[torch.Tensor] = []  # per finished step, (B,)
+
+    def __call__(self, module, args, kwargs, output) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if self.last is not None:
+            self.taken.append(self.last.gather(-1, ids[:, -1:].cpu()).squeeze(-1))
+        logits = output.logits[:, -1, :].float().cpu() / self.temperature  # as generate's own float copy
+        self.last = torch.log_softmax(logits, dim=-1)
+
+    def finish(self, new: torch.Tensor) -> torch.Tensor:
+        """Log-probs ``(B, T)`` of ``new`` (B, T), the generated ids."""
+        if new.shape[1] == 0:
+            return torch.zeros(new.shape, dtype=torch.float32)
+        self.taken.append(self.last.gather(-1, new[:, -1:]).squeeze(-1))
+        if len(self.taken) != new.shape[1]:
+            raise RuntimeError(f"generate made {len(self.taken)} forwards for {new.shape[1]} tokens")
+        return torch.stack(self.taken, dim=1)
 
 
 def _eos_ids(model, tokenizer) -> list[int]:

@@ -217,3 +217,53 @@ def test_generate_restores_training_mode(policy):
     policy.model.eval()
     policy.generate([policy.render(MESSAGES)], SamplingParams(max_new_tokens=2))
     assert not policy.model.training
+
+
+def _generate_keeping_every_step(policy, prompts, sampling):
+    """Generation as it was before log-probs were taken step by step: every step's raw logits kept
+    (``output_logits``), stacked (B, T, V), then one log-softmax."""
+    pad = policy.tokenizer.pad_token_id
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
+    kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=policy.eos_ids,
+                  return_dict_in_generate=True, output_logits=True)
+    if sampling.greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    policy.model.eval()
+    out = policy.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    new = out.sequences[:, width:]
+    temp = 1.0 if sampling.greedy else sampling.temperature
+    logp = torch.log_softmax(torch.stack(out.logits, dim=1).float() / temp, dim=-1)
+    return new, logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(max_new_tokens=12, temperature=0.7, top_k=5, top_p=0.9),
+                                      SamplingParams(max_new_tokens=12, temperature=1.0),
+                                      SamplingParams(max_new_tokens=12, temperature=0.0)], ids=["filtered", "plain", "greedy"])
+def test_step_by_step_logprobs_equal_those_of_every_step_kept(policy, sampling):
+    """Log-probs are taken a step at a time (memory of one step's logits, not all of them): the same tokens
+    and bit for bit the same log-probs as keeping every step's logits."""
+    prompts = [policy.render([{"role": "user", "content": t}]) for t in ["1+1=", "22*3=", "7", "100-99=", "5*5="]]
+    torch.manual_seed(3)
+    got = policy.generate(prompts, sampling)
+    torch.manual_seed(3)
+    new, logp = _generate_keeping_every_step(policy, prompts, sampling)
+    for i, g in enumerate(got):
+        n = len(g.response_ids)
+        assert g.response_ids == new[i, :n].tolist() and g.logprobs == logp[i, :n].tolist()
+    assert not policy.model._forward_hooks  # the step hook is gone
+
+
+def test_the_step_hook_goes_even_when_generation_fails(policy, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory, say")
+
+    monkeypatch.setattr(policy.model, "generate", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        policy.generate([policy.render([{"role": "user", "content": "1+1="}])], SamplingParams(max_new_tokens=3))
+    assert not policy.model._forward_hooks
