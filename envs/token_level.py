@@ -5,9 +5,11 @@
 
 Action
     ``gymnasium.spaces.Discrete(codec.vocab_size)``: one token id. A seat's message is the tokens
-    it emits until it emits ``codec.eos_id`` (not part of the message) or reaches
-    ``max_turn_tokens`` tokens (the message is then submitted as it is). The decoded message is
-    stepped into the turn-level game, whose rules judge it exactly as at turn level.
+    it emits until it emits an end id (not part of the message): ``codec.eos_id``, or any id of
+    ``codec.eos_ids`` when the codec has that attribute (a chat model that ends on either of two
+    ids), or until it reaches ``max_turn_tokens`` tokens (the message is then submitted as it is).
+    The decoded message is stepped into the turn-level game, whose rules judge it exactly as at
+    turn level.
 
 Observation (``gymnasium.spaces.Dict``)
     ``"observation"``: int64 ``(context_tokens,)``, the seat's context, the ids it conditions on:
@@ -99,9 +101,12 @@ class TokenLevelEnv(AECEnv):
         codec = ByteCodec() if codec is None else codec
         if not isinstance(codec, Codec):
             raise TypeError(f"codec must implement the Codec protocol (vocab_size, eos_id, encode, decode, prompt_ids, max_prompt_tokens), got {type(codec).__name__}")
-        if not 0 <= codec.eos_id < codec.vocab_size:
-            raise ValueError(f"codec.eos_id {codec.eos_id} is outside the vocabulary [0, {codec.vocab_size})")
+        ends = frozenset(int(e) for e in getattr(codec, "eos_ids", ())) | {int(codec.eos_id)}
+        outside = sorted(e for e in ends if not 0 <= e < codec.vocab_size)
+        if outside:
+            raise ValueError(f"end-of-message id(s) {outside} of the codec are outside the vocabulary [0, {codec.vocab_size})")
         self.env, self.codec, self.max_turn_tokens = env, codec, max_turn_tokens
+        self.end_ids = ends  # any of them ends a message
         self.metadata = {**env.metadata, "name": f"{env.metadata.get('name', 'cogym_env')}_token"}
         self.render_mode = env.render_mode
         self.possible_agents = list(env.possible_agents)
@@ -215,7 +220,7 @@ class TokenLevelEnv(AECEnv):
         if not self._message.get(agent):
             self.context_ids(agent)  # fix the prompt this message answers
         message = self._message.setdefault(agent, [])
-        done = token == self.codec.eos_id
+        done = token in self.end_ids
         if not done:
             message.append(token)
             # The game sees every token, the last one a message may have included.

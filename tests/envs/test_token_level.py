@@ -105,3 +105,34 @@ def test_the_wrapper_draws_nothing_and_replays_the_game_for_a_seed() -> None:
         a.reset(seed=seed)
         b.reset(seed=seed)
         assert a.env.observe("solver_0")["text"] == b.observe("solver_0")["text"]
+
+
+class _TwoEnds(ByteCodec):
+    """Bytes, ending a message on id 256 or on the newline byte: a chat model with two end ids."""
+
+    eos_ids = frozenset({256, 10})
+
+    def decode(self, ids) -> str:
+        return super().decode([i for i in ids if i not in self.eos_ids])
+
+
+def test_every_end_id_of_the_codec_ends_a_message() -> None:
+    """An outside driver (plain PettingZoo calls) that steps the codec's other end id ends the message too."""
+    env = make("proposer_solver-v0", granularity="token", num_solvers=1, codec=_TwoEnds())
+    env.reset(seed=0)
+    assert env.end_ids == {256, 10}
+    for t in [ord("3"), ord("+"), ord("4"), 10]:
+        env.step(t)
+    assert not env.in_message("proposer") and env.agent_selection == "solver_0"
+    assert env.env.observe("solver_0")["text"] == "3+4"
+    for t in [ord("7"), 256]:
+        env.step(t)
+    assert env.rewards["solver_0"] == 1.0 and all(env.terminations.values())
+
+
+def test_an_end_id_outside_the_vocabulary_is_refused() -> None:
+    class Broken(_TwoEnds):
+        eos_ids = frozenset({256, 999})
+
+    with pytest.raises(ValueError, match=r"\[999\] of the codec are outside the vocabulary"):
+        make("proposer_solver-v0", granularity="token", codec=Broken())
