@@ -98,7 +98,8 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     policy = Policy.from_pretrained(args.model)
     records = load_heldout()[: args.size]
-    acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "")
+    acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "",
+                           batch_size=args.batch_size)
     print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
     return 0
 
@@ -222,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--model", default="tiny", help="HF model directory or 'tiny' (default)")
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
     e.add_argument("--size", type=_positive_int, default=500, help="how many held-out problems (1-500)")
+    e.add_argument("--batch-size", type=_positive_int, default=500,
+                   help="prompts per generate call (default 500; lower it for a real model's memory)")
     e.set_defaults(fn=_eval)
     g = sub.add_parser("games", help="list registered games: roles, scripted twins, zero-sum, reward range, versions")
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",

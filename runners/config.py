@@ -78,6 +78,7 @@ class EvalConfig:
     heldout: bool = True  # greedy solver accuracy on the fixed held-out set, before and after
     size: int = 500
     max_new_tokens: int = 8
+    batch_size: int = 500  # prompts per generate call of the held-out evaluation (lower it for a real model)
     # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation), e.g.
     # vs_nash: {kind: vs_scripted, opponent: nash, games: 200}
     evaluators: dict = field(default_factory=dict)
@@ -472,8 +473,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.checkpoint_every must be >= 0 (0 disables), got {cfg.run.checkpoint_every}")
     if cfg.run.eval_every < 0:
         raise ConfigError(f"run.eval_every must be >= 0 (0: only before and after), got {cfg.run.eval_every}")
-    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1:
-        raise ConfigError(f"eval.size and eval.max_new_tokens must be >= 1, got {cfg.eval.size} and {cfg.eval.max_new_tokens}")
+    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1:
+        raise ConfigError(f"eval.size, eval.max_new_tokens and eval.batch_size must be >= 1, got {cfg.eval.size}, "
+                          f"{cfg.eval.max_new_tokens} and {cfg.eval.batch_size}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
     if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:

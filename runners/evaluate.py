@@ -10,9 +10,12 @@ from cogym.envs.arithmetic import extract_answer
 
 def heldout_accuracy(policy: Policy, records: Sequence[dict], system_prompt: str, *, batch_size: int = 500,
                      max_new_tokens: int = 8) -> float:
-    """Fraction of ``{"question", "answer"}`` records the policy answers exactly, decoding greedily."""
+    """Fraction of ``{"question", "answer"}`` records the policy answers exactly, decoding greedily,
+    ``batch_size`` prompts per generate call."""
     if not records:
         raise ValueError("held-out set is empty")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     greedy = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
     correct = 0
     for start in range(0, len(records), batch_size):

@@ -66,6 +66,12 @@ class HeldoutArithmetic:
     role: str = "solver"
     size: int = 500
     max_new_tokens: int = 8
+    batch_size: int = 500  # prompts per generate call
+
+    def __post_init__(self) -> None:
+        bad = [f"{k}={getattr(self, k)!r}" for k in ("size", "max_new_tokens", "batch_size") if getattr(self, k) < 1]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: must be >= 1")
 
     def evaluate(self, run) -> dict[str, float]:
         from cogym.envs.arithmetic import load_heldout
@@ -75,7 +81,8 @@ class HeldoutArithmetic:
             return {}
         system = run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else ""
         records = load_heldout()[: self.size]
-        return {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens)}
+        return {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
+                                                batch_size=self.batch_size)}
 
 
 @register_evaluator("vs_scripted")
@@ -193,7 +200,8 @@ def evaluators_of(cfg, build_section: Callable) -> list:
     ``eval.evaluators`` in order."""
     out: list = []
     if cfg.eval.heldout:
-        out.append(HeldoutArithmetic(size=cfg.eval.size, max_new_tokens=cfg.eval.max_new_tokens))
+        out.append(HeldoutArithmetic(size=cfg.eval.size, max_new_tokens=cfg.eval.max_new_tokens,
+                                     batch_size=cfg.eval.batch_size))
     for name, spec in cfg.eval.evaluators.items():
         out.append(evaluator_from(name, spec, build_section))
     return out

@@ -98,3 +98,32 @@ def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
             register_evaluator("test_constant")(type("Other", (), {}))
     finally:
         EVALUATORS.pop("test_constant", None)
+
+
+def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch) -> None:
+    from cogym.envs.arithmetic import load_heldout
+    from cogym.runners.evaluate import heldout_accuracy
+
+    records = load_heldout()[:23]
+    whole = heldout_accuracy(policy, records, "", batch_size=500)
+    calls: list[int] = []
+    generate = policy.generate
+    monkeypatch.setattr(policy, "generate", lambda prompts, sampling: calls.append(len(prompts)) or generate(prompts, sampling))
+    # Other batches pad prompts differently: greedy answers may differ by float rounding, at most one here.
+    assert heldout_accuracy(policy, records, "", batch_size=10) == pytest.approx(whole, abs=1 / len(records))
+    assert calls == [10, 10, 3]
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        heldout_accuracy(policy, records, "", batch_size=0)
+
+
+def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
+    from cogym.runners.build import _build
+    from cogym.runners.evaluation import HeldoutArithmetic, evaluators_of
+
+    cfg = load_config(None, ["eval.batch_size=16"])
+    (heldout,) = [e for e in evaluators_of(cfg, _build) if isinstance(e, HeldoutArithmetic)]
+    assert heldout.batch_size == 16
+    with pytest.raises(ConfigError, match="eval.batch_size must be >= 1|batch_size"):
+        load_config(None, ["eval.batch_size=0"])
+    with pytest.raises(ValueError, match="batch_size=0: must be >= 1"):
+        HeldoutArithmetic(batch_size=0)

@@ -167,6 +167,18 @@ def test_eval_runs_on_a_model_dir(capsys, tiny_model_dir):
     assert "held-out greedy accuracy" in out and "on 7 problems" in out
 
 
+def test_eval_takes_a_batch_size(capsys, tiny_model_dir, monkeypatch):
+    from cogym.agents.policy import Policy
+
+    calls: list[int] = []
+    generate = Policy.generate
+    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: calls.append(len(prompts)) or generate(self, prompts, sampling))
+    assert main(["eval", "--model", str(tiny_model_dir), "--size", "7", "--batch-size", "3"]) == 0
+    assert calls == [3, 3, 1]
+    with pytest.raises(SystemExit):
+        main(["eval", "--batch-size", "0"])
+
+
 def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
     from cogym.runners.cli import print_summary
 
