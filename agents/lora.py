@@ -310,7 +310,6 @@ class LoraBase:
         view = AdapterView(self.peft, name, base_ref=self.path)
         tok_dir = adapter_dir if adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file() else self.dir
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-        tokenizer.padding_side = "left"
         return Policy(view, tokenizer, name=name)
 
     def base_view(self) -> AdapterView:

@@ -9,6 +9,7 @@ decode-then-re-encode in between).
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -93,10 +94,14 @@ class Policy:
         # Sampling is cogym's (SamplingParams): a model's own generation defaults (repetition
         # penalty, min_p, ...) would reshape the distribution it samples from while the behaviour
         # log-probs and the learner see the plain one, so keep only the special-token ids.
+        # The settings as they came are what save() writes back, so another tool loading a checkpoint
+        # samples and pads as the original model did.
         old = getattr(model, "generation_config", None)
+        self._as_loaded = (copy.deepcopy(old), tokenizer.padding_side, tokenizer.pad_token)
         model.generation_config = GenerationConfig(
             bos_token_id=getattr(old, "bos_token_id", None), eos_token_id=self.eos_ids,
             pad_token_id=getattr(old, "pad_token_id", None))
+        tokenizer.padding_side = "left"  # prompts are left-padded (generation appends on the right)
         if tokenizer.pad_token_id is None:
             # Many causal LMs ship without a pad token. Padding positions are always masked
             # (attention mask in generation, loss mask in training), so the eos id is safe here.
@@ -126,7 +131,6 @@ class Policy:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
-        tokenizer.padding_side = "left"
         model.eval()
         return cls(model, tokenizer, name=name or path.name)
 
@@ -207,16 +211,31 @@ class Policy:
 
     def save(self, path: str | Path) -> None:
         """An HF model directory (safetensors) and the tokenizer; a LoRA policy writes its adapter
-        directory instead, which :meth:`from_pretrained` loads back onto the same base model."""
+        directory instead, which :meth:`from_pretrained` loads back onto the same base model. The
+        model's generation config and the tokenizer's padding side and pad token are written as
+        they came, not as cogym sets them for its own sampling."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        with self.gather():
+        with self.gather(), self._settings_as_loaded():
             if isinstance(self.model, AdapterView):
                 # The adapter only (peft's adapter directory, safetensors), naming the base model it goes on.
                 self.model.save_adapter(path, base=self.model.base_ref)
             else:
                 self.model.save_pretrained(path, safe_serialization=True)
-        self.tokenizer.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+
+    @contextlib.contextmanager
+    def _settings_as_loaded(self):
+        generation, side, pad = self._as_loaded
+        now = (self.model.generation_config, self.tokenizer.padding_side, self.tokenizer.pad_token)
+        if generation is not None:
+            self.model.generation_config = generation
+        self.tokenizer.padding_side, self.tokenizer.pad_token = side, pad
+        try:
+            yield
+        finally:
+            self.model.generation_config = now[0]
+            self.tokenizer.padding_side, self.tokenizer.pad_token = now[1], now[2]
 
 
 class _StepLogprobs:

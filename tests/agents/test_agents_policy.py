@@ -267,3 +267,29 @@ def test_the_step_hook_goes_even_when_generation_fails(policy, monkeypatch):
     with pytest.raises(RuntimeError, match="out of memory"):
         policy.generate([policy.render([{"role": "user", "content": "1+1="}])], SamplingParams(max_new_tokens=3))
     assert not policy.model._forward_hooks
+
+
+def test_a_checkpoint_keeps_the_models_own_generation_and_tokenizer_settings(tiny_model_dir, tmp_path):
+    """cogym samples with its own settings, but a saved policy is the model as it came: its generation
+    config (sampling defaults, eos ids in their order) and the tokenizer's padding side and pad token."""
+    import json
+
+    src = tmp_path / "src"
+    shutil.copytree(tiny_model_dir, src)
+    own = {"bos_token_id": 2, "eos_token_id": [3, 1], "pad_token_id": 0, "top_k": 20, "repetition_penalty": 1.05,
+           "do_sample": True, "temperature": 0.7}
+    (src / "generation_config.json").write_text(json.dumps(own))
+    tok = json.loads((src / "tokenizer_config.json").read_text())
+    tok["padding_side"] = "right"
+    (src / "tokenizer_config.json").write_text(json.dumps(tok))
+    policy = Policy.from_pretrained(src)
+    assert policy.eos_ids == [1, 3] and policy.tokenizer.padding_side == "left"
+    assert policy.model.generation_config.top_k in (None, 50) and policy.model.generation_config.repetition_penalty in (None, 1.0)
+    policy.save(tmp_path / "out")
+    saved = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert {k: saved.get(k) for k in own} == own
+    assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["padding_side"] == "right"
+    # The policy in memory keeps sampling with cogym's settings after the save.
+    assert policy.tokenizer.padding_side == "left" and policy.model.generation_config.top_k in (None, 50)
+    again = Policy.from_pretrained(tmp_path / "out")
+    assert again.eos_ids == [1, 3] and again.tokenizer.padding_side == "left"
