@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -31,15 +32,36 @@ def tiny_model_path() -> Path:
     return Path(str(resources.files("cogym.agents").joinpath("tiny")))
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the Hugging Face Hub spells model ids
+
+
 def resolve_model_dir(path: str | Path) -> Path:
-    """The HF model directory ``path`` names (``"tiny"``: the embedded model), checked to be one."""
+    """The HF model directory ``path`` names, checked to be one: a directory, ``"tiny"`` (the embedded
+    model) or a Hub id (``"Qwen/Qwen2.5-0.5B"``) whose snapshot is in the local Hugging Face cache."""
     path = tiny_model_path() if str(path) == "tiny" else Path(path)
+    if not path.is_dir() and HUB_ID.match(str(path)):
+        path = _hub_snapshot(str(path))
     if not path.is_dir():
-        raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; "
-                             "give an HF model directory, a checkpoint's policy directory, or 'tiny'")
+        raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; give an HF model "
+                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or 'tiny'")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
     return path
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The snapshot of Hub model ``repo_id`` in the local Hugging Face cache (never a download: run time
+    may have no network, and a mistyped local path must not start one)."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise ModelLoadError(
+            f"{repo_id!r} is not a directory, and no Hub model of that id is in the local cache "
+            f"{constants.HF_HUB_CACHE!r}; fetch it where there is network (`hf download {repo_id}`) and copy the "
+            "cache here (or set HF_HOME / HF_HUB_CACHE to it), or pass the model's directory") from None
 
 
 @dataclass(frozen=True)
@@ -125,14 +147,14 @@ class Policy:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = resolve_model_dir(path)
+        given, path = str(path), resolve_model_dir(path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         except (OSError, ValueError, SafetensorError) as exc:
             raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
         model.eval()
-        return cls(model, tokenizer, name=name or path.name)
+        return cls(model, tokenizer, name=name or (given.split("/")[-1] if HUB_ID.match(given) else path.name))
 
     @property
     def lora(self) -> bool:

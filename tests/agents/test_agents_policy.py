@@ -293,3 +293,29 @@ def test_a_checkpoint_keeps_the_models_own_generation_and_tokenizer_settings(tin
     assert policy.tokenizer.padding_side == "left" and policy.model.generation_config.top_k in (None, 50)
     again = Policy.from_pretrained(tmp_path / "out")
     assert again.eos_ids == [1, 3] and again.tokenizer.padding_side == "left"
+
+
+def _hub_cache(root, repo_id: str, model_dir) -> Path:
+    """A Hugging Face hub-layout cache under ``root`` holding ``model_dir`` as ``repo_id``'s main snapshot."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(model_dir, snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(snapshot.name)
+    return snapshot
+
+
+def test_a_hub_id_loads_from_the_local_cache_offline(tiny_model_dir, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    snapshot = _hub_cache(tmp_path / "hub", "acme/tiny-chat", tiny_model_dir)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    policy = Policy.from_pretrained("acme/tiny-chat")
+    assert policy.name == "tiny-chat"
+    reference = Policy.from_pretrained(snapshot)
+    for (name, a), (_, b) in zip(policy.model.named_parameters(), reference.model.named_parameters()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ModelLoadError, match=r"'acme/missing' is not a directory, and no Hub model .*`hf download acme/missing`"):
+        Policy.from_pretrained("acme/missing")
