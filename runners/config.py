@@ -258,6 +258,26 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _drop_null_seats(tree: dict) -> None:
+    """``seats.<role>: null`` (in a file or as the override ``seats.proposer=null``) removes the seat, the
+    role's prompt, and any policy (with its learner) that no seat plays any more."""
+    seats = tree.get("seats")
+    if not isinstance(seats, dict):
+        return
+    dropped = [name for name, pid in seats.items() if pid is None]
+    if not dropped:
+        return
+    for name in dropped:
+        del seats[name]
+        if isinstance(tree.get("prompts"), dict):
+            tree["prompts"].pop(name, None)
+    played = {pid for pid in seats.values() if isinstance(pid, str)}
+    for section in ("policies", "learners"):
+        if isinstance(tree.get(section), dict):
+            for pid in [p for p in tree[section] if p not in played]:
+                del tree[section][pid]
+
+
 def default_config_path() -> Path:
     return Path(str(resources.files("cogym.configs").joinpath(DEFAULT_CONFIG)))
 
@@ -276,6 +296,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     for text in overrides or []:
         key, value = parse_override(text)
         _set_dotted(tree, key, value)
+    _drop_null_seats(tree)
     learners = tree.pop("learners", None)
     if learners is not None and not isinstance(learners, dict):
         raise ConfigError(f"learners must be a mapping of names to sections, got {learners!r}")

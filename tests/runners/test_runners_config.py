@@ -282,3 +282,23 @@ def test_scripted_seat_is_accepted():
 def test_invalid_values_fail_at_load(override):
     with pytest.raises(ConfigError):
         load_config(None, [override])
+
+
+def test_a_null_seat_goes_with_its_prompt_and_the_policy_nobody_plays(tmp_path) -> None:
+    """``seats.proposer=null`` turns the default config into a dataset run in one command: the seat, its
+    prompt, and the proposer policy and learner go; the solver is untouched."""
+    cfg = load_config(None, ["game.kwargs.source=dataset", "seats.proposer=null"])
+    assert "proposer" not in cfg.seats and "proposer" not in cfg.prompts
+    assert set(cfg.policies) == {"solver"} and set(cfg.learners) == {"solver"}
+    assert cfg.seats["solver"] == "solver" and cfg.prompts["solver"].system
+    # A policy another seat still plays stays.
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        "seats: {proposer: both, solver: both}\n"
+        "policies: {both: {model: tiny}}\n"
+        "learners: {both: {algorithm: grpo}}\n"
+        "prompts: {solver: {system: Solve.}, proposer: {system: Propose.}}\n"
+        "game: {id: proposer_solver-v0}\n")
+    cfg = load_config(shared, ["seats.proposer=null"])
+    assert cfg.seats == {"solver": "both"} and set(cfg.policies) == {"both"} and set(cfg.learners) == {"both"}
+    assert set(cfg.prompts) == {"solver"}
