@@ -10,6 +10,7 @@ import torch
 
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.policy import Policy, SamplingParams, tiny_model_path
+from model_helpers import hub_cache
 
 MESSAGES = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "37+45"}]
 
@@ -295,20 +296,10 @@ def test_a_checkpoint_keeps_the_models_own_generation_and_tokenizer_settings(tin
     assert again.eos_ids == [1, 3] and again.tokenizer.padding_side == "left"
 
 
-def _hub_cache(root, repo_id: str, model_dir) -> Path:
-    """A Hugging Face hub-layout cache under ``root`` holding ``model_dir`` as ``repo_id``'s main snapshot."""
-    repo = root / ("models--" + repo_id.replace("/", "--"))
-    snapshot = repo / "snapshots" / "0123456789abcdef0123456789abcdef01234567"
-    shutil.copytree(model_dir, snapshot)
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(snapshot.name)
-    return snapshot
-
-
 def test_a_hub_id_loads_from_the_local_cache_offline(tiny_model_dir, tmp_path, monkeypatch):
     import huggingface_hub.constants
 
-    snapshot = _hub_cache(tmp_path / "hub", "acme/tiny-chat", tiny_model_dir)
+    snapshot = hub_cache(tmp_path / "hub", "acme/tiny-chat", tiny_model_dir)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

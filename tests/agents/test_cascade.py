@@ -11,6 +11,7 @@ from cogym.agents.batch_kv import BatchKV
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.types import Request
+from model_helpers import full_logp
 
 
 def _filled(lengths: list[int], groups: dict[int, tuple[list[int], int]], kv_heads: int = 2, dim: int = 8,
@@ -116,13 +117,6 @@ def test_the_model_gets_its_attention_back(policy) -> None:
     model.config._attn_implementation = before
 
 
-def _full_logp(policy, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
-    with torch.no_grad():
-        logits = policy.model(torch.tensor([prompt + ids])).logits[0].float() / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    return [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(ids)]
-
-
 def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy, monkeypatch) -> None:
     """Three problems, four messages each, and a message with a prompt of its own, prompts of ~120 ids: decode
     steps read each shared prompt once a group; log-probs equal a full forward's while rows leave (the last row
@@ -157,7 +151,7 @@ def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy
     assert len({p.rep_slice is None for p in made}) == 2  # groups in order, then moved
     for m in opened:
         toks = emitted[m.handle]
-        assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, [t.id for t in toks], 0.8),
+        assert [t.logprob for t in toks] == pytest.approx(full_logp(policy, m.prompt_ids, [t.id for t in toks], 0.8),
                                                           abs=1e-5)
     assert [[t.id for t in v] for v in emitted.values()] == [[t.id for t in v] for v in single.values()]
 
@@ -199,7 +193,7 @@ def test_only_models_whose_attention_it_computes_get_the_cascade(policy, monkeyp
     assert agent.streams.cascade_steps == 0 and not agent.streams.cache.plan_shared
     ids = [t.id for t in (step[0] for step in steps) if t.id is not None]
     logp = [t.logprob for t in (step[0] for step in steps) if t.id is not None]
-    assert logp == pytest.approx(_full_logp(policy, opened[0].prompt_ids, ids, 1.0), abs=1e-5)
+    assert logp == pytest.approx(full_logp(policy, opened[0].prompt_ids, ids, 1.0), abs=1e-5)
 
 
 def test_errors_rather_than_dropping_what_it_cannot_compute(monkeypatch) -> None:

@@ -4,7 +4,6 @@ sampling defaults, a vocabulary padded past the tokenizer (``tests/qwen_fixture.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.envs import make
 from cogym.runners.token_rollout import ChatCodec
+from model_helpers import full_logp, hub_cache
 
 IM_END, ENDOFTEXT = 151645, 151643
 
@@ -30,11 +30,7 @@ def test_behaviour_logprobs_equal_a_fresh_forward_on_a_real_vocabulary(qwen_poli
     prompts = [qwen_policy.render([{"role": "user", "content": t}]) for t in ["2+3=", "What is 7*8?", "Hi"]]
     torch.manual_seed(0)
     for gen in qwen_policy.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0.7)):
-        with torch.no_grad():
-            logits = qwen_policy.model(torch.tensor([gen.prompt_ids + gen.response_ids])).logits[0].float() / 0.7
-        logp = torch.log_softmax(logits, dim=-1)
-        p = len(gen.prompt_ids)
-        assert gen.logprobs == pytest.approx([float(logp[p - 1 + j, t]) for j, t in enumerate(gen.response_ids)], abs=1e-5)
+        assert gen.logprobs == pytest.approx(full_logp(qwen_policy, gen.prompt_ids, gen.response_ids, 0.7), abs=1e-5)
 
 
 def test_either_eos_id_ends_a_token_level_message_through_plain_pettingzoo_calls(qwen_policy) -> None:
@@ -53,11 +49,7 @@ def test_a_hub_id_loads_offline_and_a_checkpoint_keeps_the_generation_config(qwe
                                                                             monkeypatch) -> None:
     import huggingface_hub.constants
 
-    repo = tmp_path / "hub" / "models--acme--qwen-fixture"
-    snapshot = repo / "snapshots" / ("ab" * 20)
-    shutil.copytree(qwen_model_dir, snapshot)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(snapshot.name)
+    hub_cache(tmp_path / "hub", "acme/qwen-fixture", qwen_model_dir)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

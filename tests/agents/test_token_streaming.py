@@ -12,18 +12,11 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Request, TokenStreaming
+from model_helpers import full_logp
 
 
 def _requests(texts: list[str]) -> list[Request]:
     return [Request(messages=[{"role": "user", "content": t}], role="solver", seat=f"s{i}") for i, t in enumerate(texts)]
-
-
-def _full_logp(policy, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
-    """Log-probs of ``ids`` after ``prompt`` from one full forward (no cache)."""
-    with torch.no_grad():
-        logits = policy.model(torch.tensor([prompt + ids])).logits[0].float() / temperature  # (T, V)
-    logp = torch.log_softmax(logits, dim=-1)
-    return [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(ids)]
 
 
 def test_rows_joining_and_leaving_keep_every_message_exact(policy) -> None:
@@ -53,7 +46,7 @@ def test_rows_joining_and_leaving_keep_every_message_exact(policy) -> None:
         toks = emitted[m.handle]
         assert toks[0].read == len(m.prompt_ids) and all(t.read == 1 for t in toks[1:])
         ids = [t.id for t in toks]
-        assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, ids, 0.7), abs=1e-5)
+        assert [t.logprob for t in toks] == pytest.approx(full_logp(policy, m.prompt_ids, ids, 0.7), abs=1e-5)
 
 
 def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> None:
@@ -75,7 +68,7 @@ def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> 
         toks = [step[k] for step in steps if step[k].id is not None]
         assert 0 < toks[0].read < len(m.prompt_ids)  # only the part after the shared prefix was computed
         ids = [t.id for t in toks]
-        assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, m.prompt_ids, ids, 0.9), abs=1e-5)
+        assert [t.logprob for t in toks] == pytest.approx(full_logp(policy, m.prompt_ids, ids, 0.9), abs=1e-5)
     second = ask("31*4=")[0]  # read a second time: now its whole prompt but the last id is kept
     handles.append(second.handle)
     agent.advance(handles)
@@ -83,7 +76,7 @@ def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> 
     steps = [agent.advance(handles + [again.handle]) for _ in range(3)]
     toks = [step[-1] for step in steps if step[-1].id is not None]
     assert toks[0].read == 1
-    assert [t.logprob for t in toks] == pytest.approx(_full_logp(policy, again.prompt_ids, [t.id for t in toks], 0.9), abs=1e-5)
+    assert [t.logprob for t in toks] == pytest.approx(full_logp(policy, again.prompt_ids, [t.id for t in toks], 0.9), abs=1e-5)
     agent.close(handles + [again.handle])
     assert not agent.streams._prefixes.spans  # an empty cache forgets prefixes (the weights may change next)
 
