@@ -238,22 +238,18 @@ def _adapter_seed(seed: int, name: str) -> int:
 class LoraBase:
     """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``)."""
 
-    def __init__(self, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "auto") -> None:
-        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters)."""
+    def __init__(self, path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "auto",
+                 attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> None:
+        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters);
+        ``dtype``, ``attn_implementation``, ``gradient_checkpointing``: as for ``Policy.from_pretrained``."""
         require_peft()
-        from transformers import AutoModelForCausalLM
-
-        from .policy import resolve_model_dir
+        from .policy import load_causal_lm, resolve_model_dir
 
         self.path = str(path)
         self.dir = resolve_model_dir(path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            self.model = AutoModelForCausalLM.from_pretrained(self.dir, dtype=dtype).to(device)
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load the base model at {str(self.dir)!r}: {exc}") from exc
-        self.model.eval()
+        self.model = load_causal_lm(self.dir, dtype, device, attn_implementation, gradient_checkpointing)
         self.model.requires_grad_(False)
         self.peft = None  # the peft model, once the first adapter is added
         self.trainable: dict[str, bool] = {}
@@ -327,8 +323,9 @@ class LoraBase:
 
 
 def load_adapter_policy(path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
-                        device: str = "auto"):
-    """A Policy from an adapter directory alone: its base (from ``adapter_config.json``) + the adapter."""
+                        device: str = "auto", **options):
+    """A Policy from an adapter directory alone: its base (from ``adapter_config.json``) + the adapter.
+    ``options``: ``attn_implementation`` and ``gradient_checkpointing`` of the base model."""
     path = Path(path)
-    base = LoraBase(adapter_base(path), dtype=dtype, device=device)
+    base = LoraBase(adapter_base(path), dtype=dtype, device=device, **options)
     return base.add(name or path.name.replace(".", "_") or "adapter", adapter_dir=path)

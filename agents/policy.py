@@ -64,6 +64,53 @@ def _hub_snapshot(repo_id: str) -> Path:
             "cache here (or set HF_HOME / HF_HUB_CACHE to it), or pass the model's directory") from None
 
 
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"bf16"`` / ``"bfloat16"`` / ``torch.bfloat16`` (and the same for fp32 and fp16) -> the torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not one of float32, bfloat16, float16")
+        return dtype
+    if str(dtype).lower() not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    return DTYPES[str(dtype).lower()]
+
+
+def attention_implementations() -> list[str]:
+    """The ``attn_implementation`` names transformers accepts here (kernels it knows of, installed or not)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ["eager", *(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if "|" not in k)]
+
+
+def load_causal_lm(path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "cpu",
+                   attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """The causal LM of HF model directory ``path`` in ``dtype`` on ``device``, in eval mode, with its
+    attention kernel and gradient checkpointing as asked (see :meth:`Policy.from_pretrained`)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {"dtype": parse_dtype(dtype)}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    except (OSError, ValueError, ImportError, SafetensorError) as exc:
+        raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
+    if gradient_checkpointing:
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ModelLoadError(f"the model at {str(path)!r} ({type(model).__name__}) does not support gradient "
+                                 "checkpointing; set gradient_checkpointing: false")
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return model.eval()
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` means greedy decoding."""
@@ -133,27 +180,35 @@ class Policy:
         self._render_cache: dict[tuple, list[int]] = {}
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
-                        device: str = "auto") -> "Policy":
+    def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: str | torch.dtype = torch.float32,
+                        device: str = "auto", attn_implementation: str | None = None,
+                        gradient_checkpointing: bool = False) -> "Policy":
         """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model).
+
+        ``dtype`` (float32, bfloat16, float16) is the dtype the weights are held and computed in, for
+        generation and the training forward alike (the engines keep float32 master weights for the
+        optimizer). ``attn_implementation``: transformers' attention kernel (``sdpa``, ``eager``,
+        ``flash_attention_2``, ...; None: transformers' default). ``gradient_checkpointing``: the
+        decoder layers recompute their activations in the backward instead of keeping them.
 
         A LoRA adapter directory (what a LoRA policy saves: ``adapter_config.json`` and no
         ``config.json``) loads as its base model (named in ``adapter_config.json``) plus the adapter;
         this needs peft. ``device="auto"`` takes the GPU when torch sees one, else the CPU.
         """
+        dtype = parse_dtype(dtype)
+        options = dict(attn_implementation=attn_implementation, gradient_checkpointing=gradient_checkpointing)
         if is_adapter_dir(path):
-            return load_adapter_policy(path, name=name, dtype=dtype, device=device)
+            return load_adapter_policy(path, name=name, dtype=dtype, device=device, **options)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         given, path = str(path), resolve_model_dir(path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
-        except (OSError, ValueError, SafetensorError) as exc:
-            raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
-        model.eval()
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not load the tokenizer at {str(path)!r}: {exc}") from exc
+        model = load_causal_lm(path, dtype, device, **options)
         return cls(model, tokenizer, name=name or (given.split("/")[-1] if HUB_ID.match(given) else path.name))
 
     @property

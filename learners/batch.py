@@ -3,15 +3,18 @@ log-probabilities of their response tokens under a model, and the data-parallel 
 
 from __future__ import annotations
 
-import math
+import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from cogym.agents.types import Turn
 
 from . import torch_dist as dist
+from .losses import entropy_from_logits
 
 
 @dataclass
@@ -70,26 +73,152 @@ class TokenBatch:
                           [self.group_keys[i] for i in ii], [self.turns[i] for i in ii])
 
 
-def response_logits_and_logp(model: torch.nn.Module, b: TokenBatch,
-                             temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits / temperature (N, L, V) at the positions that predict each response token, and the
-    log-probs (N, L) of the response tokens under them (the distribution the rollout sampled)."""
+# Elements of one chunk of output-layer logits (fp32: 128 MiB): a 103-token vocabulary takes every
+# response token of a micro-batch in one chunk, Qwen2.5's 151,936 about 220 tokens a chunk.
+HEAD_CHUNK_ELEMENTS = 1 << 25
+
+
+@contextlib.contextmanager
+def training_forward(module: torch.nn.Module):
+    """The mode of a training forward: eval (no dropout, so the forward is the distribution that
+    sampled; gradients flow all the same), except that the decoder layers that checkpoint their
+    activations (``gradient_checkpointing``) are flagged as training, the only mode in which
+    transformers recomputes them. Restored afterwards: generation must not see the flag (it turns
+    the KV cache off)."""
+    module.eval()
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # pragma: no cover - an old transformers: no per-layer checkpointing to switch on
+        GradientCheckpointingLayer = ()
+    layers = [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
+    for m in layers:
+        m.training = True  # this module only: its attention and MLP (and their dropout) stay in eval mode
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.training = False
+
+
+def response_logp(model: torch.nn.Module, b: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probs (N, L) of the response tokens under ``model`` at ``temperature`` (the distribution the
+    rollout sampled from), 0 where ``b.mask`` is 0. Differentiable when grad is enabled."""
+    return _response_scores(model, b, temperature, entropy=False)[0]
+
+
+def response_logp_entropy(model: torch.nn.Module, b: TokenBatch,
+                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logp, entropy)``, both (N, L) and 0 where ``b.mask`` is 0: the response tokens' log-probs and
+    the entropy of the next-token distribution (softmax of logits / temperature) at each of them."""
+    return _response_scores(model, b, temperature, entropy=True)
+
+
+def _response_scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
+                     entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training forward. The network runs over prompt + response; the output layer runs only at
+    the positions that predict a response token under the mask, a chunk of tokens at a time, and
+    under grad each chunk is recomputed in the backward instead of kept. So no (N, L, V) or (N, W, V)
+    tensor ever exists: the logits' memory is one chunk's, whatever the vocabulary or batch."""
     width = int(b.attention_mask.sum(1).max())
-    logits = model(input_ids=b.input_ids[:, :width], attention_mask=b.attention_mask[:, :width]).logits
-    idx = b.resp_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    resp_logits = logits.gather(1, idx).float() / temperature  # (N, L, V)
-    logp = torch.log_softmax(resp_logits, dim=-1).gather(-1, b.resp_ids.unsqueeze(-1)).squeeze(-1)
-    return resp_logits, logp * b.mask
+    ids, attn = b.input_ids[:, :width], b.attention_mask[:, :width]
+    rows, cols = b.mask.nonzero(as_tuple=True)
+    parts = _decoder_and_head(model)
+    if parts is None:  # a model without the standard decoder/head split: full logits, then select
+        hidden, head = model(input_ids=ids, attention_mask=attn).logits[rows, b.resp_index[rows, cols]], None
+        vocab = hidden.shape[-1]
+    else:
+        decoder, head, vocab = parts
+        seen: list[torch.Tensor] = []
+        hook = decoder.register_forward_hook(lambda _m, _a, out: seen.append(
+            out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
+        try:  # through the model's own forward (engine hooks run); its head only at the last position
+            model(input_ids=ids, attention_mask=attn, logits_to_keep=1, use_cache=False)
+        finally:
+            hook.remove()
+        hidden = seen[-1][rows, b.resp_index[rows, cols]]  # (K, H): the K scored positions
+    targets = b.resp_ids[rows, cols]
+    step = max(1, HEAD_CHUNK_ELEMENTS // max(1, vocab))
+    pieces = []
+    for i in range(0, len(targets), step):
+        args = (head, hidden[i:i + step], targets[i:i + step], temperature, entropy)
+        if torch.is_grad_enabled() and head is not None and len(targets) > step:
+            pieces.append(checkpoint(_head_scores, *args, use_reentrant=False))
+        else:
+            pieces.append(_head_scores(*args))
+    logp = b.mask.new_zeros(b.mask.shape, dtype=torch.float32)
+    ent = b.mask.new_zeros(b.mask.shape, dtype=torch.float32) if entropy else None
+    if not pieces:  # nothing to score: a zero that still hangs on the graph (a backward reaches the model)
+        return logp + hidden.sum() * 0.0, ent
+    logp = logp.index_put((rows, cols), torch.cat([p[0] for p in pieces]))
+    if entropy:
+        ent = ent.index_put((rows, cols), torch.cat([p[1] for p in pieces]))
+    return logp, ent
 
 
-def shard_chunks(n_rows: int, micro_batch_size: int, rank: int = 0, world: int = 1) -> list[torch.Tensor]:
-    """Row indices of one rank's micro-batches: rows ``rank::world`` in chunks of at most
-    ``micro_batch_size`` rows, the same number of chunks on every rank (a chunk is empty where a rank
-    runs out of rows). One rank: ``arange(n_rows).split(micro_batch_size)``."""
-    if world == 1:
-        return list(torch.arange(n_rows).split(micro_batch_size))
-    per_rank = math.ceil(n_rows / world)
-    return list(torch.arange(rank, n_rows, world).tensor_split(max(1, math.ceil(per_rank / micro_batch_size))))
+def _head_scores(head: torch.nn.Module | None, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                 entropy: bool) -> tuple[torch.Tensor, ...]:
+    """Log-prob of ``targets`` (and the entropy) under ``head(hidden) / temperature`` (``head`` None:
+    ``hidden`` are the logits already)."""
+    logits = (head(hidden) if head is not None else hidden).float() / temperature  # (k, V)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (logp, entropy_from_logits(logits)) if entropy else (logp,)
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module, int] | None:
+    """A transformers causal LM's decoder (its output: the final hidden states), output layer and vocabulary size,
+    through the wrappers cogym puts around it (a DeepSpeed engine, a PEFT model); None when the model
+    has no such split or its forward takes no ``logits_to_keep``."""
+    inner = model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
+    base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    try:
+        decoder, head = base.get_decoder(), base.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or decoder is base or not isinstance(head, torch.nn.Module):
+        return None
+    if "logits_to_keep" not in inspect.signature(base.forward).parameters:
+        return None
+    vocab = getattr(head, "out_features", None) or getattr(getattr(base, "config", None), "vocab_size", None)
+    return (decoder, head, int(vocab)) if vocab else None
+
+
+def micro_batches(widths: Sequence[int], micro_batch_size: int, max_tokens: int | None = None,
+                  rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+    """Row indices of one rank's micro-batches. Rank ``r`` takes rows ``r::world``; consecutive rows
+    go into one micro-batch while it has at most ``micro_batch_size`` rows and at most ``max_tokens``
+    padded tokens (rows x its widest row; a row wider than that alone is a micro-batch by itself).
+    Every rank gets the same number of micro-batches (empty ones where a rank has fewer)."""
+    packs = []
+    for r in range(world):
+        idx = list(range(r, len(widths), world))
+        packs.append([[idx[i] for i in run] for run in pack_rows([widths[i] for i in idx], micro_batch_size, max_tokens)])
+    count = max(1, max(len(p) for p in packs))
+    mine = packs[rank] + [[]] * (count - len(packs[rank]))
+    return [torch.tensor(run, dtype=torch.long) for run in mine]
+
+
+def pack_rows(widths: Sequence[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Consecutive runs of ``range(len(widths))``, each of at most ``max_rows`` items whose count x
+    largest width is at most ``max_tokens`` (None: no token limit); an item wider than ``max_tokens``
+    makes a run of its own."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    top = 0
+    for i, w in enumerate(widths):
+        wider = max(top, int(w))
+        if run and (len(run) >= max_rows or (max_tokens is not None and (len(run) + 1) * wider > max_tokens)):
+            runs.append(run)
+            run, wider = [], int(w)
+        run.append(i)
+        top = wider
+    if run:
+        runs.append(run)
+    return runs
+
+
+def batch_widths(b: TokenBatch) -> list[int]:
+    """Each row's prompt + response length (its width in a right-padded forward)."""
+    return b.attention_mask.sum(1).tolist()
 
 
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:

@@ -29,7 +29,11 @@ class LearnerConfig:
     lr: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_size: int = 256  # rows per forward/backward; the loss is normalised over the whole step
+    # A micro-batch (one forward/backward) holds at most micro_batch_size rows and at most
+    # max_tokens_per_micro_batch padded tokens (rows x its longest row; null: no token limit). The
+    # loss is normalised over the whole step, so the split changes memory, not the update.
+    micro_batch_size: int = 256
+    max_tokens_per_micro_batch: Optional[int] = 4096
     epochs: int = 1
     clip_low: float = 0.2
     clip_high: float = 0.2

@@ -10,11 +10,13 @@ own directory: ``critic.safetensors`` (all weights) and its engine's optimizer s
 from __future__ import annotations
 
 import copy
+import inspect
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
+from .batch import batch_widths, micro_batches, training_forward
 from .config import LearnerConfig
 from .engines import make_engine, save_weights
 from .gae import clipped_value_loss
@@ -29,13 +31,20 @@ class ValueModel(torch.nn.Module):
     def __init__(self, lm: torch.nn.Module) -> None:
         super().__init__()
         self.lm = lm
-        self.head = torch.nn.Linear(lm.config.hidden_size, 1)
+        self.head = torch.nn.Linear(lm.config.hidden_size, 1, dtype=next(lm.parameters()).dtype)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        # logits_to_keep=1: the LM's output layer runs at one position, not over (N, W, vocabulary)
+        extra = {"logits_to_keep": 1} if _keeps_logits(self.lm) else {}
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **extra)
         return self.head(out.hidden_states[-1]).squeeze(-1).float()  # (N, W)
+
+
+def _keeps_logits(lm: torch.nn.Module) -> bool:
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def response_values(module: torch.nn.Module, b) -> torch.Tensor:
@@ -68,26 +77,27 @@ class Critic:
         """V_old (N, L) for the batch, computed before any update of this step."""
         module = self.engine.train_module
         module.eval()
-        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        chunks = micro_batches(batch_widths(b), micro_batch_size, self.cfg.max_tokens_per_micro_batch)
         return torch.cat([response_values(module, b.rows(ix)) for ix in chunks])
 
     def update(self, b, old_values: torch.Tensor, returns: torch.Tensor, micro_batch_size: int) -> dict[str, float]:
         """One optimizer step on ``0.5 * token-mean(max((V-G)^2, (clip(V, V_old±c) - G)^2))``."""
         module = self.engine.train_module
-        module.eval()  # no dropout: the same forward as ``values``
         n_tok = float(b.mask.sum())
-        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        chunks = micro_batches(batch_widths(b), micro_batch_size, self.cfg.max_tokens_per_micro_batch)
         sums = {"vf_loss": 0.0, "vf_clipfrac": 0.0}
-        for k, ix in enumerate(chunks):
-            mb = b.rows(ix)
-            v = response_values(module, mb)
-            per_token, metrics = clipped_value_loss(v, old_values[ix], returns[ix], mb.mask, clip_value=self.value_clip)
-            loss = aggregate(per_token, mb.mask, "token-mean", num_tokens=n_tok, num_seqs=float(len(ix)))
-            self.engine.backward(loss, last=k == len(chunks) - 1)
-            share = float(mb.mask.sum()) / max(n_tok, 1.0)
-            sums["vf_loss"] += float(loss.detach())
-            sums["vf_clipfrac"] += float(metrics.get("vf_clipfrac", 0.0)) * share
-        stats = self.engine.step()
+        with training_forward(module):  # no dropout: the same forward as ``values``
+            for k, ix in enumerate(chunks):
+                mb = b.rows(ix)
+                v = response_values(module, mb)
+                per_token, metrics = clipped_value_loss(v, old_values[ix], returns[ix], mb.mask,
+                                                        clip_value=self.value_clip)
+                loss = aggregate(per_token, mb.mask, "token-mean", num_tokens=n_tok, num_seqs=float(len(ix)))
+                self.engine.backward(loss, last=k == len(chunks) - 1)
+                share = float(mb.mask.sum()) / max(n_tok, 1.0)
+                sums["vf_loss"] += float(loss.detach())
+                sums["vf_clipfrac"] += float(metrics.get("vf_clipfrac", 0.0)) * share
+            stats = self.engine.step()
         if "grad_norm" in stats:
             sums["vf_grad_norm"] = stats["grad_norm"]
         return sums

@@ -39,6 +39,7 @@ class Engine(Protocol):
 
 
 OPTIM_FILE = "optimizer.pt"
+MASTER_FILE = "master_weights.pt"  # the torch engine's float32 weights of a bfloat16/float16 model
 ZERO_FILE = "zero_optimizer.rank{rank}.pt"
 
 
@@ -56,34 +57,95 @@ def _zero_safe_globals() -> list:
     return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the model's trainable weights (float32 when it has none)."""
+    return next((p.dtype for p in model.parameters() if p.requires_grad), torch.float32)
+
+
+class LossScaler:
+    """Dynamic loss scaling for float16 gradients: start at 2**16, halve on an overflow (and skip that
+    step), double after ``window`` clean steps."""
+
+    def __init__(self, scale: float = 2.0 ** 16, window: int = 1000, min_scale: float = 1.0) -> None:
+        self.scale, self.window, self.min_scale, self.clean = scale, window, min_scale, 0
+
+    def update(self, overflow: bool) -> None:
+        if overflow:
+            self.scale, self.clean = max(self.min_scale, self.scale / 2), 0
+        else:
+            self.clean += 1
+            if self.clean % self.window == 0:
+                self.scale *= 2
+
+
 class TorchEngine:
     """AdamW with gradient clipping on the model as it is. Data parallel (W > 1 ranks), the
-    gradients are averaged over the ranks before clipping, as DeepSpeed does."""
+    gradients are averaged over the ranks before clipping, as DeepSpeed does.
+
+    A model held in bfloat16 or float16 trains in mixed precision: the optimizer steps float32
+    master copies of the weights (a step of lr * 1e-3 would vanish in a bfloat16 weight's 8 bits),
+    which are copied back into the model after each step; float16 gradients get dynamic loss scaling."""
 
     name = "torch"
 
     def __init__(self, model: torch.nn.Module, cfg: LearnerConfig) -> None:
         self.model = self.train_module = model
         self.cfg = cfg
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.master = None
+        if model_dtype(model) != torch.float32:
+            self.master = [p.detach().float().clone() for p in self.params]
+        self.scaler = LossScaler() if model_dtype(model) == torch.float16 else None
+        self.optimizer = torch.optim.AdamW(self.master or self.params, lr=cfg.lr,
                                            weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
 
     def backward(self, loss: torch.Tensor, last: bool = True) -> None:
-        loss.backward()
+        (loss * self.scaler.scale if self.scaler else loss).backward()
 
     def step(self) -> dict[str, float]:
         if dist.world_size() > 1:
-            average_gradients([p for p in self.model.parameters() if p.requires_grad])
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
+            average_gradients(self.params)
+        if self.master is None:
+            norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"grad_norm": float(norm)}
+        unscale = 1.0 / self.scaler.scale if self.scaler else 1.0
+        for m, p in zip(self.master, self.params):
+            m.grad = None if p.grad is None else p.grad.float() * unscale
+            p.grad = None
+        norm = torch.nn.utils.clip_grad_norm_(self.master, self.cfg.max_grad_norm)
+        metrics = {"grad_norm": float(norm)}
+        overflow = not torch.isfinite(norm)
+        if self.scaler:
+            self.scaler.update(overflow)
+            metrics["loss_scale"] = self.scaler.scale
+        if overflow and self.scaler:
+            metrics["skipped_step"] = 1.0
+        else:
+            self.optimizer.step()
+            with torch.no_grad():
+                for m, p in zip(self.master, self.params):
+                    p.copy_(m)
         self.optimizer.zero_grad(set_to_none=True)
-        return {"grad_norm": float(norm)}
+        return metrics
 
     def save(self, directory: Path) -> None:
         torch.save(self.optimizer.state_dict(), Path(directory) / OPTIM_FILE)
+        if self.master is not None:  # the weights at full precision: the model's own are rounded
+            state = {"master": self.master, "scale": self.scaler.scale if self.scaler else None}
+            torch.save(state, Path(directory) / MASTER_FILE)
 
     def load(self, directory: Path) -> None:
         self.optimizer.load_state_dict(torch.load(Path(directory) / OPTIM_FILE, weights_only=True))
+        path = Path(directory) / MASTER_FILE
+        if self.master is not None and path.is_file():
+            state = torch.load(path, weights_only=True)
+            with torch.no_grad():
+                for m, saved in zip(self.master, state["master"]):
+                    m.copy_(saved)
+            if self.scaler and state["scale"] is not None:
+                self.scaler.scale = float(state["scale"])
 
     def gathered_params(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -142,7 +204,9 @@ def init_single_process_distributed() -> None:
             os.environ.pop("MASTER_PORT", None)
 
 
-def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1) -> dict:
+def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1, dtype: torch.dtype = torch.float32) -> dict:
+    """DeepSpeed's config for a learner; a bfloat16 or float16 model trains in DeepSpeed's mixed precision
+    (float32 master weights; dynamic loss scaling for float16)."""
     zero: dict = {"stage": cfg.zero_stage}
     if cfg.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -157,6 +221,8 @@ def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1) -> dict:
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
+        "bf16": {"enabled": dtype == torch.bfloat16},
+        "fp16": {"enabled": dtype == torch.float16, "loss_scale": 0, "initial_scale_power": 16},
     }
 
 
@@ -171,7 +237,8 @@ class DeepSpeedEngine:
 
         init_single_process_distributed()
         self.cfg = cfg
-        ds_cfg = deepspeed_config(cfg)
+        self.dtype = model_dtype(model)
+        ds_cfg = deepspeed_config(cfg, dtype=self.dtype)
         params = [p for p in model.parameters() if p.requires_grad]
         if cfg.offload_optimizer:
             # ZeRO-Offload needs DeepSpeed's own CPU Adam, so the optimizer comes from the config.
@@ -199,7 +266,7 @@ class DeepSpeedEngine:
         if self._pending == 0:
             return {}
         manual = None
-        if self.cfg.zero_stage == 0:
+        if self.cfg.zero_stage == 0 and self.dtype == torch.float32:
             # Stage 0 with a client optimizer does not record the norm; measure it before the step.
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
             manual = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
@@ -207,7 +274,13 @@ class DeepSpeedEngine:
         self._pending = 0
         norm = self.ds.get_global_grad_norm()
         norm = manual if norm is None else float(norm)
-        return {"grad_norm": norm} if norm is not None else {}
+        metrics = {"grad_norm": norm} if norm is not None else {}
+        if self.dtype == torch.float16:
+            opt = self.ds.optimizer
+            scale = getattr(opt, "cur_scale", None) or getattr(getattr(opt, "loss_scaler", None), "cur_scale", None)
+            if scale is not None:
+                metrics["loss_scale"] = float(scale)
+        return metrics
 
     def save(self, directory: Path) -> None:
         """Optimizer state as plain tensors and a few DeepSpeed value classes, one file per rank.

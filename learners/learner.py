@@ -23,13 +23,15 @@ from cogym.agents.types import Turn
 from . import torch_dist as dist
 from .algorithms import registry
 from .algorithms.base import Algorithm, Context, MicroStep, TrainBatch
-from .batch import TokenBatch, response_logits_and_logp, shard_chunks, sum_over_ranks
+from .batch import (TokenBatch, micro_batches, response_logp, response_logp_entropy, sum_over_ranks,
+                    training_forward)
 from .config import FROZEN, LearnerConfig
 from .dapo import FILTER_PREDICATES, apply_overlong_shaping, group_decisions
 from .engines import Engine, make_engine
 from .pipeline import role_advantages
 
-__all__ = ["Learner", "TokenBatch", "response_logits_and_logp", "shard_chunks", "sum_over_ranks", "DYNAMIC_SAMPLING"]
+__all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_logp_entropy", "sum_over_ranks",
+           "DYNAMIC_SAMPLING"]
 
 DYNAMIC_SAMPLING = ("off", *FILTER_PREDICATES)
 STATE_FILE = "state.json"
@@ -137,12 +139,12 @@ class Learner:
         model = self.engine.train_module
         # Eval mode: dropout off, so the training forward is the distribution that sampled
         # (ratio 1 on fresh samples); gradients flow all the same.
-        model.eval()
-        for _ in range(self.cfg.epochs):
-            for k, ix in enumerate(data.chunks):
-                self._micro_step(model, data, k, ix, sums)
-            metrics.update(self.engine.step())
-            self.steps += 1
+        with training_forward(model):
+            for _ in range(self.cfg.epochs):
+                for k, ix in enumerate(data.chunks):
+                    self._micro_step(model, data, k, ix, sums)
+                metrics.update(self.engine.step())
+                self.steps += 1
         sums = sum_over_ranks(sums)  # each rank's share of the step-level sums and means -> the global values
         metrics.update({k: v / self.cfg.epochs for k, v in sums.items()})
         metrics.update(self.algorithm.finish(self, data))
@@ -158,13 +160,16 @@ class Learner:
         if len(ix) == 0:
             # No row of this rank at this micro-step: take part with a zero loss all the same
             # (ZeRO-2 reduces gradients at every micro-step, a collective every rank must join).
-            _, logp = response_logits_and_logp(model, data.batch.rows(torch.arange(1)), self.temperature)
+            logp = response_logp(model, data.batch.rows(torch.arange(1)), self.temperature)
             self.engine.backward(logp.sum() * 0.0, last=last)
             return
         mb = data.batch.rows(ix)
-        logits, logp = response_logits_and_logp(model, mb, self.temperature)
+        if self.cfg.entropy_coef > 0:
+            logp, entropy = response_logp_entropy(model, mb, self.temperature)
+        else:
+            logp, entropy = response_logp(model, mb, self.temperature), None
         rows = {key: (value[ix] if value is not None else None) for key, value in data.rows.items()}
-        loss, step_metrics = self.algorithm.loss(MicroStep(mb, logits, logp, rows, k, data.num_tokens, data.num_seqs))
+        loss, step_metrics = self.algorithm.loss(MicroStep(mb, logp, entropy, rows, k, data.num_tokens, data.num_seqs))
         world = dist.world_size()
         self.engine.backward(loss * world if world > 1 else loss, last=last)
         sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())

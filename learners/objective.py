@@ -39,13 +39,14 @@ class ObjectiveConfig:
 
 
 def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: ObjectiveConfig, *,
-              num_tokens: float, num_seqs: float, logits: Tensor | None = None,
+              num_tokens: float, num_seqs: float, entropy: Tensor | None = None, logits: Tensor | None = None,
               ref_logp: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Loss of one micro-batch and its metrics.
 
     ``logp`` (N, L) log-probabilities under the current parameters (with gradient), ``logp_old``
     (N, L) behaviour log-probabilities, ``adv`` (N, L) advantages, ``mask`` (N, L) loss mask;
-    ``logits`` (N, L, V) are needed only with an entropy bonus, ``ref_logp`` (N, L) only with KL in
+    an entropy bonus needs the token entropies ``entropy`` (N, L), or ``logits`` (N, L, V) to take them
+    from (the Learner passes ``entropy``: it never holds full logits), ``ref_logp`` (N, L) only with KL in
     the loss. ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step.
 
     Returns ``(loss, metrics)``; each metric is this micro-batch's share of its step-level value,
@@ -65,9 +66,9 @@ def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: Ob
         loss = loss + cfg.kl_loss_coef * kl_term
         metrics["kl_loss"] = float(kl_term.detach())
     if cfg.entropy_coef > 0:
-        if logits is None:
-            raise ValueError("an entropy bonus (entropy_coef > 0) needs the logits")
-        ent = aggregate(entropy_from_logits(logits), mask, cfg.loss_agg, **agg)
+        if entropy is None and logits is None:
+            raise ValueError("an entropy bonus (entropy_coef > 0) needs the token entropies (or the logits)")
+        ent = aggregate(entropy if entropy is not None else entropy_from_logits(logits), mask, cfg.loss_agg, **agg)
         loss = loss - cfg.entropy_coef * ent
         metrics["entropy"] = float(ent.detach())
     share = float(mask.sum()) / num_tokens  # this micro-batch's weight in step-level token means

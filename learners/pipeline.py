@@ -17,7 +17,7 @@ from cogym.agents.types import Turn
 from . import advantages as adv_fns
 from . import torch_dist as dist
 from .algorithms.base import RoleRows, TrainBatch
-from .batch import TokenBatch, response_logits_and_logp, shard_chunks
+from .batch import TokenBatch, batch_widths, micro_batches, response_logp
 from .dapo import mask_truncated
 from .losses import kl_estimate
 
@@ -80,10 +80,9 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
     b = _token_batch(learner, turns, metrics)
     ref_logp = None
     if learner.ref_model is not None:
-        chunks = torch.arange(len(turns)).split(cfg.micro_batch_size)
+        chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch)
         with torch.no_grad():
-            ref_logp = torch.cat([response_logits_and_logp(learner.ref_model, b.rows(ix), learner.temperature)[1]
-                                  for ix in chunks])
+            ref_logp = torch.cat([response_logp(learner.ref_model, b.rows(ix), learner.temperature) for ix in chunks])
     adv, keep, adv_metrics, carry = role_advantages(learner, b, ref_logp)
     metrics.update(adv_metrics)
     keep &= b.mask.sum(1) > 0  # rows with nothing to train on (filtered, truncated) cost no forward
@@ -96,7 +95,8 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
     if not b.turns:
         return TrainBatch(None, metrics)  # nothing left to learn from this batch: no step
     # Data parallel (W ranks): every rank holds the same global batch and trains on rows rank::W.
-    chunks = shard_chunks(len(b.turns), cfg.micro_batch_size, dist.rank(), dist.world_size())
+    chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch,
+                           dist.rank(), dist.world_size())
     return TrainBatch(b, metrics, rows={"adv": adv, "ref_logp": ref_logp}, chunks=chunks,
                       num_tokens=float(b.mask.sum()), num_seqs=float(len(b.turns)), extra={"carry": carry})
 

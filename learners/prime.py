@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from .config import LearnerConfig
 from .engines import make_engine, save_weights
-from .batch import TokenBatch, response_logits_and_logp
+from .batch import TokenBatch, batch_widths, micro_batches, response_logp, training_forward
 from .multiagent import prime_ce_loss, prime_process_rewards, prime_q
 
 WEIGHTS_FILE = "prm.safetensors"
@@ -80,14 +80,14 @@ class PrimeRewardModel:
     def _logps(self, mb: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(log pi_phi with grad if enabled, log pi_ref without) of ``mb``'s response tokens."""
         with torch.no_grad():
-            ref = response_logits_and_logp(self.ref_model, mb, self.temperature)[1]
-        return response_logits_and_logp(self.engine.train_module, mb, self.temperature)[1], ref
+            ref = response_logp(self.ref_model, mb, self.temperature)
+        return response_logp(self.engine.train_module, mb, self.temperature), ref
 
     @torch.no_grad()
     def q(self, b: TokenBatch, micro_batch_size: int) -> torch.Tensor:
         """``q = log pi_phi - log pi_ref`` (N, L), 0 on padding."""
         self.engine.train_module.eval()
-        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        chunks = micro_batches(batch_widths(b), micro_batch_size, self.cfg.max_tokens_per_micro_batch)
         return torch.cat([prime_q(*self._logps(mb), mb.mask) for mb in (b.rows(ix) for ix in chunks)])
 
     @torch.no_grad()
@@ -101,28 +101,28 @@ class PrimeRewardModel:
         rows with a response token (a batch without any is a no-op and returns ``{}``). ``prm_acc``:
         the fraction of those rows where ``beta * sum q > 0`` agrees with ``acc > 0.5``, before the step."""
         module = self.engine.train_module
-        module.eval()  # no dropout: the same forward as ``q``
         acc = acc.to(b.mask.device)
         valid = b.mask.sum(1) > 0
         n_valid = int(valid.sum())
         if n_valid == 0:
             return {}
         beta = self.prime.prime_beta
-        chunks = torch.arange(b.mask.shape[0]).split(micro_batch_size)
+        chunks = micro_batches(batch_widths(b), micro_batch_size, self.cfg.max_tokens_per_micro_batch)
         loss_sum, agree = 0.0, 0
-        for k, ix in enumerate(chunks):
-            mb = b.rows(ix)
-            logp, ref = self._logps(mb)
-            share = float(valid[ix.to(valid.device)].sum()) / n_valid  # this micro-batch's rows in the batch mean
-            loss = prime_ce_loss(logp, ref, mb.mask, acc[ix], beta=beta) * share
-            self.engine.backward(loss, last=k == len(chunks) - 1)
-            loss_sum += float(loss.detach())
-            with torch.no_grad():
-                z = beta * prime_q(logp, ref, mb.mask).sum(1)
-                mv = mb.mask.sum(1) > 0
-                agree += int(((z > 0) == (acc[ix] > 0.5))[mv].sum())
+        with training_forward(module):  # no dropout: the same forward as ``q``
+            for k, ix in enumerate(chunks):
+                mb = b.rows(ix)
+                logp, ref = self._logps(mb)
+                share = float(valid[ix.to(valid.device)].sum()) / n_valid  # this micro-batch's rows in the batch mean
+                loss = prime_ce_loss(logp, ref, mb.mask, acc[ix], beta=beta) * share
+                self.engine.backward(loss, last=k == len(chunks) - 1)
+                loss_sum += float(loss.detach())
+                with torch.no_grad():
+                    z = beta * prime_q(logp, ref, mb.mask).sum(1)
+                    mv = mb.mask.sum(1) > 0
+                    agree += int(((z > 0) == (acc[ix] > 0.5))[mv].sum())
+            stats = self.engine.step()
         metrics = {"prm_loss": loss_sum, "prm_acc": agree / n_valid}
-        stats = self.engine.step()
         if "grad_norm" in stats:
             metrics["prm_grad_norm"] = stats["grad_norm"]
         return metrics

@@ -178,7 +178,7 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -
     key = _base_key(pc.model)
     if key not in bases:
         base = adapter_base(pc.model) if is_adapter_dir(pc.model) else pc.model
-        bases[key] = LoraBase(base)
+        bases[key] = LoraBase(base, **pc.load_options())
     try:
         return bases[key].add(pid, pc.lora, adapter_dir=adapter_dir, trainable=cfg.learners[pid].algorithm != "frozen",
                               seed=cfg.run.seed)
@@ -216,7 +216,7 @@ def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lo
         if pc.lora.enabled:
             policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
         else:
-            policies[pid] = Policy.from_pretrained(path, name=pid)
+            policies[pid] = Policy.from_pretrained(path, name=pid, **pc.load_options())
     return policies
 
 
@@ -237,7 +237,8 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
             # adapter disabled is the reference, sharing the base weights instead of copying them.
             reference = lora_bases[_base_key(pc.model)].base_view()
         else:
-            reference = Policy.from_pretrained(pc.model).model if needs_ref and path != pc.model else None
+            reference = (Policy.from_pretrained(pc.model, **pc.load_options()).model
+                         if needs_ref and path != pc.model else None)
         critic = critic_dirs.get(pid)
         learners[pid] = Learner(policy, lc, temperature=pc.sampling.temperature, reference=reference,
                                 critic_weights=critic if critic is not None and critic.is_dir() else None,

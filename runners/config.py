@@ -16,12 +16,12 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
 from cogym.agents.lora import LoraConfig, peft_available
-from cogym.agents.policy import SamplingParams
+from cogym.agents.policy import DTYPES, SamplingParams, attention_implementations
 from cogym.core.errors import ConfigError
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.advantages import WHITEN_MODES
@@ -41,15 +41,28 @@ DEFAULT_CONFIG = "proposer_solver.yaml"
 
 @dataclass
 class PolicyConfig:
-    """A model behind one or more seats. ``model`` is an HF directory path or ``tiny``.
+    """A model behind one or more seats. ``model`` is an HF directory path, a Hub id in the local
+    cache, or ``tiny``.
 
     ``lora.r > 0``: the policy is a LoRA adapter named after it; LoRA policies with the same
     ``model`` share one base model in memory (frozen), each training only its own adapter.
+    ``dtype`` (float32 | bfloat16 | float16, or fp32 | bf16 | fp16), ``attn_implementation``
+    (transformers' kernel name; null: its default) and ``gradient_checkpointing`` apply to every copy
+    of the model: generation, the training forward, the KL reference, the PPO critic and the PRIME PRM.
+    Training keeps float32 master weights (and loss scaling for float16) in either engine.
     """
 
     model: str = "tiny"
     sampling: SamplingParams = field(default_factory=SamplingParams)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    dtype: str = "float32"
+    attn_implementation: Optional[str] = None
+    gradient_checkpointing: bool = False
+
+    def load_options(self) -> dict:
+        """The keyword arguments of ``Policy.from_pretrained`` (and ``LoraBase``) these settings make."""
+        return dict(dtype=self.dtype, attn_implementation=self.attn_implementation,
+                    gradient_checkpointing=self.gradient_checkpointing)
 
 
 @dataclass
@@ -362,6 +375,14 @@ def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str)
             raise ConfigError(f"{where}{sep}{msg}") from None
 
 
+def _check_precision(pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.dtype and attn_implementation name things that exist."""
+    _check_choice(str(pol.dtype).lower(), tuple(DTYPES), f"policies.{pid}.dtype")
+    if pol.attn_implementation is not None:
+        _check_choice(pol.attn_implementation, tuple(attention_implementations()),
+                      f"policies.{pid}.attn_implementation (null: transformers' default)")
+
+
 def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
     """policies.<id>.lora: peft installed, a usable adapter name, and an engine that leaves the shared base whole."""
     if not pol.lora.enabled:
@@ -378,6 +399,11 @@ def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
         raise ConfigError(f"{where}: ZeRO-3 would partition the frozen base model that LoRA adapters share (and that is "
                           f"their KL reference); set learners.{pid}.zero_stage to 0, 1 or 2 or learners.{pid}.engine: "
                           "torch (only the adapter has optimizer state, so ZeRO-3 saves little)")
+    for other, opc in cfg.policies.items():
+        if other != pid and opc.lora.enabled and opc.model == pol.model and opc.load_options() != pol.load_options():
+            raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on one shared base model "
+                              f"{pol.model!r}, so their dtype, attn_implementation and gradient_checkpointing must be "
+                              f"equal ({pol.load_options()} vs {opc.load_options()})")
 
 
 def league_policy(cfg: Config) -> str:
@@ -471,6 +497,9 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
         raise ConfigError(f"{where}.lr must be > 0, got {lc.lr}")
     if lc.micro_batch_size < 1 or lc.epochs < 1:
         raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
+    if lc.max_tokens_per_micro_batch is not None and lc.max_tokens_per_micro_batch < 1:
+        raise ConfigError(f"{where}.max_tokens_per_micro_batch must be >= 1 (padded tokens a forward), or null for "
+                          f"no token limit; got {lc.max_tokens_per_micro_batch}")
     if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
         raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
     if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
@@ -529,6 +558,7 @@ def validate(cfg: Config) -> None:
         if pol.sampling.temperature <= 0:
             raise ConfigError(f"policies.{pid}.sampling.temperature must be > 0 for training rollouts, "
                               f"got {pol.sampling.temperature}")
+        _check_precision(pid, pol)
         _check_lora(cfg, pid, pol)
     for pid, lc in cfg.learners.items():
         _check_learner(cfg, pid, lc, f"learners.{pid}")

@@ -135,14 +135,15 @@ class Advantages:
 class MicroStep:
     """One micro-batch of the update, as the loss sees it.
 
-    ``batch``: its rows; ``logits`` (n, L, V) and ``logp`` (n, L): the current model's, with
-    gradient; ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...);
+    ``batch``: its rows; ``logp`` (n, L): the current model's log-probs of the response tokens, with
+    gradient; ``entropy`` (n, L): its next-token entropy there, with gradient, when the learner has an
+    entropy bonus (``entropy_coef`` > 0), else None (no full-vocabulary logits are ever kept); ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...);
     ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step.
     """
 
     batch: TokenBatch
-    logits: torch.Tensor
     logp: torch.Tensor
+    entropy: torch.Tensor | None
     rows: dict
     index: int
     num_tokens: float
@@ -217,7 +218,7 @@ class Algorithm:
         Override to add a term: ``loss, m = super().loss(step); return loss + c * extra, m``."""
         mb = step.batch
         loss, metrics = objective(step.logp, mb.logp_old, step.rows["adv"], mb.mask, ObjectiveConfig.of(self.ctx.cfg),
-                                  num_tokens=step.num_tokens, num_seqs=step.num_seqs, logits=step.logits,
+                                  num_tokens=step.num_tokens, num_seqs=step.num_seqs, entropy=step.entropy,
                                   ref_logp=step.rows.get("ref_logp"))
         with torch.no_grad():
             drift = ((step.logp - mb.logp_old).abs() * mb.mask).sum() / step.num_tokens

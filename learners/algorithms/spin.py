@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 from cogym.agents.policy import Policy
 from cogym.agents.types import Turn
 
-from ..batch import TokenBatch, response_logits_and_logp
+from ..batch import TokenBatch, batch_widths, pack_rows, response_logp
 from ..engines import save_weights
 from .base import Algorithm, AlgorithmConfig, Context, MicroStep, TrainBatch
 from .registry import register
@@ -158,17 +158,21 @@ class Spin(Algorithm):
     @torch.no_grad()
     def train_batch(self, learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
         """Rows: the n real responses, then the n generated ones; a micro-batch holds whole pairs
-        (micro_batch_size // 2 of them, at least one), its real and generated rows in one forward."""
+        (micro_batch_size // 2 of them, at least one, and at most max_tokens_per_micro_batch padded tokens),
+        its real and generated rows in one forward."""
         self.engine = learner.engine
         real, gen = self.pairs(turns)
         n = len(real)
         if n == 0:
             return TrainBatch(None, {"spin_pairs": 0.0})
         b = TokenBatch.from_turns(real + gen, self.ctx.policy.tokenizer.pad_token_id).to(self.ctx.policy.device)
-        chunks = [torch.cat([ix, ix + n]) for ix in torch.arange(n).split(max(1, self.ctx.cfg.micro_batch_size // 2))]
+        cfg, widths = self.ctx.cfg, batch_widths(b)
+        half_tokens = cfg.max_tokens_per_micro_batch // 2 if cfg.max_tokens_per_micro_batch else None
+        runs = pack_rows([max(widths[i], widths[i + n]) for i in range(n)], max(1, cfg.micro_batch_size // 2), half_tokens)
+        chunks = [torch.cat([ix, ix + n]) for ix in (torch.tensor(run) for run in runs)]
         opponent = torch.zeros(2 * n, device=b.mask.device)
         for ix in chunks:
-            opponent[ix.to(b.mask.device)] = response_logits_and_logp(self.opponent, b.rows(ix), self.ctx.temperature)[1].sum(1)
+            opponent[ix.to(b.mask.device)] = response_logp(self.opponent, b.rows(ix), self.ctx.temperature).sum(1)
         return TrainBatch(b, {}, rows={"opponent_logp": opponent}, chunks=chunks, num_tokens=float(b.mask.sum()),
                           num_seqs=float(n), extra={"pairs": n})
 

@@ -17,7 +17,7 @@ from cogym.agents.lora import AdapterView, LoraBase, LoraConfig, require_peft
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Turn
 from cogym.learners.config import LearnerConfig
-from cogym.learners.learner import Learner, TokenBatch, response_logits_and_logp
+from cogym.learners.learner import Learner, TokenBatch, response_logp
 from cogym.runners.build import build
 from cogym.runners.config import ConfigError, load_config
 
@@ -65,7 +65,7 @@ def _turns(policy: Policy, seed: int = 0) -> list[Turn]:
 
 def _logp(policy: Policy, turns: list[Turn]) -> torch.Tensor:
     with torch.no_grad():
-        return response_logits_and_logp(policy.model, TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id))[1]
+        return response_logp(policy.model, TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id))
 
 
 # ------------------------------------------------------------------ one base in memory

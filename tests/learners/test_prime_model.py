@@ -16,7 +16,7 @@ from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.agents.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import _zero_safe_globals
-from cogym.learners.learner import TokenBatch, response_logits_and_logp
+from cogym.learners.learner import TokenBatch, response_logp
 from cogym.learners.multiagent import prime_ce_loss, prime_q
 from cogym.learners.prime import WEIGHTS_FILE, PrimeRewardModel
 
@@ -106,8 +106,8 @@ def test_the_loss_is_normalised_over_the_batch_whatever_the_micro_batches():
     for mbs in (1, 2, 6):
         prm = PrimeRewardModel(_model(), _cfg())
         prm.update(b, b.scores, micro_batch_size=6)  # off zero, so the rows' terms differ
-        logp = response_logits_and_logp(prm.model.eval(), b, prm.temperature)[1]
-        ref = response_logits_and_logp(prm.ref_model, b, prm.temperature)[1]
+        logp = response_logp(prm.model.eval(), b, prm.temperature)
+        ref = response_logp(prm.ref_model, b, prm.temperature)
         expected = float(prime_ce_loss(logp, ref, b.mask, b.scores, beta=prm.prime.prime_beta).detach())
         z = prime_q(logp, ref, b.mask).sum(1).detach()
         keep = b.mask.sum(1) > 0
@@ -129,8 +129,8 @@ def test_q_is_taken_at_the_sampling_temperature():
     prm.update(b, b.scores, 4)
     hot = PrimeRewardModel(policy, _cfg())
     hot.model.load_state_dict(prm.model.state_dict())
-    expected = prime_q(response_logits_and_logp(prm.model.eval(), b, 0.5)[1],
-                       response_logits_and_logp(prm.ref_model, b, 0.5)[1], b.mask)
+    expected = prime_q(response_logp(prm.model.eval(), b, 0.5),
+                       response_logp(prm.ref_model, b, 0.5), b.mask)
     torch.testing.assert_close(prm.q(b, 3), expected, atol=1e-6, rtol=0)
     assert not torch.allclose(hot.q(b, 3), expected, atol=1e-3)
     with pytest.raises(ValueError, match="temperature"):

@@ -58,7 +58,7 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
     (ratios near 1, some clipped), 0/1 rewards mixed within each group."""
     from cogym.agents.policy import Policy
     from cogym.agents.types import Turn
-    from cogym.learners.learner import TokenBatch, response_logits_and_logp
+    from cogym.learners.learner import TokenBatch, response_logp
 
     policy = Policy.from_pretrained(model_dir)
     g = torch.Generator().manual_seed(seed)
@@ -73,7 +73,7 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
                               text="", finished=True, reward=float((k + group) % 2), group_key=(f"ep-{group}", "solver")))
     b = TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id)
     with torch.no_grad():
-        logp = response_logits_and_logp(policy.model, b)[1]
+        logp = response_logp(policy.model, b)
     noise = 0.1 * torch.randn(logp.shape, generator=g)
     out = []
     for i, t in enumerate(turns):

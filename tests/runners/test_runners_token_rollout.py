@@ -14,7 +14,7 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
-from cogym.learners.learner import TokenBatch, response_logits_and_logp
+from cogym.learners.learner import TokenBatch, response_logp
 from cogym.runners.config import ConfigError, load_config
 from cogym.runners.rollout import rollout
 from cogym.runners.token_rollout import ChatCodec, token_rollout
@@ -65,7 +65,7 @@ def test_behaviour_logprobs_match_the_learners_teacher_forced_recomputation(inte
     _, res = interrupted_run
     batch = TokenBatch.from_turns(res.turns, pad_id=policy.tokenizer.pad_token_id)
     with torch.no_grad():
-        _, logp = response_logits_and_logp(policy.model.eval(), batch, temperature=1.0)
+        logp = response_logp(policy.model.eval(), batch, temperature=1.0)
     for i, t in enumerate(res.turns):
         assert logp[i, : len(t.logprobs)].tolist() == pytest.approx(t.logprobs, abs=1e-4)
 
