@@ -3,10 +3,16 @@
 ``tiny_model_dir`` is a small random-init char-level Llama saved as an HF directory, built once per
 session, so the tests never depend on the embedded model in ``agents/tiny`` (which is trained by a
 separate script and may be missing or change).
+
+``qwen_model_dir`` is a model as users bring them (``tests/qwen_fixture.py``: Qwen2.5's byte-level BPE, ChatML,
+two eos ids, a padded vocabulary). The model-facing tests run on both: they take ``model_name`` (parametrized
+``tiny`` / ``qwen``, so ``-k qwen`` picks the real-tokenizer cases), ``model_dir``, ``any_policy`` or
+``new_policy``.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -78,3 +84,74 @@ def qwen_policy(qwen_model_dir: Path):
     from cogym.agents.policy import Policy
 
     return Policy.from_pretrained(qwen_model_dir)
+
+
+# ------------------------------------------------------------------ both models
+MODELS = ("tiny", "qwen")
+
+
+def _copy_tokenizer(tokenizer):
+    """A copy of a fast tokenizer that shares only its Rust backend (the BPE model and its 151k ranks, which
+    nothing in cogym changes); padding side, pad token and the other settings cogym sets are the copy's own."""
+    clone = copy.copy(tokenizer)
+    clone.__dict__.update({k: copy.copy(v) for k, v in vars(tokenizer).items() if isinstance(v, (dict, list, set))})
+    return clone
+
+
+@pytest.fixture(scope="session")
+def _qwen_tokenizer(qwen_model_dir: Path):
+    """``AutoTokenizer.from_pretrained(qwen_model_dir)``, loaded once per session (a load takes ~2 s)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen_model_dir)
+
+
+@pytest.fixture(params=MODELS)
+def model_name(request) -> str:
+    """Which test model a model-facing test runs on: ``tiny`` (char-level Llama) or ``qwen`` (real BPE)."""
+    return request.param
+
+
+@pytest.fixture
+def model_dir(model_name: str, request, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The HF directory of ``model_name``'s model (``tiny_model_dir`` or ``qwen_model_dir``). For Qwen, loading
+    its tokenizer during the test (``Policy.from_pretrained``, ``LoraBase.add``) gives a copy of the session's
+    load of that same directory rather than parsing its 151k-rank BPE again."""
+    path = request.getfixturevalue(f"{model_name}_model_dir")
+    if model_name == "qwen":
+        from transformers import AutoTokenizer
+
+        loaded, load = request.getfixturevalue("_qwen_tokenizer"), AutoTokenizer.from_pretrained
+
+        def from_pretrained(name, *args, **kwargs):
+            if not args and not kwargs and str(name) == str(path):
+                return _copy_tokenizer(loaded)
+            return load(name, *args, **kwargs)
+
+        monkeypatch.setattr(AutoTokenizer, "from_pretrained", from_pretrained)
+    return path
+
+
+@pytest.fixture
+def new_policy(model_dir: Path):
+    """Makes fresh Policies of ``model_name``'s model: ``Policy.from_pretrained(model_dir)``."""
+    from cogym.agents.policy import Policy
+
+    return lambda: Policy.from_pretrained(model_dir)
+
+
+@pytest.fixture
+def any_policy(new_policy):
+    """A fresh Policy of ``model_name``'s model: the test runs once on the tiny model and once on the Qwen fixture."""
+    return new_policy()
+
+
+@pytest.fixture
+def any_model_and_tokenizer(model_name: str, model_dir: Path):
+    """A fresh ``(model, tokenizer)`` of ``model_name``, not yet wrapped in a Policy: the model with its own
+    generation config, the tokenizer with its own padding side and pad token (Qwen's: right, <|endoftext|>)."""
+    if model_name == "tiny":
+        return make_tiny_model()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)

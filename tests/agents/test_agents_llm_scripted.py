@@ -33,7 +33,8 @@ class CountingGenerate:
         return self.inner(prompts, sampling)
 
 
-def test_llm_agent_answers_a_batch_with_one_generate_call(policy):
+def test_llm_agent_answers_a_batch_with_one_generate_call(any_policy):
+    policy = any_policy
     counter = CountingGenerate(policy)
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=5), name="solver")
     requests = _requests(17)
@@ -56,7 +57,8 @@ def test_llm_agent_single_request_is_a_batch_of_one(policy):
     assert agent.name == policy.name and agent.trainable
 
 
-def test_llm_agent_uses_its_sampling_params(policy):
+def test_llm_agent_uses_its_sampling_params(any_policy):
+    policy = any_policy
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=4, temperature=0.0))
     a = agent.act(_requests(3))
     b = agent.act(_requests(3))

@@ -87,23 +87,29 @@ def test_tiny_names_the_embedded_model_directory():
     assert path.name == "tiny" and path.parent.name == "agents"
 
 
-def test_loaded_policy_matches_the_saved_model(tiny_model_dir):
+def test_loaded_policy_matches_the_saved_model(model_dir, model_name):
+    import json
+
     from safetensors.torch import load_file
 
-    saved = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
-    p = Policy.from_pretrained(tiny_model_dir)
-    assert p.name == Path(tiny_model_dir).name
-    assert Policy.from_pretrained(tiny_model_dir, name="solver").name == "solver"
+    saved = load_file(str(Path(model_dir) / "model.safetensors"))
+    p = Policy.from_pretrained(model_dir)
+    assert p.name == Path(model_dir).name
+    assert Policy.from_pretrained(model_dir, name="solver").name == "solver"
     loaded = p.model.state_dict()
     assert saved
     for k, v in saved.items():
         assert torch.equal(loaded[k], v), k
-    assert p.eos_ids == [p.tokenizer.eos_token_id]
+    # The eos ids: the tokenizer's and the generation config's (Qwen: <|im_end|> and <|endoftext|>).
+    own = json.loads((Path(model_dir) / "generation_config.json").read_text())["eos_token_id"]
+    assert p.eos_ids == sorted({p.tokenizer.eos_token_id, *(own if isinstance(own, list) else [own])})
+    assert len(p.eos_ids) == {"tiny": 1, "qwen": 2}[model_name]
     assert p.tokenizer.padding_side == "left"
     assert not p.model.training
 
 
-def test_save_then_load_round_trips_weights(policy, tmp_path):
+def test_save_then_load_round_trips_weights(any_policy, tmp_path):
+    policy = any_policy
     with torch.no_grad():
         for prm in policy.model.parameters():
             prm.add_(0.01)
@@ -115,10 +121,18 @@ def test_save_then_load_round_trips_weights(policy, tmp_path):
 
 
 # ------------------------------------------------------------------ rendering
-def test_render_uses_the_chat_template(policy):
-    ids = policy.render(MESSAGES)
-    assert policy.tokenizer.decode(ids) == "<|system|>Solve.<|end|><|user|>37+45<|end|><|assistant|>"
+RENDERED = {  # MESSAGES through each test model's chat template, with the assistant generation prompt
+    "tiny": "<|system|>Solve.<|end|><|user|>37+45<|end|><|assistant|>",
+    "qwen": "<|im_start|>system\nSolve.<|im_end|>\n<|im_start|>user\n37+45<|im_end|>\n<|im_start|>assistant\n",
+}
+
+
+def test_render_uses_the_chat_template(any_policy, model_name):
+    ids = any_policy.render(MESSAGES)
+    assert any_policy.tokenizer.decode(ids) == RENDERED[model_name]
     assert all(isinstance(i, int) for i in ids)
+    ids.append(0)  # a caller's list: the cached rendering is not changed through it
+    assert any_policy.tokenizer.decode(any_policy.render(MESSAGES)) == RENDERED[model_name]
 
 
 # ------------------------------------------------------------------ sampling params
@@ -167,7 +181,8 @@ def test_generate_shapes_eos_and_logprobs(policy):
         assert g.response_ids[-1] != eos
 
 
-def test_greedy_generation_is_deterministic(policy):
+def test_greedy_generation_is_deterministic(any_policy):
+    policy = any_policy
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
     prompts = _prompts(policy)
     torch.manual_seed(1)
@@ -179,7 +194,8 @@ def test_greedy_generation_is_deterministic(policy):
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-6)
 
 
-def test_greedy_batch_equals_one_prompt_at_a_time(policy):
+def test_greedy_batch_equals_one_prompt_at_a_time(any_policy):
+    policy = any_policy
     # Left padding must not change what a prompt generates.
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
     prompts = _prompts(policy)
@@ -190,7 +206,8 @@ def test_greedy_batch_equals_one_prompt_at_a_time(policy):
         assert alone.logprobs == pytest.approx(g.logprobs, abs=1e-4)
 
 
-def test_greedy_picks_the_argmax(policy):
+def test_greedy_picks_the_argmax(any_policy):
+    policy = any_policy
     prompt = policy.render(MESSAGES)
     g = policy.generate([prompt], SamplingParams(max_new_tokens=6, temperature=0.0))[0]
     ids = torch.tensor([prompt + g.response_ids])
@@ -201,7 +218,8 @@ def test_greedy_picks_the_argmax(policy):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0, 0.5])
-def test_behaviour_logprobs_equal_a_fresh_forward_pass(policy, temperature):
+def test_behaviour_logprobs_equal_a_fresh_forward_pass(any_policy, temperature):
+    policy = any_policy
     torch.manual_seed(3)
     prompts = _prompts(policy) * 2
     gens = policy.generate(prompts, SamplingParams(max_new_tokens=10, temperature=temperature))
@@ -211,7 +229,8 @@ def test_behaviour_logprobs_equal_a_fresh_forward_pass(policy, temperature):
         torch.testing.assert_close(torch.tensor(g.logprobs), fresh, atol=1e-4, rtol=0)
 
 
-def test_generate_restores_training_mode(policy):
+def test_generate_restores_training_mode(any_policy):
+    policy = any_policy
     policy.model.train()
     policy.generate([policy.render(MESSAGES)], SamplingParams(max_new_tokens=2))
     assert policy.model.training
@@ -246,9 +265,10 @@ def _generate_keeping_every_step(policy, prompts, sampling):
 @pytest.mark.parametrize("sampling", [SamplingParams(max_new_tokens=12, temperature=0.7, top_k=5, top_p=0.9),
                                       SamplingParams(max_new_tokens=12, temperature=1.0),
                                       SamplingParams(max_new_tokens=12, temperature=0.0)], ids=["filtered", "plain", "greedy"])
-def test_step_by_step_logprobs_equal_those_of_every_step_kept(policy, sampling):
+def test_step_by_step_logprobs_equal_those_of_every_step_kept(any_policy, sampling):
     """Log-probs are taken a step at a time (memory of one step's logits, not all of them): the same tokens
     and bit for bit the same log-probs as keeping every step's logits."""
+    policy = any_policy
     prompts = [policy.render([{"role": "user", "content": t}]) for t in ["1+1=", "22*3=", "7", "100-99=", "5*5="]]
     torch.manual_seed(3)
     got = policy.generate(prompts, sampling)

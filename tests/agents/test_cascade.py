@@ -100,7 +100,8 @@ def test_a_moved_row_keeps_its_tag() -> None:
     assert kv.shared == [(7, 25), (0, 20)]
 
 
-def test_the_model_gets_its_attention_back(policy) -> None:
+def test_the_model_gets_its_attention_back(any_policy) -> None:
+    policy = any_policy
     model = policy.model
     before = model.config._attn_implementation
     plan = object()
@@ -117,10 +118,11 @@ def test_the_model_gets_its_attention_back(policy) -> None:
     model.config._attn_implementation = before
 
 
-def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(policy, monkeypatch) -> None:
+def test_messages_sharing_long_prompts_decode_through_the_cascade_exactly(any_policy, monkeypatch) -> None:
     """Three problems, four messages each, and a message with a prompt of its own, prompts of ~120 ids: decode
     steps read each shared prompt once a group; log-probs equal a full forward's while rows leave (the last row
     moves: groups out of order), and one message a forward (no cascade) draws the same tokens from one seed."""
+    policy = any_policy
     monkeypatch.setattr(batch_kv, "MIN_SAVED", 0)  # prompts the tiny model can read; any saving takes the cascade
     plans: list = []
     make_plan = BatchKV._plan
@@ -173,15 +175,22 @@ def test_a_bfloat16_model_gets_bfloat16_back(monkeypatch, fused: bool) -> None:
     assert torch.allclose(out.float(), _full_attention(kv, q.float(), k.float(), v.float()), atol=3e-2)
 
 
-def test_only_models_whose_attention_it_computes_get_the_cascade(policy, monkeypatch) -> None:
+def test_only_models_whose_attention_it_computes_get_the_cascade(any_policy, monkeypatch) -> None:
+    policy = any_policy
     model = policy.model
     assert cascade.supports(model)
-    for name, value in (("attn_logit_softcapping", 30.0), ("sliding_window", 16), ("v_head_dim", 16),
-                        ("scale_attn_by_inverse_layer_idx", True)):
-        monkeypatch.setattr(model.config, name, value, raising=False)
-        assert not cascade.supports(model), name
-        monkeypatch.delattr(model.config, name)
+    # A window applies unless the config says it is unused (Qwen2's use_sliding_window; Llama's has no such flag).
+    window = {"sliding_window": 16, **({"use_sliding_window": True} if hasattr(model.config, "use_sliding_window") else {})}
+    for settings in ({"attn_logit_softcapping": 30.0}, window, {"v_head_dim": 16}, {"scale_attn_by_inverse_layer_idx": True}):
+        with monkeypatch.context() as patch:
+            for name, value in settings.items():
+                patch.setattr(model.config, name, value, raising=False)
+            assert not cascade.supports(model), settings
     assert cascade.supports(model)
+    with monkeypatch.context() as patch:
+        patch.setattr(model.config, "sliding_window", 16, raising=False)
+        patch.setattr(model.config, "use_sliding_window", False, raising=False)
+        assert cascade.supports(model)  # a window the model does not use
     monkeypatch.setattr(model.model.layers[0].self_attn, "sinks", torch.nn.Parameter(torch.zeros(4)), raising=False)
     assert not cascade.supports(model)  # attention sinks (gpt-oss)
     # A model it does not support streams as before: no plan is made, log-probs stay exact.

@@ -69,14 +69,14 @@ def _logp(policy: Policy, turns: list[Turn]) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ one base in memory
-def test_two_lora_policies_share_one_base_model(tiny_model_dir):
-    base, a, b = _pair(tiny_model_dir)
+def test_two_lora_policies_share_one_base_model(model_dir):
+    base, a, b = _pair(model_dir)
     assert isinstance(a.model, AdapterView) and a.lora and a.model.peft is b.model.peft
     pa, pb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
     shared = [n for n in pa if _adapter_of(n) == "base"]
     assert shared and all(pa[n].data_ptr() == pb[n].data_ptr() for n in shared)  # the same storage, not a copy
     # Parameter memory of the two policies together: one base plus two small adapters, not two models.
-    full = sum(p.numel() for p in Policy.from_pretrained(tiny_model_dir).model.parameters())
+    full = sum(p.numel() for p in Policy.from_pretrained(model_dir).model.parameters())
     unique = {p.data_ptr(): p.numel() for p in [*pa.values(), *pb.values()]}
     adapters = sum(p.numel() for _, p in a.model.adapter_parameters()) + sum(p.numel() for _, p in b.model.adapter_parameters())
     assert sum(unique.values()) == full + adapters < 1.2 * full
@@ -86,9 +86,10 @@ def test_two_lora_policies_share_one_base_model(tiny_model_dir):
     assert {_adapter_of(n) for n in pa} == {"base", "alice"}
 
 
-@pytest.mark.parametrize("engine", ["torch", pytest.param("deepspeed", marks=pytest.mark.slow)])
-def test_a_learner_update_changes_only_its_own_adapter(tiny_model_dir, engine):
-    base, a, b = _pair(tiny_model_dir)
+@pytest.mark.parametrize("engine, model_name", [("torch", "tiny"), ("torch", "qwen"),
+                                                pytest.param("deepspeed", "tiny", marks=pytest.mark.slow)])
+def test_a_learner_update_changes_only_its_own_adapter(model_dir, engine):
+    base, a, b = _pair(model_dir)
     extra = {"zero_stage": 2} if engine == "deepspeed" else {}
     learner_a = Learner(a, LearnerConfig.from_flat(algorithm="grpo", engine=engine, lr=1e-2, **extra))
     learner_b = Learner(b, LearnerConfig.from_flat(algorithm="grpo", engine=engine, lr=1e-2, **extra))
@@ -103,9 +104,9 @@ def test_a_learner_update_changes_only_its_own_adapter(tiny_model_dir, engine):
     assert {_adapter_of(n) for n, p in base.peft.named_parameters() if p.requires_grad} == {"alice", "bob"}
 
 
-def test_generation_follows_the_active_adapter(tiny_model_dir):
-    base, a, b = _pair(tiny_model_dir)
-    plain = Policy.from_pretrained(tiny_model_dir)
+def test_generation_follows_the_active_adapter(model_dir):
+    base, a, b = _pair(model_dir)
+    plain = Policy.from_pretrained(model_dir)
     prompts = [a.render(m) for m in MESSAGES]
     greedy = SamplingParams(max_new_tokens=8, temperature=0)
     ids = lambda p: [g.response_ids for g in p.generate(prompts, greedy)]  # noqa: E731

@@ -65,3 +65,19 @@ def test_a_hub_id_loads_offline_and_a_checkpoint_keeps_the_generation_config(qwe
     assert settings(tmp_path / "saved") == settings(qwen_model_dir)
     side = lambda path: json.loads((path / "tokenizer_config.json").read_text()).get("padding_side")  # noqa: E731
     assert side(tmp_path / "saved") == side(qwen_model_dir) == "right"
+
+
+@pytest.mark.parametrize("model_name", ["qwen"])
+def test_the_model_facing_tests_copy_of_the_tokenizer_is_a_fresh_load(new_policy, _qwen_tokenizer, tmp_path) -> None:
+    """conftest loads the Qwen tokenizer once a session and hands each ``Policy.from_pretrained`` a copy: a copy
+    tokenizes as Qwen2.5 does, and what cogym sets on one copy reaches neither the loaded one nor another copy."""
+    a, b = new_policy(), new_policy()
+    assert a.tokenizer is not b.tokenizer and a.tokenizer is not _qwen_tokenizer
+    assert a.tokenizer.encode("Hello world 123", add_special_tokens=False) == [9707, 1879, 220, 16, 17, 18]
+    assert a.tokenizer.padding_side == b.tokenizer.padding_side == "left"
+    assert (_qwen_tokenizer.padding_side, _qwen_tokenizer.pad_token) == ("right", "<|endoftext|>")
+    assert a._as_loaded[1:] == ("right", "<|endoftext|>")  # what a save writes back
+    a.tokenizer.pad_token = None
+    assert b.tokenizer.pad_token_id == _qwen_tokenizer.pad_token_id == ENDOFTEXT
+    b.save(tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "tokenizer_config.json").read_text())["padding_side"] == "right"

@@ -19,9 +19,10 @@ def _requests(texts: list[str]) -> list[Request]:
     return [Request(messages=[{"role": "user", "content": t}], role="solver", seat=f"s{i}") for i, t in enumerate(texts)]
 
 
-def test_rows_joining_and_leaving_keep_every_message_exact(policy) -> None:
+def test_rows_joining_and_leaving_keep_every_message_exact(any_policy) -> None:
     """Messages start at different steps and leave in the middle (the last row moves into the hole):
     every log-prob still equals a full forward's, and each token after the first reads one id."""
+    policy = any_policy
     torch.manual_seed(0)
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=10, temperature=0.7), name="p")
     texts = ["1+1=", "12*3+4=", "7", "100-99=", "5*5="]
@@ -49,7 +50,8 @@ def test_rows_joining_and_leaving_keep_every_message_exact(policy) -> None:
         assert [t.logprob for t in toks] == pytest.approx(full_logp(policy, m.prompt_ids, ids, 0.7), abs=1e-5)
 
 
-def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(policy) -> None:
+def test_a_shared_prompt_prefix_is_computed_once_and_changes_nothing(any_policy) -> None:
+    policy = any_policy
     torch.manual_seed(1)
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=4, temperature=0.9), name="p")
     system = {"role": "system", "content": "You are a careful solver."}
@@ -103,7 +105,8 @@ def test_shared_prefixes_are_learnt_from_consecutive_prompts_and_bounded() -> No
     assert spans.longest([8, 8, 8, 1]) == ((8, 8, 8), "eights 3") and spans.longest([7, 7, 7, 2]) == ((7, 7, 7), "sevens 3")
 
 
-def test_greedy_streaming_writes_what_greedy_generate_writes(policy) -> None:
+def test_greedy_streaming_writes_what_greedy_generate_writes(any_policy) -> None:
+    policy = any_policy
     sampling = SamplingParams(max_new_tokens=7, temperature=0.0)
     agent = LLMAgent(policy, sampling, name="p")
     requests = _requests(["1+2=", "33*3=", "9-4=", "0"])
@@ -122,8 +125,9 @@ def test_greedy_streaming_writes_what_greedy_generate_writes(policy) -> None:
     assert streamed == [a.response_ids for a in turn]
 
 
-def test_one_row_per_forward_writes_the_same_tokens(policy) -> None:
+def test_one_row_per_forward_writes_the_same_tokens(any_policy) -> None:
     """``max_batch=1`` (one message per forward) and batched draw the same tokens from one seed."""
+    policy = any_policy
     runs = []
     for cap in (0, 1):
         torch.manual_seed(3)
@@ -133,7 +137,8 @@ def test_one_row_per_forward_writes_the_same_tokens(policy) -> None:
     assert runs[0] == runs[1]
 
 
-def test_the_length_limit_ends_a_message_with_no_token(policy) -> None:
+def test_the_length_limit_ends_a_message_with_no_token(any_policy) -> None:
+    policy = any_policy
     agent = LLMAgent(policy, SamplingParams(max_new_tokens=2, temperature=1.0), name="p")
     (m,) = agent.begin(_requests(["1+1="]), encode=lambda t: [])
     agent.streams.eos = frozenset()  # never stop on its own: the limit must end it

@@ -37,11 +37,6 @@ def _full_reference(model, b: TokenBatch, temperature: float):
     return logp * b.mask, entropy_from_logits(z) * b.mask
 
 
-@pytest.fixture(params=["tiny", "qwen"])
-def any_policy(request):
-    return request.getfixturevalue("policy" if request.param == "tiny" else "qwen_policy")
-
-
 @pytest.mark.parametrize("chunk_elements", [None, 1])
 def test_chunked_logp_entropy_and_gradients_equal_the_full_logits(any_policy, monkeypatch, chunk_elements):
     """Chunks of one token (chunk_elements=1) or the default: the same log-probs, entropies and gradients."""

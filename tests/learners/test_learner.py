@@ -55,7 +55,8 @@ def _assert_unchanged(model: torch.nn.Module, before: dict[str, torch.Tensor]) -
 
 
 # ------------------------------------------------------------------ TokenBatch
-def test_token_batch_rows_are_the_exact_ids(policy):
+def test_token_batch_rows_are_the_exact_ids(any_policy):
+    policy = any_policy
     turns = _turns(policy, n_groups=2, per_group=3)
     turns[1].prompt_ids = turns[1].prompt_ids[:5]  # different prompt lengths too
     pad = policy.tokenizer.pad_token_id
@@ -87,7 +88,8 @@ def test_token_batch_rows_subset():
     assert b.scores.tolist() == [3.0, 1.0] and b.group_keys == [3, 1] and b.input_ids.shape[0] == 2
 
 
-def test_training_forward_reproduces_behaviour_logprobs(policy):
+def test_training_forward_reproduces_behaviour_logprobs(any_policy):
+    policy = any_policy
     # Token-in/token-out: the learner's right-padded forward gives the rollout's left-padded log-probs.
     turns = _turns(policy, n_groups=3, per_group=3)
     b = TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id)
@@ -157,7 +159,8 @@ def test_advantages_are_computed_per_role(policy):
 
 # ------------------------------------------------------------------ updates (torch engine)
 @pytest.mark.parametrize("algorithm", TRAINED_ALGORITHMS)
-def test_one_update_changes_every_trained_parameter(policy, algorithm):
+def test_one_update_changes_every_trained_parameter(any_policy, algorithm):
+    policy = any_policy
     turns = _turns(policy)
     learner = _learner(policy, algorithm=algorithm, lr=1e-3)
     before = _snapshot(policy.model)
@@ -171,7 +174,8 @@ def test_one_update_changes_every_trained_parameter(policy, algorithm):
     assert learner.engine.name == "torch"
 
 
-def test_all_equal_rewards_leave_grpo_weights_unchanged(policy):
+def test_all_equal_rewards_leave_grpo_weights_unchanged(any_policy):
+    policy = any_policy
     turns = _turns(policy)
     for t in turns:
         t.reward = 1.0
@@ -196,8 +200,10 @@ def test_epochs_count_optimizer_steps(policy):
     assert learner.steps == 3
 
 
-def test_micro_batches_give_the_same_gradient_as_one_batch(policy, tiny_model_dir):
+def test_micro_batches_give_the_same_gradient_as_one_batch(any_policy, new_policy):
     """The loss is normalised over the whole step, so splitting into micro-batches changes nothing."""
+    policy = any_policy
+
     class Recording:
         name = "recording"
 
@@ -225,7 +231,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(policy, tiny_model_di
     turns = _turns(policy, n_groups=2, per_group=4)
     grads = []
     for mbs in (256, 3, 1):
-        p = Policy.from_pretrained(tiny_model_dir)
+        p = new_policy()
         eng = Recording(p.model)
         Learner(p, LearnerConfig.from_flat(engine="torch", micro_batch_size=mbs), engine=eng).update(turns)
         grads.append(eng.grads)
@@ -257,7 +263,8 @@ def test_frozen_is_not_a_learner_algorithm(policy):
 
 
 @pytest.mark.parametrize("kl", [dict(kl_in_loss="k3", kl_loss_coef=0.1), dict(kl_in_reward="k1", kl_reward_coef=0.1)])
-def test_reference_model_is_frozen_and_separate(policy, kl):
+def test_reference_model_is_frozen_and_separate(any_policy, kl):
+    policy = any_policy
     learner = _learner(policy, lr=1e-3, **kl)
     assert learner.ref_model is not None and learner.ref_model is not policy.model
     ref_before = _snapshot(learner.ref_model)
@@ -273,12 +280,14 @@ def test_no_reference_model_without_kl(policy):
     assert _learner(policy).ref_model is None
 
 
-def test_entropy_bonus_is_reported(policy):
+def test_entropy_bonus_is_reported(any_policy):
+    policy = any_policy
     metrics = _learner(policy, entropy_coef=0.01).update(_turns(policy))
     assert metrics["entropy"] > 0
 
 
-def test_on_policy_ratio_is_one_at_any_sampling_temperature(policy):
+def test_on_policy_ratio_is_one_at_any_sampling_temperature(any_policy):
+    policy = any_policy
     turns = _turns(policy, temperature=0.5)
     metrics = Learner(policy, LearnerConfig.from_flat(engine="torch", lr=1e-8), temperature=0.5).update(turns)
     assert metrics["logprob_drift"] < 1e-4

@@ -27,7 +27,8 @@ def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def test_the_critic_starts_at_zero_and_gae_then_equals_the_outcome_returns(policy: Policy) -> None:
+def test_the_critic_starts_at_zero_and_gae_then_equals_the_outcome_returns(any_policy: Policy) -> None:
+    policy = any_policy
     learner = _ppo(policy)
     turns = _turns(policy)
     b = TokenBatch.from_turns(turns, policy.tokenizer.pad_token_id)
@@ -44,7 +45,8 @@ def test_the_critic_starts_at_zero_and_gae_then_equals_the_outcome_returns(polic
     assert torch.allclose(carry["ppo"][1]["returns"], (b.scores[:, None] * b.mask).to(adv.dtype))
 
 
-def test_one_ppo_update_trains_the_policy_and_the_critic(policy: Policy) -> None:
+def test_one_ppo_update_trains_the_policy_and_the_critic(any_policy: Policy) -> None:
+    policy = any_policy
     learner = _ppo(policy)
     policy_before, critic_before = _snapshot(policy.model), _snapshot(learner.algorithms["ppo"].critic.model)
     metrics = learner.update(_turns(policy))

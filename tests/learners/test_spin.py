@@ -124,7 +124,8 @@ def test_real_response_ends_exactly_like_a_generated_one() -> None:
     assert m["spin_pairs"] == 24 and m["loss"] == pytest.approx(LOG2, abs=1e-6)
 
 
-def test_logprobs_are_taken_at_the_rollout_temperature(policy) -> None:
+def test_logprobs_are_taken_at_the_rollout_temperature(any_policy) -> None:
+    policy = any_policy
     turns = sampled_turns(policy, temperature=0.7)
     m = Learner(policy, cfg(lr=1e-8), temperature=0.7).update(turns)
     behaviour = sum(sum(t.logprobs) for t in turns) / len(turns)

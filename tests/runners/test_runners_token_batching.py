@@ -65,7 +65,8 @@ def _summary(res) -> list:
     return [(t.game_index, t.seat, t.prompt_ids, t.response_ids, t.finished, t.reward) for t in res.turns]
 
 
-def test_batched_and_one_message_at_a_time_play_the_same_games(policy) -> None:
+def test_batched_and_one_message_at_a_time_play_the_same_games(any_policy) -> None:
+    policy = any_policy
     sampling = SamplingParams(max_new_tokens=6, temperature=1.0)
     batched = _play(policy, LLMAgent(policy, sampling, name="p"))
     single = _play(policy, LLMAgent(policy, sampling, name="p", max_batch=1))
@@ -77,7 +78,8 @@ def test_batched_and_one_message_at_a_time_play_the_same_games(policy) -> None:
     assert single.stats["fed_tokens"] <= batched.stats["fed_tokens"]
 
 
-def test_every_step_is_one_forward_per_phase_and_a_token_reads_one_id(policy) -> None:
+def test_every_step_is_one_forward_per_phase_and_a_token_reads_one_id(any_policy) -> None:
+    policy = any_policy
     proposer = ScriptedAgent(scripted_strategies("proposer_solver-v0")["proposer"]["random"], name="prop", seed=0)
     solver = LLMAgent(policy, SamplingParams(max_new_tokens=6, temperature=1.0), name="solver")
     games = _games(policy, 6, "proposer_solver-v0", max_turn_tokens=8, num_solvers=2)
@@ -99,7 +101,8 @@ def test_every_step_is_one_forward_per_phase_and_a_token_reads_one_id(policy) ->
     assert res.stats["fed_tokens"] < sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
 
 
-def test_behaviour_logprobs_equal_a_full_forward_at_the_rollout_temperature(policy) -> None:
+def test_behaviour_logprobs_equal_a_full_forward_at_the_rollout_temperature(any_policy) -> None:
+    policy = any_policy
     res = _play(policy, LLMAgent(policy, SamplingParams(max_new_tokens=6, temperature=0.7), name="p"), n=5, seed=2)
     for t in res.turns:
         with torch.no_grad():
