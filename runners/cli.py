@@ -96,7 +96,7 @@ def _eval(args: argparse.Namespace) -> int:
     from .evaluate import heldout_accuracy
 
     cfg = load_config(args.config)
-    policy = Policy.from_pretrained(args.model)
+    policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
     records = load_heldout()[: args.size]
     acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "",
                            batch_size=args.batch_size)
@@ -220,11 +220,16 @@ def parser() -> argparse.ArgumentParser:
                         "(default 1)")
     t.set_defaults(fn=_train)
     e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
-    e.add_argument("--model", default="tiny", help="HF model directory or 'tiny' (default)")
+    e.add_argument("--model", default="tiny",
+                   help="HF model directory, a Hub id in the local cache, or 'tiny' (default)")
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
     e.add_argument("--size", type=_positive_int, default=500, help="how many held-out problems (1-500)")
     e.add_argument("--batch-size", type=_positive_int, default=500,
                    help="prompts per generate call (default 500; lower it for a real model's memory)")
+    e.add_argument("--dtype", default="float32", choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],
+                   help="dtype the model runs in (default float32)")
+    e.add_argument("--attn-implementation", default=None, metavar="KERNEL",
+                   help="transformers' attention kernel, e.g. sdpa or eager (default: transformers' choice)")
     e.set_defaults(fn=_eval)
     g = sub.add_parser("games", help="list registered games: roles, scripted twins, zero-sum, reward range, versions")
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",

@@ -179,6 +179,22 @@ def test_eval_takes_a_batch_size(capsys, tiny_model_dir, monkeypatch):
         main(["eval", "--batch-size", "0"])
 
 
+def test_eval_takes_a_dtype_and_an_attention_kernel(capsys, tiny_model_dir, monkeypatch):
+    import torch
+
+    from cogym.agents.policy import Policy
+
+    seen: list = []
+    generate = Policy.generate
+    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: seen.append(
+        (self.model.dtype, self.model.config._attn_implementation)) or generate(self, prompts, sampling))
+    assert main(["eval", "--model", str(tiny_model_dir), "--size", "3", "--dtype", "bf16",
+                 "--attn-implementation", "eager"]) == 0
+    assert seen == [(torch.bfloat16, "eager")]
+    assert main(["eval", "--model", str(tiny_model_dir), "--size", "3", "--attn-implementation", "spda"]) == 2
+    assert "spda" in _one_line_error(capsys.readouterr().err)
+
+
 def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
     from cogym.runners.cli import print_summary
 
