@@ -134,6 +134,7 @@ class AdapterView(torch.nn.Module):
         self.adapter = adapter
         self.base_ref = base_ref  # the base model as configured ("tiny" or a directory), written into saves
         self._pattern = _adapter_param_pattern()
+        self._active_depth = 0  # nesting of active() blocks: only the outermost sets the adapter
 
     # -- parameters: the base and this view's own adapter ----------------------------------------
 
@@ -151,7 +152,24 @@ class AdapterView(torch.nn.Module):
 
     @contextlib.contextmanager
     def active(self):
-        """Make this view's adapter the active one (or disable every adapter for the base view)."""
+        """Make this view's adapter the active one (or disable every adapter for the base view).
+        Re-entrant: a forward inside an ``active()`` block leaves the setting to the outer block."""
+        if self._active_depth:
+            self._active_depth += 1
+            try:
+                yield
+            finally:
+                self._active_depth -= 1
+            return
+        self._active_depth = 1
+        try:
+            with self._activate():
+                yield
+        finally:
+            self._active_depth = 0
+
+    @contextlib.contextmanager
+    def _activate(self):
         if self.adapter is None:
             with _keep_requires_grad(self.peft), self.peft.disable_adapter():
                 yield

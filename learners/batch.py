@@ -119,6 +119,15 @@ def _response_scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
     the positions that predict a response token under the mask, a chunk of tokens at a time, and
     under grad each chunk is recomputed in the backward instead of kept. So no (N, L, V) or (N, W, V)
     tensor ever exists: the logits' memory is one chunk's, whatever the vocabulary or batch."""
+    inner = _unwrap(model)
+    # A LoRA policy's view activates its adapter around its own forward only: the head calls below
+    # (an adapted output layer included) must see the same adapter.
+    with inner.active() if hasattr(inner, "active") and hasattr(inner, "hf_model") else contextlib.nullcontext():
+        return _scores(model, b, temperature, entropy)
+
+
+def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
+            entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     width = int(b.attention_mask.sum(1).max())
     ids, attn = b.input_ids[:, :width], b.attention_mask[:, :width]
     rows, cols = b.mask.nonzero(as_tuple=True)
@@ -166,10 +175,11 @@ def _head_scores(head: torch.nn.Module | None, hidden: torch.Tensor, targets: to
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module, int] | None:
     """A transformers causal LM's decoder (its output: the final hidden states), output layer and vocabulary size,
-    through the wrappers cogym puts around it (a DeepSpeed engine, a PEFT model); None when the model
+    through the wrappers cogym puts around it (a DeepSpeed engine, a LoRA view, a PEFT model); None when the model
     has no such split or its forward takes no ``logits_to_keep``."""
-    inner = model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
-    base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    base = _unwrap(model)
+    base = getattr(base, "hf_model", base)  # cogym's LoRA view: the shared transformers model inside
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
     try:
         decoder, head = base.get_decoder(), base.get_output_embeddings()
     except (AttributeError, NotImplementedError):
@@ -180,6 +190,11 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
         return None
     vocab = getattr(head, "out_features", None) or getattr(getattr(base, "config", None), "vocab_size", None)
     return (decoder, head, int(vocab)) if vocab else None
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a training engine (DeepSpeed's, DDP) wraps, or ``model`` itself."""
+    return model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
 
 
 def micro_batches(widths: Sequence[int], micro_batch_size: int, max_tokens: int | None = None,

@@ -183,3 +183,32 @@ def test_deepspeed_zero_takes_the_torch_step_through_recomputed_head_chunks(tiny
     # Adam's first step is about lr * sign(g): a gradient entry at float-noise size may flip (lr is 1e-3)
     for name, value in after["deepspeed"].items():
         torch.testing.assert_close(value, after["torch"][name], atol=5e-5, rtol=0)
+
+
+def test_a_lora_view_is_scored_through_its_adapter_with_the_chunked_head(tiny_model_dir, monkeypatch):
+    """A LoRA policy (and its base view, the KL reference) take the chunked path, with the right adapter
+    active for the head as well: lm_head is adapted here, so a wrong adapter would change the log-probs."""
+    pytest.importorskip("peft", reason="LoRA needs the peft package (the test extra installs it)")
+    from cogym.agents.lora import LoraBase, LoraConfig
+
+    monkeypatch.setattr(batch_mod, "HEAD_CHUNK_ELEMENTS", 3 * 200)  # a few tokens a chunk
+    base = LoraBase(tiny_model_dir)
+    alice = base.add("alice", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    bob = base.add("bob", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    with torch.no_grad():  # adapters start at zero: give them weights so that each view differs
+        for name, p in base.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5 if ".alice" in name else 0.2)
+    reference = base.base_view()
+    b = TokenBatch.from_turns(_turns(alice), alice.tokenizer.pad_token_id)
+    for view in (alice.model, bob.model, reference):
+        assert batch_mod._decoder_and_head(view) is not None
+    with torch.no_grad():
+        got = {name: response_logp(view, b) for name, view in
+               (("alice", alice.model), ("bob", bob.model), ("base", reference))}
+        want = {name: _full_reference(view, b, 1.0)[0] for name, view in
+                (("alice", alice.model), ("bob", bob.model), ("base", reference))}
+    for name in got:
+        assert torch.allclose(got[name], want[name], atol=2e-5), name
+    assert not torch.allclose(got["alice"], got["bob"], atol=1e-3)
+    assert not torch.allclose(got["alice"], got["base"], atol=1e-3)
