@@ -32,13 +32,16 @@ def _vocab_size(model: torch.nn.Module) -> int:
 
 
 def _load_hf(path: str, like: torch.nn.Module) -> torch.nn.Module:
-    """An HF causal LM from ``path`` on the device and in the dtype of ``like``."""
-    from transformers import AutoModelForCausalLM
+    """An HF causal LM from ``path`` on the device, in the dtype and with the attention kernel and
+    gradient checkpointing of ``like`` (the policy's model)."""
+    from cogym.agents.policy import load_causal_lm
 
     if not Path(path).is_dir():
         raise ValueError(f"prime_model {path!r} is not a directory; give an HF causal-LM directory or '' for a copy of the policy")
     p = next(like.parameters())
-    return AutoModelForCausalLM.from_pretrained(path, dtype=p.dtype).to(p.device)
+    config = getattr(like, "config", None)
+    return load_causal_lm(path, p.dtype, p.device, getattr(config, "_attn_implementation", None),
+                          any(getattr(m, "gradient_checkpointing", False) is True for m in like.modules()))
 
 
 class PrimeRewardModel:

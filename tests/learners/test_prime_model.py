@@ -181,6 +181,16 @@ def test_prime_model_loads_an_hf_directory_and_checks_the_vocabulary(tmp_path: P
         PrimeRewardModel(policy, _cfg(prime_model=str(tmp_path / "missing")))
 
 
+def test_prime_model_takes_the_policys_dtype_kernel_and_checkpointing(tmp_path: Path):
+    policy = _model(seed=0).to(torch.bfloat16)
+    policy.set_attn_implementation("eager")
+    policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    _model(seed=1).save_pretrained(tmp_path / "prm")
+    prm = PrimeRewardModel(policy, _cfg(prime_model=str(tmp_path / "prm")))
+    assert prm.model.dtype == torch.bfloat16 and prm.model.config._attn_implementation == "eager"
+    assert prm.model.is_activation_checkpointing
+
+
 def test_a_given_reference_is_used_as_is():
     policy, original = _model(seed=0), _model(seed=1)  # e.g. on resume: the trained policy, and the initial model
     prm = PrimeRewardModel(policy, _cfg(), reference=original)
