@@ -44,50 +44,48 @@ on a random-init Qwen2 of 100.6M parameters (hidden 512, 6 layers, 8 heads, 2 KV
 tied embeddings: the 151,936 x 512 embedding is 78M of them), written next to the fixture by
 :func:`build_qwen_100m`. On request (``--models qwen-0.5b``): Qwen2.5-0.5B's shape (494M
 parameters: hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864), random init, the check that
-the default micro-batch fits a 0.5B model in 24 GB. ``--dtype`` loads every model in bf16 or fp16. Both are built once per invocation under ``--out-dir`` (default: a
-temporary directory), or reused from there if already built.
+the default micro-batch fits a 0.5B model in 24 GB. ``--dtype`` loads every model in bf16 or fp16.
+The Qwen models are built once per invocation under ``--out-dir`` (default: a temporary directory),
+or reused from there if already built.
 
-An example (the defaults, measured on a 2-core CPU machine with 24 GiB, no GPU, 2026-11-24, while
-other jobs shared its cores, so the wall seconds are high; the whole invocation took 8.3 minutes).
-cogym's memory use was being reduced as this was measured, so these are an example of the output,
-not current figures::
+Measured on the 2-core CPU machine (24 GiB, no GPU), 2026-11-24, with ``--work
+generate,step,step-full-logits,train,eval`` (the defaults plus the full-logits comparison; notes as
+this version prints them)::
 
-    Peak RSS of each child process (GB = 1e9 bytes). baseline: a child that imports
-    cogym, torch and transformers and loads the model, reading its weights once;
-    +GB and x base: a row's peak over its model's baseline.
-    model        work         peak GB    +GB x base wall s  note
-    tiny         baseline        0.41                    7  1.1M params
-    tiny         generate        0.44  +0.04  1.09x      7  208 tokens generated
-    tiny         train           0.85  +0.44  2.08x     27  5 iterations, rows below
-    tiny         eval            0.62  +0.21  1.52x     13  500 problems, batch 500
+    model        work             peak GB    +GB x base wall s  note
+    tiny         baseline            0.41                    4  1.1M params
+    tiny         generate            0.44  +0.04  1.09x      4  208 tokens
+    tiny         step                0.77  +0.36  1.88x      4  1 update, 16x256 ids
+    tiny         step-full-logits    0.77  +0.36  1.88x      4  1 update, 16x256 ids
+    tiny         train               0.84  +0.44  2.07x      7  5 its, rows below
+    tiny         eval                0.61  +0.20  1.49x      4  500 probs, batch 500
 
-    qwen-fixture baseline        0.58                   12  9.8M params
-    qwen-fixture generate        0.83  +0.26  1.44x     70  4079 tokens generated
-    qwen-fixture train           1.47  +0.89  2.55x     53  5 iterations, rows below
-    qwen-fixture eval            2.21  +1.63  3.83x     26  500 problems, batch 500
+    qwen-fixture baseline            0.58                    5  9.8M params
+    qwen-fixture generate            0.83  +0.26  1.44x     24  4079 tokens
+    qwen-fixture step                1.14  +0.56  1.97x     12  1 update, 16x256 ids
+    qwen-fixture step-full-logits    6.44  +5.87 11.16x     23  1 update, 16x256 ids
+    qwen-fixture train               1.47  +0.89  2.54x     15  5 its, rows below
+    qwen-fixture eval                2.18  +1.60  3.78x      9  500 probs, batch 500
 
-    qwen-100m    baseline        0.94                    9  100.6M params
-    qwen-100m    generate        1.29  +0.35  1.37x    117  4079 tokens generated
-    qwen-100m    train           3.49  +2.55  3.71x    105  5 iterations, rows below
-    qwen-100m    eval            2.84  +1.90  3.02x     37  500 problems, batch 500
+    qwen-100m    baseline            0.94                    5  100.6M params
+    qwen-100m    generate            1.28  +0.34  1.36x     28  4079 tokens
+    qwen-100m    step                3.39  +2.45  3.60x     24  1 update, 16x256 ids
+    qwen-100m    step-full-logits    8.20  +7.26  8.72x     35  1 update, 16x256 ids
+    qwen-100m    train               3.43  +2.49  3.64x     30  5 its, rows below
+    qwen-100m    eval                2.97  +2.02  3.15x     14  500 probs, batch 500
     tiny train: proposer 160, solver 1272 (turns trained on, all iterations)
     qwen-fixture train: proposer 160, solver 0 (turns trained on, all iterations)
     qwen-100m train: proposer 160, solver 0 (turns trained on, all iterations)
-    launcher's own peak (the floor of every figure): 0.01 GB
 
-The solver's training, on the same machine the same day (``--models qwen-fixture,qwen-100m --work
-train-solver --iterations 2``; 256 solver turns an iteration, each of up to 8 tokens)::
+The Qwen ``train`` rows update only the proposer (see ``train``). With the solver training
+(``--work train-solver --iterations 2``, 256 solver turns an iteration) the fixture peaked at 1.76 GB
+and the 100M model at 4.83 GB. ``--models qwen-0.5b --work step``: 16.08 GB in float32 (baseline
+2.52 GB), 14.11 GB with ``--dtype bfloat16``: the default micro-batch fits a 0.5B model in 24 GB.
 
-    model        work         peak GB    +GB x base wall s  note
-    qwen-fixture baseline        0.58                    7  9.8M params
-    qwen-fixture train-solver    1.76  +1.18  3.04x     50  2 iterations, rows below
+Usage::
 
-    qwen-100m    baseline        0.94                    7  100.6M params
-    qwen-100m    train-solver    4.83  +3.89  5.13x    135  2 iterations, rows below
-    qwen-fixture train-solver: proposer 0, solver 512 (turns trained on, all iterations)
-    qwen-100m train-solver: proposer 0, solver 512 (turns trained on, all iterations)
-
-    python benchmarks/memory.py [--models tiny,qwen-fixture,qwen-100m] [--work generate,train,eval,train-solver]
+    python benchmarks/memory.py [--models tiny,qwen-fixture,qwen-100m,qwen-0.5b]
+        [--work generate,step,step-full-logits,train,train-solver,eval] [--dtype float32]
         [--iterations 5] [--eval-size 500] [--eval-batch-size 500] [--out-dir DIR] [--json PATH]
 """
 
@@ -109,6 +107,7 @@ MODELS = ("tiny", "qwen-fixture", "qwen-100m")  # the default set
 EXTRA_MODELS = ("qwen-0.5b",)  # on request (--models): Qwen2.5-0.5B's shape, 2 GB of weights, slow on a CPU
 WORKS = ("generate", "step", "train", "eval")  # the default set
 EXTRA_WORKS = ("step-full-logits", "train-solver")  # on request (--work)
+ORDER = ("generate", "step", "step-full-logits", "train", "train-solver", "eval")  # rows of a model, in this order
 GEN_PROMPTS, GEN_TOKENS = 64, 64
 STEP_ROWS, STEP_PROMPT, STEP_RESPONSE = 16, 56, 200  # 16 x 256 = 4096 tokens: one default micro-batch
 QWEN_100M = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8,
@@ -203,7 +202,7 @@ def child(work: str, model: str, dtype: str = "float32") -> int:
                    for r in records]
         torch.manual_seed(0)
         out = policy.generate(prompts, SamplingParams(max_new_tokens=GEN_TOKENS, temperature=1.0))
-        note = f"{sum(len(g.response_ids) for g in out)} tokens generated"
+        note = f"{sum(len(g.response_ids) for g in out)} tokens"
     if work == "step-full-logits":  # the same update through the model's full (N, W, V) logits
         import cogym.learners.batch as batch
 
@@ -234,7 +233,7 @@ def one_update(policy) -> str:
     metrics = Learner(policy, LearnerConfig.from_flat(lr=1e-6)).update(turns)
     if not metrics.get("grad_norm", 0) > 0:
         raise RuntimeError(f"the update took no gradient step: {metrics}")
-    return f"1 update, {STEP_ROWS} x {STEP_PROMPT + STEP_RESPONSE} ids"
+    return f"1 update, {STEP_ROWS}x{STEP_PROMPT + STEP_RESPONSE} ids"
 
 
 def command(work: str, model: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
@@ -402,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         for model in models:
             path, params = info[model]
             base = None
-            for work in ("baseline", *[w for w in WORKS + EXTRA_WORKS if w in works]):
+            for work in ("baseline", *[w for w in ORDER if w in works]):
                 run_dir = scratch / "runs" / f"{model}-{work}"
                 cmd = command(work, path, args, run_dir)
                 _progress(f"[{len(rows) + 1}/{total}] {model} {work}: {' '.join(cmd[1:])}")
@@ -411,10 +410,10 @@ def main(argv: list[str] | None = None) -> int:
                     base = r["peak_gb"] if r["rc"] == 0 else None
                     r["note"] = f"{params / 1e6:.1f}M params"
                 elif work.startswith("train"):
-                    r["note"] = f"{args.iterations} iteration{'s' * (args.iterations != 1)}, rows below"
+                    r["note"] = f"{args.iterations} its, rows below"
                     r["trained"] = trained_rows(run_dir)
                 elif work == "eval":
-                    r["note"] = f"{args.eval_size} problems, batch {args.eval_batch_size}"
+                    r["note"] = f"{args.eval_size} probs, batch {args.eval_batch_size}"
                 if args.dtype != "float32" and r["rc"] == 0:
                     r["note"] = f"{r['note']} ({args.dtype})"
                 r.update(model=model, work=work, base_gb=base, params=params, command=cmd)
