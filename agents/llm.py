@@ -29,7 +29,7 @@ class LLMAgent:
         prompts = [self.policy.render(r.messages) for r in requests]
         gens = self.policy.generate(prompts, self.sampling)
         return [Action(text=g.text, prompt_ids=g.prompt_ids, response_ids=g.response_ids, logprobs=g.logprobs,
-                       finished=g.finished) for g in gens]
+                       finished=g.finished, version=g.version) for g in gens]
 
     def begin(self, requests: Sequence[Request], encode: Callable[[str], list[int]]) -> list[Message]:
         """Open one message per request; its prompt is the request rendered (``encode`` is unused: the

@@ -20,6 +20,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import GenerationConfig
 
+from .backends import GenerationBackend, HFBackend
 from .errors import ModelLoadError
 from .lora import AdapterView, is_adapter_dir, load_adapter_policy
 
@@ -139,7 +140,8 @@ class Generation:
 
     ``response_ids`` includes the end-of-message token when the model emitted it
     (``finished``); ``logprobs[t]`` is the behaviour log-probability of ``response_ids[t]``
-    under the sampling distribution (logits / temperature; for greedy decoding, temperature 1).
+    under the sampling distribution (logits / temperature; for greedy decoding, temperature 1);
+    ``version``: the version of the weights that generated it.
     """
 
     prompt_ids: list[int]
@@ -147,6 +149,7 @@ class Generation:
     logprobs: list[float]
     text: str
     finished: bool
+    version: int = 0
 
 
 class Policy:
@@ -178,6 +181,7 @@ class Policy:
         # Context that makes the full weights visible (a ZeRO-3 engine sets it to gather shards).
         self.gather = contextlib.nullcontext
         self._render_cache: dict[tuple, list[int]] = {}
+        self.backend: GenerationBackend = HFBackend(self)  # what generates (cogym.agents.backends)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: str | torch.dtype = torch.float32,
@@ -239,52 +243,16 @@ class Policy:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
-        """Generate one response per prompt, in one batched call. Behaviour log-probs (the tempered,
-        unfiltered distribution) are taken step by step by a forward hook, so memory holds one step's
-        logits ``(B, V)``, not every step's ``(B, T, V)``."""
-        if not prompts:
-            return []
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, P), left-padded
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p):] = 1
-        kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=self.eos_ids,
-                      return_dict_in_generate=True)
-        if sampling.greedy:
-            kwargs.update(do_sample=False)
-        else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k)  # 0 = no top-k (None would mean "the default, 50")
-        was_training = self.model.training
-        self.model.eval()
-        steps = _StepLogprobs(1.0 if sampling.greedy else sampling.temperature)
-        hook = getattr(self.model, "hf_model", self.model).register_forward_hook(steps, with_kwargs=True)
-        try:
-            with self.gather():
-                out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                                          **kwargs)
-        finally:
-            hook.remove()
-        if was_training:
-            self.model.train()
-        new = out.sequences[:, width:].cpu()  # (B, T)
-        logp = steps.finish(new)  # (B, T)
-        eos = torch.zeros_like(new, dtype=torch.bool)
-        for e in self.eos_ids:
-            eos |= new == e
-        results = []
-        for i, p in enumerate(prompts):
-            hits = eos[i].nonzero()
-            n = int(hits[0]) + 1 if len(hits) else new.shape[1]
-            ids = new[i, :n].tolist()
-            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
-                                      text=self.decode(ids), finished=bool(len(hits))))
-        return results
+        """Generate one response per prompt, in one batched call of the policy's generation backend
+        (:mod:`cogym.agents.backends`; by default :class:`~cogym.agents.backends.HFBackend`, this
+        policy's own model). Behaviour log-probs are the tempered, unfiltered distribution's."""
+        return self.backend.generate(prompts, sampling)
+
+    @property
+    def version(self) -> int:
+        """The version of the weights generation uses (0 as loaded; the learner's step count after updates)."""
+        return self.backend.version
 
     def save(self, path: str | Path) -> None:
         """An HF model directory (safetensors) and the tokenizer; a LoRA policy writes its adapter

@@ -26,6 +26,7 @@ class Action:
     response_ids: list[int] | None = None
     logprobs: list[float] | None = None
     finished: bool = True
+    version: int = 0  # the weight version of the policy that generated it (0 for scripted agents)
 
 
 class Agent(Protocol):
@@ -88,7 +89,8 @@ class Turn:
     generated; ``logprobs`` are the behaviour log-probabilities of ``response_ids``; ``reward`` is
     credited when the game ends; ``group_key`` groups samples for group-based estimators;
     ``info`` is the seat's last info and ``outcome`` its typed end-of-game facts (the game -> learner
-    contract, :mod:`cogym.core.outcome`), which learners read.
+    contract, :mod:`cogym.core.outcome`), which learners read; ``policy_version`` is the version of
+    the weights that generated the response (the learner's step count when it was sampled).
     """
 
     game_index: int
@@ -104,6 +106,7 @@ class Turn:
     reward: float = 0.0
     group_key: Hashable = None
     info: dict = field(default_factory=dict)
+    policy_version: int = 0
 
     @property
     def outcome(self) -> SeatOutcome:

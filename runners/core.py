@@ -126,11 +126,11 @@ class Episodes:
         collect(self.games[g], self.returns[g], self.infos[g])
 
     def add_turn(self, g: int, seat: str, role: str, policy_id: str, prompt_ids: list[int], response_ids: list[int],
-                 logprobs: list[float], text: str, finished: bool) -> None:
+                 logprobs: list[float], text: str, finished: bool, policy_version: int = 0) -> None:
         self.seat_turns[g][seat].append(Turn(
             game_index=self.index[g], episode_id=self.episode_ids[g], seat=seat, role=role, policy_id=policy_id,
             prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, text=text, finished=finished,
-            group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role)))
+            group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role), policy_version=policy_version))
 
     def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,

@@ -47,7 +47,7 @@ class TurnMover:
         act = self._actions.pop((s.g, s.k))
         if act.response_ids is not None:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, act.prompt_ids, act.response_ids, act.logprobs,
-                              act.text, act.finished)
+                              act.text, act.finished, act.version)
 
     def abort(self) -> None:
         self._actions.clear()

@@ -68,6 +68,7 @@ class _Open:
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finished: bool = False  # ended by the agent's own end-of-message token
+    version: int = 0  # the weight version of the policy that writes it (when the message opened)
 
 
 class TokenMover:
@@ -103,7 +104,8 @@ class TokenMover:
             env = self.games[group[0].g]
             opened = agent.begin([s.request for s in group], _encoder(env))
             for s, m in zip(group, opened, strict=True):
-                self.open[(s.g, s.seat)] = _Open(agent, m.handle, m.prompt_ids)
+                version = getattr(getattr(agent, "policy", None), "version", 0)
+                self.open[(s.g, s.seat)] = _Open(agent, m.handle, m.prompt_ids, version=version)
 
     def _record(self, s: Seat, msg: _Open, token: Token) -> int:
         """Keep a model's token for its Turn; return the id to step the game with."""
@@ -132,7 +134,7 @@ class TokenMover:
         msg.agent.close([msg.handle])
         if msg.prompt_ids is not None:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, list(msg.prompt_ids), msg.response_ids, msg.logprobs,
-                              env.codec.decode(msg.response_ids), msg.finished)
+                              env.codec.decode(msg.response_ids), msg.finished, msg.version)
 
     def abort(self) -> None:
         for msg in self.open.values():

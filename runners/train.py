@@ -97,6 +97,7 @@ def _restore(cfg: Config, ckpt: Path | None) -> Run:
                 {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies})
     for pid, learner in run.learners.items():
         learner.load(ckpt / "learners" / pid)
+        run.policies[pid].backend.load_weights(None, version=learner.steps)  # the checkpoint's weights
     return run
 
 
@@ -110,6 +111,9 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
             rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
         for k, v in learner.update(turns).items():
             rec[f"{pid}/{k}"] = v
+        # The policy's backend generates with the trained model itself: the new weights are in
+        # place, so it takes only their version (the next rollout's turns carry it).
+        run.policies[pid].backend.load_weights(None, version=learner.steps)
     rec["update_s"] = time.perf_counter() - t0
     return rec
 

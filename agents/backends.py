@@ -1,0 +1,120 @@
+"""Generation backends: what turns a batch of prompt ids into responses, behind one small protocol.
+
+A :class:`~cogym.agents.policy.Policy` owns the tokenizer, the chat template and the trainable model;
+its ``backend`` generates. Every backend does three things:
+
+* ``generate(prompts, sampling)``: per prompt, the response ids, their behaviour log-probs (the
+  tempered, unfiltered distribution) and whether an end token finished it, as
+  :class:`~cogym.agents.policy.Generation` records stamped with the backend's weight version;
+* ``load_weights(weights, version)``: take new weights (a state dict, or None when the backend
+  generates with the trained model itself, so the weights in place are already the new ones) and
+  the version they are;
+* ``version``: the version of the weights it generates with (0: as loaded; the learner's step count
+  after each update).
+
+:class:`HFBackend` generates with the policy's own transformers model, in process; it is every
+policy's default. Backends that hold a copy of the weights elsewhere (rollout workers, an
+inference engine) plug in here and receive the weights through ``load_weights``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+if TYPE_CHECKING:
+    from .policy import Generation, Policy, SamplingParams
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Generates for one policy; see the module docstring."""
+
+    name: str
+
+    @property
+    def version(self) -> int: ...
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams") -> list["Generation"]: ...
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None: ...
+
+
+class HFBackend:
+    """Generation with the policy's transformers model, in process (``model.generate``, the behaviour
+    log-probs taken step by step by a forward hook: memory holds one step's ``(B, V)`` logits).
+
+    It shares the model the learner trains, so after an update ``load_weights(None, version)`` only
+    records the version; given a state dict, it loads it into the model (every key must be the model's)."""
+
+    name = "hf"
+
+    def __init__(self, policy: "Policy") -> None:
+        self.policy = policy
+        self._version = 0
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
+        if version < self._version:
+            raise ValueError(f"policy {self.policy.name!r}: weights of version {version} are older than the "
+                             f"version {self._version} the backend generates with")
+        if weights is not None:
+            model = self.policy.model
+            unknown = sorted(set(weights) - set(model.state_dict()))
+            if unknown:
+                raise KeyError(f"policy {self.policy.name!r}: {len(unknown)} weights the model does not have, "
+                               f"e.g. {unknown[:3]}")
+            with self.policy.gather(), torch.no_grad():
+                model.load_state_dict(dict(weights), strict=False)
+        self._version = version
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams") -> list["Generation"]:
+        from .policy import Generation, _StepLogprobs
+
+        if not prompts:
+            return []
+        policy, model = self.policy, self.policy.model
+        pad = policy.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, P), left-padded
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p):] = 1
+        kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=policy.eos_ids,
+                      return_dict_in_generate=True)
+        if sampling.greedy:
+            kwargs.update(do_sample=False)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k)  # 0 = no top-k (None would mean "the default, 50")
+        was_training = model.training
+        model.eval()
+        steps = _StepLogprobs(1.0 if sampling.greedy else sampling.temperature)
+        hook = getattr(model, "hf_model", model).register_forward_hook(steps, with_kwargs=True)
+        try:
+            with policy.gather():
+                out = model.generate(input_ids=input_ids.to(policy.device), attention_mask=attention.to(policy.device),
+                                     **kwargs)
+        finally:
+            hook.remove()
+        if was_training:
+            model.train()
+        new = out.sequences[:, width:].cpu()  # (B, T)
+        logp = steps.finish(new)  # (B, T)
+        eos = torch.zeros_like(new, dtype=torch.bool)
+        for e in policy.eos_ids:
+            eos |= new == e
+        results = []
+        for i, p in enumerate(prompts):
+            hits = eos[i].nonzero()
+            n = int(hits[0]) + 1 if len(hits) else new.shape[1]
+            ids = new[i, :n].tolist()
+            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
+                                      text=policy.decode(ids), finished=bool(len(hits)), version=self._version))
+        return results

@@ -1,0 +1,103 @@
+"""The generation backend seam (agents/backends.py): the protocol, the in-process HF backend, weight
+versions, and the version every Turn records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cogym.agents.backends import GenerationBackend, HFBackend
+from cogym.agents.policy import Generation, Policy, SamplingParams
+
+DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
+
+
+def test_every_policy_generates_through_its_backend(any_policy):
+    assert isinstance(any_policy.backend, HFBackend) and isinstance(any_policy.backend, GenerationBackend)
+    prompt = any_policy.render([{"role": "user", "content": "1+1"}])
+    torch.manual_seed(0)
+    direct = any_policy.backend.generate([prompt], SamplingParams(max_new_tokens=4))
+    torch.manual_seed(0)
+    via_policy = any_policy.generate([prompt], SamplingParams(max_new_tokens=4))
+    assert direct == via_policy and direct[0].version == 0 and any_policy.version == 0
+
+
+def test_a_policy_takes_another_backend(policy):
+    class Echo:
+        name, version = "echo", 7
+
+        def generate(self, prompts, sampling):
+            return [Generation(list(p), [5], [-0.5], "x", True, self.version) for p in prompts]
+
+        def load_weights(self, weights, version):
+            self.version = version
+
+    policy.backend = Echo()
+    assert isinstance(policy.backend, GenerationBackend)
+    out = policy.generate([[1, 2]], SamplingParams())
+    assert out[0].response_ids == [5] and out[0].version == 7 and policy.version == 7
+
+
+def test_hf_backend_loads_a_state_dict_and_its_version(tiny_model_dir):
+    target, source = Policy.from_pretrained(tiny_model_dir), Policy.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        for p in source.model.parameters():
+            p.add_(0.01)
+    target.backend.load_weights(source.model.state_dict(), version=3)
+    assert target.version == 3
+    assert all(torch.equal(a, b) for a, b in zip(target.model.parameters(), source.model.parameters()))
+    prompt = target.render([{"role": "user", "content": "2+2"}])
+    greedy = SamplingParams(max_new_tokens=5, temperature=0)
+    assert target.generate([prompt], greedy)[0].response_ids == source.generate([prompt], greedy)[0].response_ids
+    with pytest.raises(ValueError, match="older"):
+        target.backend.load_weights(None, version=2)
+    with pytest.raises(KeyError, match="does not have"):
+        target.backend.load_weights({"no.such.weight": torch.zeros(1)}, version=4)
+    target.backend.load_weights(None, version=3)  # the same version again: the weights in place
+    assert target.version == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("granularity", ["turn", "token"])
+def test_turns_record_the_weight_version_that_generated_them(tmp_path, monkeypatch, granularity):
+    """Iteration i's turns were sampled by weights of version i (one update a policy an iteration), at
+    both granularities (the embedded model: its proposer writes problems the solver can play)."""
+    from cogym.learners.learner import Learner
+    from cogym.runners.config import load_config
+    from cogym.runners.train import train
+
+    versions: dict[str, list[set]] = {}
+    update = Learner.update
+
+    def spy(self, turns):
+        versions.setdefault(self.policy.name, []).append({t.policy_version for t in turns})
+        return update(self, turns)
+
+    monkeypatch.setattr(Learner, "update", spy)
+    cfg = load_config(DEFAULT, ["run.iterations=3", "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false",
+                                "run.tensorboard=false", "game.num_games=4", f"game.granularity={granularity}",
+                                "learners.solver.engine=torch", "learners.proposer.engine=torch",
+                                f"run.out_dir={tmp_path}"])
+    train(cfg, progress=False)
+    assert versions["solver"] == [{0}, {1}, {2}]
+    assert versions["proposer"] == [{0}, {1}, {2}]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_generates_with_the_checkpoints_version(tmp_path, monkeypatch):
+    from cogym.learners.learner import Learner
+    from cogym.runners.config import load_config
+    from cogym.runners.train import train
+
+    base = ["run.checkpoint_every=2", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",
+            "game.num_games=4", "learners.solver.engine=torch", "learners.proposer.engine=torch"]
+    run = tmp_path / "run"
+    train(load_config(DEFAULT, base + ["run.iterations=2"]), run_path=run, progress=False)
+    seen: list[set] = []
+    update = Learner.update
+    monkeypatch.setattr(Learner, "update", lambda self, turns: seen.append({t.policy_version for t in turns})
+                        or update(self, turns))
+    train(load_config(run / "config.yaml", ["run.iterations=3"]), run_path=run, resume=True, progress=False)
+    assert seen == [{2}, {2}]  # iteration 3: both policies' turns from the checkpoint's weights, version 2
