@@ -283,35 +283,6 @@ class Policy:
             self.tokenizer.padding_side, self.tokenizer.pad_token = now[1], now[2]
 
 
-class _StepLogprobs:
-    """A forward hook on the model that ``generate`` steps: the behaviour log-prob of each sampled token,
-    ``log_softmax(logits / temperature)`` of the raw logits (before any processor), kept step by step.
-
-    A step's log-softmax row ``(B, V)`` waits until the next forward, whose input is the token just
-    sampled; only that token's value is kept. Memory is one step's ``(B, V)``, never ``(B, T, V)``."""
-
-    def __init__(self, temperature: float) -> None:
-        self.temperature = temperature
-        self.last: torch.Tensor | None = None  # (B, V): the newest step's log-softmax
-        self.taken: list[torch.Tensor] = []  # per finished step, (B,)
-
-    def __call__(self, module, args, kwargs, output) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if self.last is not None:
-            self.taken.append(self.last.gather(-1, ids[:, -1:].cpu()).squeeze(-1))
-        logits = output.logits[:, -1, :].float().cpu() / self.temperature  # as generate's own float copy
-        self.last = torch.log_softmax(logits, dim=-1)
-
-    def finish(self, new: torch.Tensor) -> torch.Tensor:
-        """Log-probs ``(B, T)`` of ``new`` (B, T), the generated ids."""
-        if new.shape[1] == 0:
-            return torch.zeros(new.shape, dtype=torch.float32)
-        self.taken.append(self.last.gather(-1, new[:, -1:]).squeeze(-1))
-        if len(self.taken) != new.shape[1]:
-            raise RuntimeError(f"generate made {len(self.taken)} forwards for {new.shape[1]} tokens")
-        return torch.stack(self.taken, dim=1)
-
-
 def _eos_ids(model, tokenizer) -> list[int]:
     ids = {tokenizer.eos_token_id}
     gen = getattr(model, "generation_config", None)

@@ -177,16 +177,14 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
     """A transformers causal LM's decoder (its output: the final hidden states), output layer and vocabulary size,
     through the wrappers cogym puts around it (a DeepSpeed engine, a LoRA view, a PEFT model); None when the model
     has no such split or its forward takes no ``logits_to_keep``."""
-    base = _unwrap(model)
-    base = getattr(base, "hf_model", base)  # cogym's LoRA view: the shared transformers model inside
-    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    base = _transformers_model(model)
     try:
         decoder, head = base.get_decoder(), base.get_output_embeddings()
     except (AttributeError, NotImplementedError):
         return None
     if decoder is None or decoder is base or not isinstance(head, torch.nn.Module):
         return None
-    if "logits_to_keep" not in inspect.signature(base.forward).parameters:
+    if not takes_logits_to_keep(model):
         return None
     vocab = getattr(head, "out_features", None) or getattr(getattr(base, "config", None), "vocab_size", None)
     return (decoder, head, int(vocab)) if vocab else None
@@ -195,6 +193,18 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     """The module a training engine (DeepSpeed's, DDP) wraps, or ``model`` itself."""
     return model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
+
+
+def _transformers_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside the wrappers cogym puts around it (an engine, a LoRA view, PEFT)."""
+    base = _unwrap(model)
+    base = getattr(base, "hf_model", base)  # cogym's LoRA view: the shared transformers model inside
+    return base.get_base_model() if hasattr(base, "get_base_model") else base
+
+
+def takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether the model's forward computes logits at only the last ``logits_to_keep`` positions when asked."""
+    return "logits_to_keep" in inspect.signature(_transformers_model(model).forward).parameters
 
 
 def micro_batches(widths: Sequence[int], micro_batch_size: int, max_tokens: int | None = None,

@@ -10,13 +10,12 @@ own directory: ``critic.safetensors`` (all weights) and its engine's optimizer s
 from __future__ import annotations
 
 import copy
-import inspect
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from .batch import batch_widths, micro_batches, training_forward
+from .batch import batch_widths, micro_batches, takes_logits_to_keep, training_forward
 from .config import LearnerConfig
 from .engines import make_engine, save_weights
 from .gae import clipped_value_loss
@@ -37,14 +36,9 @@ class ValueModel(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         # logits_to_keep=1: the LM's output layer runs at one position, not over (N, W, vocabulary)
-        extra = {"logits_to_keep": 1} if _keeps_logits(self.lm) else {}
+        extra = {"logits_to_keep": 1} if takes_logits_to_keep(self.lm) else {}
         out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **extra)
         return self.head(out.hidden_states[-1]).squeeze(-1).float()  # (N, W)
-
-
-def _keeps_logits(lm: torch.nn.Module) -> bool:
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def response_values(module: torch.nn.Module, b) -> torch.Tensor:
