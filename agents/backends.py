@@ -3,9 +3,12 @@
 A :class:`~cogym.agents.policy.Policy` owns the tokenizer, the chat template and the trainable model;
 its ``backend`` generates. Every backend does three things:
 
-* ``generate(prompts, sampling)``: per prompt, the response ids, their behaviour log-probs (the
-  tempered, unfiltered distribution) and whether an end token finished it, as
-  :class:`~cogym.agents.policy.Generation` records stamped with the backend's weight version;
+* ``generate(prompts, sampling, keys)``: per prompt, the response ids, their behaviour log-probs
+  (the tempered, unfiltered distribution) and whether an end token finished it, as
+  :class:`~cogym.agents.policy.Generation` records stamped with the backend's weight version.
+  ``keys`` (one 63-bit sampling key per prompt, :mod:`cogym.agents.sampling`) fix each prompt's
+  draws whatever else shares its batch; without them the backend takes keys from torch's global
+  generator;
 * ``load_weights(weights, version)``: take new weights (a state dict, or None when the backend
   generates with the trained model itself, so the weights in place are already the new ones) and
   the version they are;
@@ -36,14 +39,28 @@ class GenerationBackend(Protocol):
     @property
     def version(self) -> int: ...
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams") -> list["Generation"]: ...
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
+                 keys: Sequence[int] | None = None) -> list["Generation"]: ...
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None: ...
+
+
+PAD_MULTIPLE = 16  # prompts are left-padded to a multiple of this width (see HFBackend)
+MIN_ROWS = 16  # a keyed batch of fewer prompts is filled up to this many rows (see HFBackend)
 
 
 class HFBackend:
     """Generation with the policy's transformers model, in process (``model.generate``, the behaviour
     log-probs taken step by step by a forward hook: memory holds one step's ``(B, V)`` logits).
+
+    A row's response depends only on its prompt and key, not on its batch: each step draws every
+    row's token with :func:`~cogym.agents.sampling.draw` (a logits processor hands ``generate`` the
+    drawn token as its only choice), and the batch is left-padded to a multiple of
+    :data:`PAD_MULTIPLE` ids, so a row's ids keep their place modulo the CPU kernels' vector width.
+    CPU matrix products also round a row differently when they have fewer than 16 rows (another
+    kernel), so a keyed batch smaller than :data:`MIN_ROWS` is filled with copies of its first
+    prompt, whose answers are dropped. Then a row's logits are bitwise those of any other batch
+    (measured on CPU with fixed threads; GPU kernels promise less).
 
     It shares the model the learner trains, so after an update ``load_weights(None, version)`` only
     records the version; given a state dict, it loads it into the model (every key must be the model's)."""
@@ -73,14 +90,22 @@ class HFBackend:
         self._version = version
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams") -> list["Generation"]:
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
+                 keys: Sequence[int] | None = None) -> list["Generation"]:
         from .policy import Generation
+        from .sampling import random_keys
 
         if not prompts:
             return []
+        if keys is not None and len(keys) != len(prompts):
+            raise ValueError(f"need one sampling key per prompt: {len(prompts)} prompts, {len(keys)} keys")
         policy, model = self.policy, self.policy.model
+        asked = len(prompts)
+        if keys is not None and not sampling.greedy and asked < MIN_ROWS:  # fill (see the class docstring)
+            prompts = list(prompts) + [prompts[0]] * (MIN_ROWS - asked)
+            keys = list(keys) + [keys[0]] * (MIN_ROWS - asked)
         pad = policy.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
+        width = -(-max(len(p) for p in prompts) // PAD_MULTIPLE) * PAD_MULTIPLE
         input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, P), left-padded
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):
@@ -88,11 +113,10 @@ class HFBackend:
             attention[i, width - len(p):] = 1
         kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=policy.eos_ids,
                       return_dict_in_generate=True)
-        if sampling.greedy:
-            kwargs.update(do_sample=False)
-        else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k)  # 0 = no top-k (None would mean "the default, 50")
+        # Greedy or not, generate takes the argmax: when sampling, of the one token _KeyedDraw leaves.
+        kwargs.update(do_sample=False)
+        if not sampling.greedy:
+            kwargs.update(logits_processor=[_KeyedDraw(sampling, random_keys(len(prompts)) if keys is None else keys)])
         was_training = model.training
         model.eval()
         steps = _StepLogprobs(1.0 if sampling.greedy else sampling.temperature)
@@ -111,13 +135,31 @@ class HFBackend:
         for e in policy.eos_ids:
             eos |= new == e
         results = []
-        for i, p in enumerate(prompts):
+        for i, p in enumerate(prompts[:asked]):
             hits = eos[i].nonzero()
             n = int(hits[0]) + 1 if len(hits) else new.shape[1]
             ids = new[i, :n].tolist()
             results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
                                       text=policy.decode(ids), finished=bool(len(hits)), version=self._version))
         return results
+
+
+class _KeyedDraw:
+    """A logits processor for ``generate``: draws each row's next token with
+    :func:`~cogym.agents.sampling.draw` (keyed by the row's key and the step) and leaves it as the
+    only finite score, so greedy selection takes it."""
+
+    def __init__(self, sampling: "SamplingParams", keys: Sequence[int]) -> None:
+        self.sampling, self.keys, self.step = sampling, list(keys), 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        from .sampling import draw
+
+        logp = torch.log_softmax(scores.float() / self.sampling.temperature, dim=-1)
+        ids = draw(logp, self.sampling, self.keys, self.step)
+        self.step += 1
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(-1, ids[:, None], 0.0)
 
 
 class _StepLogprobs:

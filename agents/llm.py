@@ -27,7 +27,8 @@ class LLMAgent:
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
         prompts = [self.policy.render(r.messages) for r in requests]
-        gens = self.policy.generate(prompts, self.sampling)
+        keys = [r.key for r in requests]
+        gens = self.policy.generate(prompts, self.sampling, None if None in keys else keys)
         return [Action(text=g.text, prompt_ids=g.prompt_ids, response_ids=g.response_ids, logprobs=g.logprobs,
                        finished=g.finished, version=g.version) for g in gens]
 

@@ -243,11 +243,14 @@ class Policy:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                 keys: Sequence[int] | None = None) -> list[Generation]:
         """Generate one response per prompt, in one batched call of the policy's generation backend
         (:mod:`cogym.agents.backends`; by default :class:`~cogym.agents.backends.HFBackend`, this
-        policy's own model). Behaviour log-probs are the tempered, unfiltered distribution's."""
-        return self.backend.generate(prompts, sampling)
+        policy's own model). Behaviour log-probs are the tempered, unfiltered distribution's.
+        ``keys``: one sampling key per prompt (:mod:`cogym.agents.sampling`), which fixes its draws
+        whatever else is in the batch; without them keys come from torch's global generator."""
+        return self.backend.generate(prompts, sampling, keys)
 
     @property
     def version(self) -> int:

@@ -23,11 +23,16 @@ class ScriptedAgent:
     def __init__(self, strategy: Strategy, name: str, seed: int = 0) -> None:
         self.strategy = strategy
         self.name = name
-        self.rng = np.random.default_rng(seed)  # the trainer reseeds it every iteration
+        self.rng = np.random.default_rng(seed)  # for unkeyed requests; the trainer reseeds it every iteration
         self.streams = TextStreams(self.act)
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
-        return [Action(text=self.strategy(r.messages[-1]["content"], self.rng)) for r in requests]
+        # A keyed request (every rollout's) draws from its own key, so a scripted seat makes the same move
+        # however the games are split across batches, processes or Ray workers; an unkeyed one from self.rng.
+        return [Action(text=self.strategy(r.messages[-1]["content"], self._rng(r))) for r in requests]
+
+    def _rng(self, request: Request) -> np.random.Generator:
+        return self.rng if request.key is None else np.random.default_rng(request.key)
 
     # Token level: the whole answer, one id per step (see TokenStreaming).
     def begin(self, requests: Sequence[Request], encode: Callable[[str], list[int]]) -> list[Message]:

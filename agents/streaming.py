@@ -5,7 +5,8 @@ over a :class:`~cogym.agents.batch_kv.BatchKV` cache: a new message is prefilled
 messages of one call together, left-padded; a prefix shared with earlier prompts is copied, not
 recomputed, see :class:`SharedPrefixes`), each further token feeds only the id sampled last.
 Sampling is :func:`~cogym.agents.sampling.sample_tokens`, the semantics of ``Policy.generate``:
-temperature, top-k, top-p, behaviour log-probs of the tempered unfiltered distribution. A message
+temperature, top-k, top-p, behaviour log-probs of the tempered unfiltered distribution, each
+message's draws keyed by its request's key and its token count. A message
 ends at an end-of-sequence token (part of the response: the model chose it) or, one step after its
 ``max_new_tokens``-th token, with a :class:`Token` that has no id (the limit chose it).
 
@@ -22,7 +23,7 @@ import torch
 
 from .batch_kv import BatchKV
 from .cascade import supports, use_cascade
-from .sampling import sample_tokens
+from .sampling import random_keys, sample_tokens
 from .policy import Policy, SamplingParams
 from .types import Message, Request, Token
 
@@ -86,6 +87,7 @@ class _Open:
     row: int | None = None  # its row in the cache once prefilled
     emitted: int = 0
     pending: int | None = None  # the last id sampled, not yet read by the model
+    key: int | None = None  # its sampling key (Request.key; None: one from torch's global generator)
 
 
 class PolicyStreams:
@@ -108,7 +110,8 @@ class PolicyStreams:
         out = []
         for r in requests:
             handle = next(self._ids)
-            self.open[handle] = _Open(prompt_ids=self.policy.render(r.messages))
+            self.open[handle] = _Open(prompt_ids=self.policy.render(r.messages),
+                                      key=r.key if r.key is not None else random_keys(1)[0])
             out.append(Message(handle=handle, prompt_ids=list(self.open[handle].prompt_ids)))
         return out
 
@@ -142,7 +145,8 @@ class PolicyStreams:
                 model.train()
         tokens = [Token(id=None, end=True) for _ in msgs]  # the length limit ends the others
         if live:
-            ids, logp = sample_tokens(torch.stack([logits[i] for i in live]), sampling)  # (b,), (b,)
+            ids, logp = sample_tokens(torch.stack([logits[i] for i in live]), sampling,  # (b,), (b,)
+                                      [msgs[i].key for i in live], [msgs[i].emitted for i in live])
             for i, tok, lp in zip(live, ids.tolist(), logp.tolist()):
                 msgs[i].emitted += 1
                 msgs[i].pending = tok

@@ -10,11 +10,14 @@ from cogym.core.outcome import SeatOutcome
 
 @dataclass
 class Request:
-    """What a seat is asked: chat messages (the per-role system message, then the game's text)."""
+    """What a seat is asked: chat messages (the per-role system message, then the game's text), and
+    the sampling key of the answer (:mod:`cogym.agents.sampling`; the rollout derives it from the run
+    seed, the game and the move, so the answer is the same in any batch; None: a random one)."""
 
     messages: list[dict]
     role: str
     seat: str
+    key: int | None = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
+from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
 from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv
@@ -102,7 +103,7 @@ class Episodes:
     """One episode in every game: resets, returns, infos, and the Turns with their ids and group keys."""
 
     def __init__(self, games: Sequence[CogymEnv], seeds: Sequence[int], episode_prefix: str, group_size: int,
-                 game_indices: Sequence[int] | None) -> None:
+                 game_indices: Sequence[int] | None, sampling_key: int | None = None) -> None:
         if len(seeds) != len(games):
             raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
         self.games, self.prefix, self.group_size = games, episode_prefix, group_size
@@ -111,10 +112,19 @@ class Episodes:
         self.seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
         self.index = list(game_indices) if game_indices is not None else list(range(len(games)))
         self.episode_ids = [f"{episode_prefix}-{i}" for i in self.index]
+        self.sampling_key = sampling_key
+        self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
         for env, seed in zip(games, seeds):
             env.reset(seed=int(seed))
         for g in range(len(games)):
             self.skip_dead(g)
+
+    def request_key(self, g: int, k: int) -> int | None:
+        """The sampling key of the ``k``-th ready seat of game ``g`` at its current move: a pure function
+        of (rollout key, the game's place in the iteration's list, move, k), whoever plays the game."""
+        if self.sampling_key is None:
+            return None
+        return derive_key(self.sampling_key, self.index[g], self.moves[g], k)
 
     def live(self) -> list[int]:
         return [g for g, env in enumerate(self.games) if env.agents]
@@ -159,10 +169,12 @@ class Mover(Protocol):
 
 def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
          seeds: Sequence[int], mover: Mover, episode_prefix: str, group_size: int, max_steps: int,
-         game_indices: Sequence[int] | None) -> RolloutResult:
-    """Play one episode in every game with ``mover``; see the module docstring."""
+         game_indices: Sequence[int] | None, sampling_key: int | None = None) -> RolloutResult:
+    """Play one episode in every game with ``mover``; see the module docstring. ``sampling_key``
+    (when given) keys every request's draws (:meth:`Episodes.request_key`), so each game samples the
+    same tokens however the games are split into batches, processes or workers."""
     t0 = time.perf_counter()
-    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices)
+    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices, sampling_key)
     steps = 0
     try:
         while live := ep.live():
@@ -209,8 +221,10 @@ def _ready(ep: Episodes, live: list[int], seat_map: SeatMap | Sequence[SeatMap],
             request = None
             text = mover.request_text(env, g, seat)
             if text is not None:
-                request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat)
+                request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat,
+                                  key=ep.request_key(g, len(pending[g])))
             s = Seat(g, len(pending[g]), seat, role, policy_id, agent, request)
             by_agent.setdefault(id(agent), (agent, []))[1].append(s)
             pending[g].append(s)
+        ep.moves[g] += 1
     return pending, by_agent

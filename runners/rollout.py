@@ -55,10 +55,14 @@ class TurnMover:
 
 def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
             episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 10_000,
-            game_indices: Sequence[int] | None = None) -> RolloutResult:
+            game_indices: Sequence[int] | None = None, sampling_key: int | None = None) -> RolloutResult:
     """Play one episode in every game, batching generation across games; return its turns.
 
     ``game_indices``: each game's place in the iteration's whole game list (default 0, 1, ...), when
-    these games are one data-parallel rank's share; turns' ``game_index``, episode ids and group
-    keys use it, so they match a one-process run's."""
-    return play(games, seat_map, system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices)
+    these games are one data-parallel rank's or rollout worker's share; turns' ``game_index``, episode
+    ids, group keys and sampling keys use it, so they match a one-process run's. ``sampling_key``:
+    the rollout's key (the training loop's is a function of run seed, iteration and round); every
+    request's draws are keyed by it, the game's place, its move and the seat, so a game samples the
+    same tokens in any batch. None: draws from torch's global generator."""
+    return play(games, seat_map, system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices,
+                sampling_key)

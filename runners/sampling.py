@@ -2,7 +2,8 @@
 several processes, then DAPO's dynamic-sampling refill for the learners that enable it.
 
 Every seed is a pure function of (run seed, iteration, round), so a resumed run replays the same
-games; the sampling stream of an iteration is seeded the same way.
+games; so is every rollout's sampling key (:func:`rollout_key`), from which each game's draws
+derive, and the global torch stream of an iteration.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from cogym.agents.sampling import derive_key
 from cogym.learners import torch_dist as dist
 
 from .build import Run
@@ -42,6 +44,13 @@ def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
     if rank == 0:
         return seed * 100_003 + iteration
     return int(np.random.SeedSequence([seed, iteration, rank]).generate_state(1)[0])
+
+
+def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
+    """The sampling key of one rollout (round 0: the iteration's; >= 1: dynamic sampling's extra
+    rounds): every game's draws derive from it, its place in the list and its moves (see
+    :func:`~cogym.runners.rollout.rollout`), so they are the same however the games are split."""
+    return derive_key(seed, iteration, round_)
 
 
 def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
@@ -108,7 +117,8 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
         k = run.cfg.game.group_size
         seeds = grouped(refill_seeds(run.cfg.run.seed, iteration, rounds, len(run.games) // k), k)
         seat_map, contexts = seat_maps(hooks, run.seat_map, iteration, len(run.games), k, rounds)
-        res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k)
+        res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k,
+                   sampling_key=rollout_key(run.cfg.run.seed, iteration, rounds))
         after_rollout(hooks, res, contexts, iteration)  # e.g. the league rates these games too; metrics: round 0's
         for pid in short():
             new = [t for t in res.turns if t.policy_id == pid]
@@ -127,21 +137,41 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
 
 
 class Sampler:
-    """Plays one iteration's games and returns each learner's batch with the rollout's metrics."""
+    """Plays one iteration's games and returns each learner's batch with the rollout's metrics.
 
-    def __init__(self, run: Run, play: Callable, hooks: Sequence[TrainHook] = ()) -> None:
-        self.run, self.play, self.hooks = run, play, list(hooks)
+    ``pool``: Ray rollout workers (:class:`~cogym.runners.ray_rollout.RayRollout`) that play instead of
+    ``play``; :meth:`start` then only submits the rollout, so the caller can update meanwhile
+    (one-step off-policy) before :meth:`finish` waits for it."""
+
+    def __init__(self, run: Run, play: Callable, hooks: Sequence[TrainHook] = (), pool=None) -> None:
+        self.run, self.hooks, self.pool = run, list(hooks), pool
+        self.play = pool.play if pool is not None else play
         self.system = {role: p.system for role, p in run.cfg.prompts.items()}
 
     def sample(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
         """(the rollout, {policy id: its turns}, metrics) of ``iteration``."""
+        return self.finish(self.start(iteration))
+
+    def start(self, iteration: int) -> tuple:
+        """Begin ``iteration``'s rollout (on a pool, submit it and return at once)."""
         run, cfg = self.run, self.run.cfg
         torch.manual_seed(sampling_seed(cfg.run.seed, iteration, dist.rank()))  # replayed exactly on resume
         k = cfg.game.group_size
         seeds = grouped(iteration_seeds(cfg.run.seed, iteration, len(run.games) // k), k)
         run.reseed_scripted(iteration, dist.rank())
         seat_map, contexts = seat_maps(self.hooks, run.seat_map, iteration, len(run.games), k)
-        res = self.play(run.games, seat_map, self.system, seeds, episode_prefix=f"it{iteration}", group_size=k)
+        args = (run.games, seat_map, self.system, seeds)
+        kwargs = dict(episode_prefix=f"it{iteration}", group_size=k, sampling_key=rollout_key(cfg.run.seed, iteration))
+        if self.pool is not None:
+            return iteration, contexts, self.pool.submit(*args, iteration=iteration, **kwargs)
+        return iteration, contexts, self.play(*args, **kwargs)
+
+    def finish(self, started: tuple) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
+        """The rollout :meth:`start` began, each learner's batch (dynamic sampling applied) and metrics."""
+        iteration, contexts, res = started
+        run = self.run
+        if self.pool is not None:
+            res = self.pool.collect(res)
         metrics = rollout_metrics(res, run.roles)
         metrics.update(after_rollout(self.hooks, res, contexts, iteration))
         batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}

@@ -28,9 +28,9 @@ class CountingGenerate:
         self.calls: list[int] = []
         policy.generate = self
 
-    def __call__(self, prompts, sampling):
+    def __call__(self, prompts, sampling, keys=None):
         self.calls.append(len(prompts))
-        return self.inner(prompts, sampling)
+        return self.inner(prompts, sampling, keys)
 
 
 def test_llm_agent_answers_a_batch_with_one_generate_call(any_policy):

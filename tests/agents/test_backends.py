@@ -28,7 +28,7 @@ def test_a_policy_takes_another_backend(policy):
     class Echo:
         name, version = "echo", 7
 
-        def generate(self, prompts, sampling):
+        def generate(self, prompts, sampling, keys=None):
             return [Generation(list(p), [5], [-0.5], "x", True, self.version) for p in prompts]
 
         def load_weights(self, weights, version):

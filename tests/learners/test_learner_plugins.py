@@ -147,7 +147,7 @@ def _round(prefix: str, rewards_per_group: list[list[float]]) -> RolloutResult:
 def test_dynamic_sampling_refills_until_enough_groups_pass_then_trims():
     calls = []
 
-    def play(games, seat_map, system, seeds, episode_prefix, group_size=1):
+    def play(games, seat_map, system, seeds, episode_prefix, group_size=1, sampling_key=None):
         calls.append((episode_prefix, list(seeds)))
         return _round(episode_prefix, [[0, 1], [1, 1], [1, 0], [0, 1]])  # 3 of 4 groups informative
 
@@ -163,7 +163,7 @@ def test_dynamic_sampling_refills_until_enough_groups_pass_then_trims():
 
 
 def test_dynamic_sampling_trims_the_surplus_in_order_of_play():
-    def play(games, seat_map, system, seeds, episode_prefix, group_size=1):
+    def play(games, seat_map, system, seeds, episode_prefix, group_size=1, sampling_key=None):
         return _round(episode_prefix, [[0, 1], [1, 0], [0, 1], [1, 0]])  # all 4 pass: 1 + 4 > 4
 
     first = _round("it1", [[0, 1], [0, 0], [1, 1], [0, 0]])
@@ -174,7 +174,7 @@ def test_dynamic_sampling_trims_the_surplus_in_order_of_play():
 
 
 def test_dynamic_sampling_stops_after_max_rounds_and_reports_the_shortfall():
-    def play(games, seat_map, system, seeds, episode_prefix, group_size=1):
+    def play(games, seat_map, system, seeds, episode_prefix, group_size=1, sampling_key=None):
         return _round(episode_prefix, [[1, 1], [0, 0]])  # nothing ever passes
 
     first = _round("it1", [[1, 0], [1, 1]])

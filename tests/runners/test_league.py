@@ -32,13 +32,13 @@ from cogym.runners.train import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
 COGYM = Path(sys.executable).with_name("cogym")
-TIMING = ("rollout_s", "update_s", "tokens_per_s")
+TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
 LEAGUE = ["seats.second=player", "league.seats=[second]"]
 
 
 def _overrides(extra: list[str] | None = None) -> list[str]:
     return [*LEAGUE, "league.every=2", "league.size=2", "league.sampling=pfsp",
-            "league.latest_prob=0.25", "game.num_games=8", "learners.player.lr=1e-2", "run.iterations=5",
+            "league.latest_prob=0.25", "game.num_games=16", "learners.player.lr=1e-2", "run.iterations=5",
             "run.checkpoint_every=2", "run.tensorboard=false", "run.plot=false", "run.seed=1", *(extra or [])]
 
 
@@ -179,7 +179,7 @@ def test_league_seats_never_reach_the_learner(league_run) -> None:
         for seats in by_game.values():
             latest_games += ("player_1", "player") in seats  # plain self-play: the current policy in both seats
             assert not (("player_1", "player") in seats and any(p.startswith("league:") for _, p in seats))
-    assert league_turns > 0 and latest_games > 0
+    assert league_turns > 0 and latest_games > 0, (league_turns, latest_games)
 
 
 def test_snapshots_every_n_iterations_bounded_by_size(league_run) -> None:
@@ -251,7 +251,7 @@ def test_nproc_2_plays_the_league_and_resumes_exactly(tmp_path: Path) -> None:
     cogym(["train", KUHN, "--nproc", "2", "--run-dir", str(run), "--no-progress",
            *_overrides(["run.iterations=3"])])
     rows = _rows(run)
-    assert [r["league/games"] + r["league/latest_frac"] * 8 for r in rows] == [8, 8, 8]  # all 8 games, both ranks'
+    assert [r["league/games"] + r["league/latest_frac"] * 16 for r in rows] == [16, 16, 16]  # all games, both ranks'
     shutil.rmtree(run / "checkpoints" / "step_000003")
     cogym(["train", "--resume", str(run), "--nproc", "2", "--no-progress"])
     assert _rows(run) == rows

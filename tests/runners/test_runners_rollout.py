@@ -152,9 +152,9 @@ def llm_rollout(policy):
     calls: list[int] = []
     inner = policy.generate
 
-    def generate(prompts, sampling):
+    def generate(prompts, sampling, keys=None):
         calls.append(len(prompts))
-        return inner(prompts, sampling)
+        return inner(prompts, sampling, keys)
 
     policy.generate = generate
     solver = Counting(LLMAgent(policy, SamplingParams(max_new_tokens=6, temperature=1.0), name="solver"))

@@ -55,9 +55,11 @@ def test_every_message_is_one_turn_with_the_chat_prompt(interrupted_run, policy)
 
 def test_the_kv_cache_is_reused_within_a_message(interrupted_run) -> None:
     _, res = interrupted_run
-    # One prefill per message, then one id per further token: nothing is read twice.
+    # One prefill per message, then one id per further token: nothing is read twice (a prompt that
+    # starts like one read before in the rollout is read from the shared prefix on, so less).
     assert res.stats["prefills"] == len(res.turns)
-    assert res.stats["fed_tokens"] == sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
+    assert sum(len(t.response_ids) for t in res.turns) <= res.stats["fed_tokens"] <= sum(
+        len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
     assert res.generated_tokens == sum(len(t.response_ids) for t in res.turns)
 
 
@@ -153,7 +155,7 @@ def test_each_policy_keeps_its_own_max_new_tokens_at_token_level(policy) -> None
     for t in res.turns:
         # The end id the rollout sent at the limit is not part of the response: the model never chose it.
         assert t.finished == (t.response_ids[-1] in policy.eos_ids)
-    assert res.stats["fed_tokens"] == sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
+    assert res.stats["fed_tokens"] <= sum(len(t.prompt_ids) + len(t.response_ids) - 1 for t in res.turns)
 
 
 def test_token_rollout_refuses_agents_it_cannot_drive(policy) -> None:
