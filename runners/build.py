@@ -246,10 +246,12 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
     return learners
 
 
-def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None) -> Run:
+def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None,
+          rollout_only: bool = False) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``; ``critic_dirs`` holds
-    saved PPO critics to resume from."""
+    saved PPO critics to resume from. ``rollout_only``: games, policies and seats, no learners,
+    evaluators or league (a Ray rollout worker's share of a run)."""
     import_game_modules(cfg.game.modules)
     try:
         game = make(cfg.game.id, **cfg.game.kwargs)
@@ -259,12 +261,12 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     assignment = _assign_seats(cfg, game, factory)
     _check_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
-    evaluators = evaluators_of(cfg, _build)  # after game.modules: they may register evaluator kinds
-    league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats else None
+    evaluators = [] if rollout_only else evaluators_of(cfg, _build)  # after game.modules: they may register kinds
+    league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
     policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases)
-    learners = _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {}, lora_bases)
+    learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {}, lora_bases)
     games = _make_games(cfg, policies, used)
     sampling = {pid: pc.sampling for pid, pc in cfg.policies.items()}
     seats = {seat: (pid, factory.seat(pid, role, policies, sampling)) for seat, (pid, role) in assignment.items()}

@@ -72,6 +72,9 @@ def print_summary(summary: dict) -> None:
     if summary.get("tokens_per_s"):
         table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
     table.add_row("engine", ", ".join(summary.get("engines", [])))
+    if "ray_workers" in summary:
+        restarts = summary.get("ray_worker_restarts", 0)
+        table.add_row("Ray rollout workers", f"{summary['ray_workers']} ({restarts} restart{'s' if restarts != 1 else ''})")
     table.add_row("iterations", str(summary.get("iterations", "-")))
     table.add_row("wall time", f"{summary['wall_s']:.0f} s")
     table.add_row("run directory", summary["run_dir"])
@@ -167,7 +170,8 @@ def _tournament(args: argparse.Namespace) -> int:
     if not game:
         raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
     players = resolve_players(specs, args.policy or tree.get("policy"))
-    import_game_modules([*(tree.get("modules") or []), *(args.module or [])])
+    modules = [*(tree.get("modules") or []), *(args.module or [])]
+    import_game_modules(modules)
     prompts = {**tree.get("prompts", {}), **_key_values(args.system, "--system")}  # over each checkpoint's own
     spec = TournamentSpec(
         game=game, players=players, game_kwargs={**tree.get("game_kwargs", {}), **_key_values(args.kwarg, "--kwarg")},
@@ -180,9 +184,19 @@ def _tournament(args: argparse.Namespace) -> int:
         batch_games=args.batch_games or tree.get("batch_games", 256),
         max_loaded=args.max_loaded or tree.get("max_loaded", 0),
         max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 0),
-        temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts)
+        temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts,
+        modules=modules)
     out = Path(args.out or tree.get("out") or f"tournaments/{game}")
-    rows = run_tournament(spec, out, progress=not args.no_progress)
+    ray = None
+    if args.ray is not None:
+        from .config import RayConfig
+
+        if args.workers is not None and args.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+        ray = RayConfig(address=None if args.ray == "local" else args.ray, num_rollout_workers=args.workers or 2)
+    elif args.workers is not None:
+        raise ConfigError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
+    rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
     print_leaderboard(board, title=f"cogym tournament: {game}, {len(rows)} games ({out})")
@@ -218,6 +232,10 @@ def parser() -> argparse.ArgumentParser:
                    help="data parallel: run N processes (torch.distributed, gloo on CPU) that each play "
                         "game.num_games / N games and train on the gathered batch; num_games must be divisible by N "
                         "(default 1)")
+    t.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="play rollouts on Ray workers (run.backend=ray): with no ADDRESS start a local cluster, "
+                        "'auto' joins the cluster `ray start` runs on this machine, host:port another one; "
+                        "ray.num_rollout_workers=N sets the workers (needs: pip install 'cogym[ray]')")
     t.set_defaults(fn=_train)
     e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
     e.add_argument("--model", default="tiny",
@@ -269,6 +287,10 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                     help="import a module or .py file that registers games first (repeatable)")
     tt.add_argument("--kwarg", action="append", metavar="KEY=VALUE", help="a game argument (repeatable)")
+    tt.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="play the games on Ray workers: with no ADDRESS start a local cluster, 'auto' joins the one "
+                         "`ray start` runs here, host:port another (needs: pip install 'cogym[ray]')")
+    tt.add_argument("--workers", type=int, metavar="N", help="--ray: tournament workers, 1 CPU each (default 2)")
     tt.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
     tt.add_argument("--no-progress", action="store_true", help="no progress bar")
     tt.add_argument("--no-plots", action="store_true", help="no heatmap.png / ratings.png")
@@ -292,6 +314,21 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides.extend(extra)
         else:
             ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "train" and args.ray is not None:
+        # `cogym train --ray cfg.yaml` / `--ray key=value`: that was a positional, not an address.
+        if args.ray.endswith((".yaml", ".yml")) or "=" in args.ray:
+            moved = [args.config] if args.config and "=" in args.config else []  # an override, not a file
+            if moved:
+                args.config = None
+            if "=" in args.ray:
+                moved.insert(0, args.ray)
+            elif args.config is None:
+                args.config = args.ray
+            args.overrides[:0] = moved
+            args.ray = "local"
+        args.overrides.append("run.backend=ray")
+        if args.ray != "local":
+            args.overrides.append(f"ray.address={args.ray}")
     if args.command == "train" and args.config and "=" in args.config:
         # `cogym train key=value`: the first positional is an override, not a file.
         args.overrides.insert(0, args.config)

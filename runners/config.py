@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import keyword
 import math
 import types
 import typing
@@ -108,6 +109,27 @@ class RunConfig:
     tensorboard: bool = True
     plot: bool = True
     threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
+    backend: str = "local"  # where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)
+    # "off": each rollout uses the newest weights; "one_step": iteration i+1's rollout overlaps
+    # iteration i's update (weights one version behind; ray only). Written ``run.async`` in YAML.
+    async_: str = "off"
+
+
+BACKENDS = ("local", "ray")
+ASYNC_MODES = ("off", "one_step")
+
+
+@dataclass
+class RayConfig:
+    """Rollouts on Ray (``run.backend: ray``, :mod:`cogym.runners.ray_rollout`): the driver keeps the
+    loop and the learners, ``num_rollout_workers`` actors play shares of every iteration's games."""
+
+    address: Optional[str] = None  # null: start a local cluster; "auto": the one `ray start` runs here; or "host:port"
+    num_rollout_workers: int = 2
+    num_cpus: float = 1.0  # per rollout worker
+    num_gpus: float = 0.0  # per rollout worker
+    max_restarts: int = 3  # per worker: a killed worker is restarted and its share of games replayed
+    max_staleness: int = 1  # run.async one_step: the most updates a rollout's weights may lag the learner
 
 
 LEAGUE_SAMPLING = ("uniform", "pfsp")
@@ -144,12 +166,19 @@ class Config:
     prompts: dict = field(default_factory=dict)  # role -> PromptConfig
     eval: EvalConfig = field(default_factory=EvalConfig)
     league: LeagueConfig = field(default_factory=LeagueConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def to_dict(self) -> dict:
         """Plain data, as YAML writes it (a learner's keys flat, as load_config reads them back)."""
         out = dataclasses.asdict(dataclasses.replace(self, learners={}))
         out["learners"] = {pid: lc.flat() for pid, lc in self.learners.items()}
+        out["run"] = {_yaml_key(k): v for k, v in out["run"].items()}
         return out
+
+
+def _yaml_key(field_name: str) -> str:
+    """A field named after a Python keyword (``async_``) is written without its underscore."""
+    return field_name[:-1] if field_name.endswith("_") and keyword.iskeyword(field_name[:-1]) else field_name
 
 
 # Mappings whose values are themselves typed sections (learners: see _build_learner).
@@ -227,6 +256,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and keyword.iskeyword(key) and f"{key}_" in names:
+            key = f"{key}_"  # run.async -> RunConfig.async_
         if key not in names:
             raise ConfigError(f"unknown config key {path!r}{_suggest(str(key), names)}")
         if not where and key in _TYPED_MAPS:
@@ -563,3 +594,39 @@ def validate(cfg: Config) -> None:
     for pid, lc in cfg.learners.items():
         _check_learner(cfg, pid, lc, f"learners.{pid}")
     _check_league(cfg)
+    _check_ray(cfg)
+
+
+def _check_ray(cfg: Config) -> None:
+    """run.backend, run.async and ray.*: known values in range, and what the Ray rollout supports."""
+    _check_choice(cfg.run.backend, BACKENDS, "run.backend")
+    _check_choice(cfg.run.async_, ASYNC_MODES, "run.async")
+    rc = cfg.ray
+    if cfg.run.backend != "ray":
+        if cfg.run.async_ != "off":
+            raise ConfigError("run.async: one_step overlaps a rollout on Ray workers with the update in the driver; "
+                              "set run.backend: ray (or pass --ray)")
+        return
+    if rc.num_rollout_workers < 1:
+        raise ConfigError(f"ray.num_rollout_workers must be >= 1, got {rc.num_rollout_workers}")
+    if rc.num_rollout_workers > cfg.game.num_games:
+        raise ConfigError(f"ray.num_rollout_workers ({rc.num_rollout_workers}) exceeds game.num_games "
+                          f"({cfg.game.num_games}): a worker would have no game to play")
+    if rc.num_cpus <= 0 or rc.num_gpus < 0:
+        raise ConfigError(f"ray.num_cpus must be > 0 and ray.num_gpus >= 0 (per worker), got {rc.num_cpus} and {rc.num_gpus}")
+    if rc.max_restarts < 0:
+        raise ConfigError(f"ray.max_restarts must be >= 0, got {rc.max_restarts}")
+    if rc.max_staleness < 1:
+        raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
+                          f"got {rc.max_staleness}")
+    if cfg.league.seats:
+        raise ConfigError("run.backend: ray does not play leagues yet (league members are snapshots the driver "
+                          "holds); drop league.seats or use run.backend: local")
+    lora = [pid for pid, pc in cfg.policies.items() if pc.lora.enabled]
+    if lora:
+        raise ConfigError(f"run.backend: ray does not sync LoRA adapters yet (policies.{lora[0]}.lora.r > 0); "
+                          "set it to 0 or use run.backend: local")
+    stage3 = [pid for pid, lc in cfg.learners.items() if lc.engine == "deepspeed" and lc.zero_stage == 3]
+    if stage3:
+        raise ConfigError(f"run.backend: ray syncs whole weights to rollout workers, and learners.{stage3[0]} "
+                          "partitions them (zero_stage 3); use zero_stage 0, 1 or 2")

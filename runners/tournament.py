@@ -14,12 +14,16 @@ Every finished game is one line of ``results.jsonl`` in the output directory, wr
 as each batch of games ends; running the same tournament again skips the games already there, so
 a killed run loses at most the batch in flight. Games of a batch run in parallel, and all games in
 which the same player sits share one generate call (:func:`cogym.runners.rollout.rollout` batches
-by agent). Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
+by agent). Every draw of a game (tokens, scripted moves) derives from the tournament seed and the
+game's id (:func:`game_index`), so a game ends the same in any batch, on a rerun, and on any of
+``ray.num_rollout_workers`` Ray workers (``cogym tournament --ray``: the driver splits each batch
+among them, restarts one that dies, replays its share, and alone writes ``results.jsonl``). Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
 (:mod:`cogym.runners.ratings`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -200,6 +204,12 @@ def game_score(returns: dict[str, float], side_a: Sequence[str], side_b: Sequenc
     return 1.0 if ra > rb else 0.0 if ra < rb else 0.5
 
 
+def game_index(key: GameKey) -> int:
+    """A game's number in the rollout that plays it (63 bits of a hash of its id): its draws derive
+    from it and the tournament seed, so they do not depend on the batch or worker it lands in."""
+    return int.from_bytes(hashlib.blake2b(key.id.encode(), digest_size=8).digest(), "little") >> 1
+
+
 def game_seeds(seed: int, n: int) -> list[int]:
     """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
     return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
@@ -266,6 +276,7 @@ class TournamentSpec:
     max_new_tokens: int = 0  # model players' message limit; 0: each checkpoint's run's, else 8
     temperature: float = 1.0
     prompts: dict[str, str] = field(default_factory=dict)  # role -> system message (over the runs' own)
+    modules: list[str] = field(default_factory=list)  # game modules imported first (Ray workers import them too)
 
 
 def default_sides(env) -> list[list[str]]:
@@ -439,6 +450,8 @@ def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: 
     """Play one batch of games (generation shared across them) and return their result rows."""
     import torch
 
+    from cogym.agents.sampling import derive_key
+
     from .rollout import rollout
 
     by_name = {p.name: p for p in spec.players}
@@ -455,7 +468,8 @@ def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: 
             return who, agents.get(by_name[who], role)
         maps.append(seat_map)
     torch.manual_seed(spec.seed * 1_000_003 + batch_no)
-    res = rollout(envs[: len(batch)], maps, dict(spec.prompts), [seeds[key.k] for key in batch], episode_prefix=f"t{batch_no}")
+    res = rollout(envs[: len(batch)], maps, dict(spec.prompts), [seeds[key.k] for key in batch], episode_prefix=f"t{batch_no}",
+                  game_indices=[game_index(key) for key in batch], sampling_key=derive_key(spec.seed))
     rows = []
     for key, returns in zip(batch, res.returns):
         side_a, side_b = (sides[0], sides[1]) if key.order == 0 else (sides[1], sides[0])
@@ -466,10 +480,12 @@ def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: 
 
 
 def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
-                   on_batch: Callable[[int], None] | None = None) -> list[dict]:
+                   on_batch: Callable[[int], None] | None = None, ray=None) -> list[dict]:
     """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
 
-    ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill)."""
+    ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill).
+    ``ray``: a :class:`~cogym.runners.config.RayConfig`; its ``num_rollout_workers`` Ray actors play
+    each batch's games (:class:`~cogym.runners.ray_rollout.RayTournament`) with the same results."""
     from tqdm.auto import tqdm
 
     from cogym.envs import make
@@ -498,22 +514,38 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     swiss = spec.schedule == "swiss"
     rounds = 1 if not swiss else (spec.swiss_rounds or min(math.ceil(math.log2(len(names))) + 1, len(names) - 1))
     envs: list = []
+
+    def play(batch: list[GameKey], batch_no: int) -> list[dict]:
+        if pool is not None:  # the workers hold their own agents and games
+            return pool.play(batch, seeds, batch_no)
+        agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
+        envs.extend(make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(envs)))
+        return _play_batch(spec, batch, envs, agents, sides, fixed, seeds, batch_no)
+
+    if ray is not None:
+        from .ray_rollout import RayTournament
+
+        pool = RayTournament(spec, ray, spec.modules)
+    else:
+        pool = None
     batch_no = 0
-    for round_no in range(rounds):
-        keys = [GameKey(a, b, k, o, round_no if swiss else None) for a, b in schedule.pairs(round_no, log)
-                for k in range(len(seeds)) for o in (0, 1)]
-        todo = [key for key in keys if key.id not in log.done]
-        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
-                   desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
-        for batch in _batches(todo, spec.batch_games, spec.max_loaded, models):
-            agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
-            envs += [make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(envs))]
-            log.append(_play_batch(spec, batch, envs, agents, sides, fixed, seeds, batch_no))
-            bar.update(len(batch))
-            if on_batch is not None:
-                on_batch(batch_no)
-            batch_no += 1
-        bar.close()
+    try:
+        for round_no in range(rounds):
+            keys = [GameKey(a, b, k, o, round_no if swiss else None) for a, b in schedule.pairs(round_no, log)
+                    for k in range(len(seeds)) for o in (0, 1)]
+            todo = [key for key in keys if key.id not in log.done]
+            bar = tqdm(total=len(keys), initial=len(keys) - len(todo), disable=not progress, unit="game",
+                       desc=f"{spec.game} round {round_no + 1}/{rounds}" if rounds > 1 else spec.game, dynamic_ncols=True)
+            for batch in _batches(todo, spec.batch_games, spec.max_loaded, models):
+                log.append(play(batch, batch_no))  # the driver alone writes results.jsonl
+                bar.update(len(batch))
+                if on_batch is not None:
+                    on_batch(batch_no)
+                batch_no += 1
+            bar.close()
+    finally:
+        if pool is not None:
+            pool.close()
     # Only this tournament's games (a directory reused with other players or more games keeps those too).
     return [r for r in log.rows if r["a"] in names and r["b"] in names and r["k"] < len(seeds)
             and (r.get("round") is not None) == swiss]

@@ -45,7 +45,7 @@ from cogym.learners import torch_dist as dist
 
 from .build import Run, build
 from .checkpoint import check_resume_world, last_checkpoint, save_checkpoint
-from .config import Config
+from .config import Config, ConfigError
 from .evaluation import evaluate
 from .hooks import TrainHook
 from .launch import check_data_parallel
@@ -67,6 +67,9 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if dist.world_size() > 1:  # a data-parallel worker: every rank writes to rank 0's run directory
+        if cfg.run.backend == "ray":
+            raise ConfigError("run.backend: ray runs one driver process; drop --nproc (rollouts scale with "
+                              "ray.num_rollout_workers)")
         check_data_parallel(cfg, dist.world_size())
         run_path = Path(dist.broadcast_object(str(run_path)))
     start_it, ckpt = 1, None
@@ -101,6 +104,25 @@ def _restore(cfg: Config, ckpt: Path | None) -> Run:
     return run
 
 
+def _versions(run: Run) -> dict[str, int]:
+    """Each trained policy's weight version: its learner's step count."""
+    return {pid: learner.steps for pid, learner in run.learners.items()}
+
+
+def _staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, float]:
+    """How many updates behind the learner the weights that sampled each batch are (0: on-policy);
+    more than ``bound`` is an error."""
+    worst = 0
+    for pid, learner in run.learners.items():
+        if batches[pid]:
+            lag = learner.steps - min(t.policy_version for t in batches[pid])
+            if lag > bound:
+                raise RuntimeError(f"policy {pid!r}: turns sampled with weights {lag} updates old, more than "
+                                   f"ray.max_staleness = {bound}")
+            worst = max(worst, lag)
+    return {"ray/staleness": float(worst)}
+
+
 def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
     """Every learner's step on its policy's turns, with the retokenization drift check."""
     t0 = time.perf_counter()
@@ -125,19 +147,37 @@ def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_star
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
     for hook in hooks:
         hook.start(start_it - 1, ckpt)
-    sampler = Sampler(run, data_parallel(token_rollout if cfg.game.granularity == "token" else rollout), hooks)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     summary: dict = {"run_dir": str(run_path), "engines": engines}
     history: list[dict] = []
+    pool = None
     try:
+        if cfg.run.backend == "ray":  # rollout workers on Ray (runners/ray_rollout.py)
+            from .ray_rollout import RayRollout
+
+            pool = RayRollout(cfg)
+            pool.sync(run.policies, _versions(run))  # a resumed run's weights (nothing to send on a fresh one)
+        sampler = Sampler(run, data_parallel(token_rollout if cfg.game.granularity == "token" else rollout), hooks, pool)
+        one_step = cfg.run.async_ == "one_step"
         summary.update(_evaluate_before(run, sinks, start_it, main))
         from tqdm.auto import tqdm
 
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
+        started = sampler.start(start_it) if one_step else None
         for it in bar:
-            _, batches, metrics = sampler.sample(it)
+            t_it = time.perf_counter()
+            if one_step:  # this iteration's rollout is done or under way; start the next before updating
+                _, batches, metrics = sampler.finish(started)
+                started = sampler.start(it + 1) if it < cfg.run.iterations else None
+            else:
+                _, batches, metrics = sampler.sample(it)
+            if pool is not None:
+                metrics.update(_staleness(run, batches, cfg.ray.max_staleness))
             rec = {"iteration": it, **metrics, **_update(run, batches, main)}
+            if pool is not None:  # the new weights reach every worker before it samples with them
+                rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
+            rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
             for hook in hooks:
                 hook.after_update(it)
             if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
@@ -158,7 +198,11 @@ def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_star
         summary["tokens_per_s"] = mean_last(history, "tokens_per_s", k=len(history) or 1)
         for hook in hooks:
             summary.update(hook.summary())
+        if pool is not None:
+            summary.update(pool.summary())
     finally:
+        if pool is not None:
+            pool.close()
         summary["wall_s"] = round(time.time() - t_start, 1)
         sinks.close()
         if main:

@@ -97,7 +97,7 @@ def _cfg(model_dir: Path, out: Path, iterations: int):
 
 
 def test_a_ppo_run_resumes_exactly_with_its_critic(tiny_model_dir: Path, tmp_path: Path) -> None:
-    timing = ("rollout_s", "update_s", "tokens_per_s")
+    timing = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
 
     def rows(path: Path) -> list[dict]:
         lines = (path / "metrics.jsonl").read_text().splitlines()

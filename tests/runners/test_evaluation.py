@@ -16,7 +16,7 @@ from cogym.runners.evaluation import EVALUATORS, VsScripted, evaluate, register_
 from cogym.runners.train import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
-TIMING = ("rollout_s", "update_s", "tokens_per_s")
+TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
 
 
 def _kuhn(model: Path, extra: list[str] = ()) -> list[str]:

