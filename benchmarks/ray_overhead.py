@@ -10,8 +10,10 @@ in a process of its own:
   (a worker's torch threads): the driver waits for the rollout, updates, and sends the new weights
   before the next one;
 * ``ray one_step, Ww``: the same with ``run.async=one_step``: iteration i+1's rollout runs on the
-  workers while the driver updates on iteration i's; ``, 1 thread``: with ``run.threads=1`` and
-  the workers on the remaining cores, so the update and the rollout do not fight over cores.
+  workers while the driver updates on iteration i's;
+* ``..., 1 thread``: sync and one_step again with ``run.threads=1`` (one torch thread a process)
+  and the workers on the cores the driver leaves, so one-step's update and rollout do not fight
+  over cores; the sync row is its like-for-like baseline.
 
 A mode's figure is the median of its ``iteration_s`` (an iteration's wall time: rollout or the wait
 for it, update, weight sync) over iterations 2.. (the first one compiles and warms caches). The
@@ -69,18 +71,22 @@ def run_mode(name: str, extra: list[str], iterations: int, out: Path) -> dict:
 
 
 def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
-    """(name, overrides) of every mode: Ray workers share the machine's cores (ray.num_cpus = cores / W,
-    so a lone worker generates with as many threads as the in-process run); one-step also runs with
-    one torch thread per process (run.threads=1: the driver's update on one core, the rollout on the
-    others) since its update and rollout run at once."""
+    """(name, overrides) of every mode. Ray workers share the machine's cores (ray.num_cpus = cores / W,
+    so a lone worker generates with as many threads as the in-process run). The ``1 thread`` pair runs
+    every process with one torch thread (run.threads=1) and the workers on the cores the driver leaves:
+    one-step's update and rollout then do not fight over cores, and the sync run beside it is its
+    like-for-like baseline."""
     out = [("in-process", [])]
     for w in workers:
         out.append((f"ray sync, {w}w", ["run.backend=ray", f"ray.num_rollout_workers={w}", f"ray.num_cpus={max(cores // w, 1)}"]))
+        out.append((f"ray one_step, {w}w", ["run.backend=ray", f"ray.num_rollout_workers={w}", "run.async=one_step",
+                                            f"ray.num_cpus={max(cores // w, 1)}"]))
     for w in workers:
-        base = ["run.backend=ray", f"ray.num_rollout_workers={w}", "run.async=one_step"]
-        out.append((f"ray one_step, {w}w", [*base, f"ray.num_cpus={max(cores // w, 1)}"]))
         if cores > w:
-            out.append((f"ray one_step, {w}w, 1 thread", [*base, f"ray.num_cpus={max((cores - 1) // w, 1)}", "run.threads=1"]))
+            thin = ["run.backend=ray", f"ray.num_rollout_workers={w}", f"ray.num_cpus={max((cores - 1) // w, 1)}",
+                    "run.threads=1"]
+            out.append((f"ray sync, {w}w, 1 thread", thin))
+            out.append((f"ray one_step, {w}w, 1 thread", [*thin, "run.async=one_step"]))
     return out
 
 
@@ -98,10 +104,12 @@ def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict
     by = {r["mode"]: r for r in results}
     for w in workers:
         sync = by[f"ray sync, {w}w"]["iter_s"]
-        ones = [r for r in results if r["mode"].startswith(f"ray one_step, {w}w")]
-        best = min(ones, key=lambda r: r["iter_s"])
-        print(f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process; "
-              f"'{best['mode']}' {sync / best['iter_s']:.2f}x the iterations/s of sync")
+        line = (f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process; "
+                f"one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync")
+        if f"ray sync, {w}w, 1 thread" in by:
+            thin = by[f"ray sync, {w}w, 1 thread"]["iter_s"] / by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
+            line += f" ({thin:.2f}x with 1 thread a process)"
+        print(line)
     return results
 
 

@@ -282,3 +282,15 @@ def test_the_cli_flag_sets_the_backend_and_address(monkeypatch) -> None:
     assert seen[-1] == (None, ["run.iterations=1", "run.backend=ray"])
     assert cli.main(["train", "--ray", "run.seed=1", "run.seed=2", "run.seed=3"]) == 0  # the last one wins
     assert seen[-1] == (None, ["run.seed=1", "run.seed=2", "run.seed=3", "run.backend=ray"])
+
+
+def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
+    import torch
+
+    from cogym.runners.ray_rollout import from_wire, to_wire
+
+    state = {"w": torch.randn(3, 4), "bf": torch.randn(5).to(torch.bfloat16), "h": torch.randn(2).half()}
+    wire = to_wire(state)
+    assert wire["bf16"] == ["bf"] and all(type(a).__module__ == "numpy" for a in wire["arrays"].values())
+    back = from_wire(wire)
+    assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in state.items())
