@@ -228,10 +228,12 @@ class BatchKV:
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         return mask.to(self.device)
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, cache_kwargs: dict | None = None
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``key``/``value`` ``(b, H, q, D)`` of the forward in flight; return the rows' keys and
-        values ``(b, H, W, D)`` (views of the buffer)."""
+        values ``(b, H, W, D)`` (views of the buffer). Whatever else the attention passes (``cache_kwargs``
+        up to transformers 5.23, ``kwargs=`` from 5.24) is not needed: the rotary embedding is applied
+        before the cache and the mask is :meth:`attention_mask`'s."""
         while len(self.keys) <= layer_idx:
             self.keys.append(None)
             self.values.append(None)

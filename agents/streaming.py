@@ -15,6 +15,7 @@ ends at an end-of-sequence token (part of the response: the model chose it) or, 
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
@@ -244,8 +245,14 @@ class PolicyStreams:
         with use_cascade(model, self.cache.cascade) as extra:  # a decode step with a shared-prefix plan
             self.cascade_steps += bool(extra)
             out = model(input_ids=ids.to(self.policy.device), attention_mask=mask, position_ids=positions,
-                        past_key_values=self.cache, use_cache=True, logits_to_keep=1, **extra)
+                        **{_cache_arg(model): self.cache}, use_cache=True, logits_to_keep=1, **extra)
         return out.logits[:, -1].float().cpu()  # (b, V)
 
     def _dtype(self) -> torch.dtype:
         return next(self.policy.model.parameters()).dtype
+
+
+def _cache_arg(model: torch.nn.Module) -> str:
+    """The forward's name for the KV cache: ``cache`` from transformers 5.24 (``past_key_values``
+    still works there, with a deprecation warning), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

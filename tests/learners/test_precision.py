@@ -134,11 +134,11 @@ def test_gradient_checkpointing_recomputes_layers_with_the_same_gradient(tiny_mo
         assert not layer.training  # restored: generation must not see the training flag
         cache_used = []
         attn = layer.self_attn
-        h = attn.register_forward_hook(lambda _m, _a, kw, _o: cache_used.append(kw.get("past_key_values") is not None),
+        h = attn.register_forward_hook(lambda _m, _a, kw, _o: cache_used.append(kw.get("past_key_values", kw.get("cache")) is not None),
                                        with_kwargs=True)
         policy.generate([turns[0].prompt_ids], SamplingParams(max_new_tokens=3))
         h.remove()
-        assert all(cache_used)
+        assert cache_used and all(cache_used)  # (transformers >= 5.24 names the attention's argument ``cache``)
     assert calls == {False: 1, True: 2}
     for a, c in zip(grads[False], grads[True]):
         assert torch.allclose(a, c, atol=1e-6)
