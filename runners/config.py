@@ -117,6 +117,7 @@ class RunConfig:
 
 BACKENDS = ("local", "ray")
 ASYNC_MODES = ("off", "one_step")
+PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement group strategies
 
 
 @dataclass
@@ -130,6 +131,10 @@ class RayConfig:
     num_gpus: float = 0.0  # per rollout worker
     max_restarts: int = 3  # per worker: a killed worker is restarted and its share of games replayed
     max_staleness: int = 1  # run.async one_step: the most updates a rollout's weights may lag the learner
+    # null: Ray places each worker where it fits; PACK / SPREAD / STRICT_PACK / STRICT_SPREAD: the
+    # workers form one placement group (a bundle of num_cpus/num_gpus each) with that strategy.
+    placement: Optional[str] = None
+    start_timeout_s: float = 300.0  # the workers must be placed and started within this, or the run stops
 
 
 LEAGUE_SAMPLING = ("uniform", "pfsp")
@@ -616,6 +621,10 @@ def _check_ray(cfg: Config) -> None:
         raise ConfigError(f"ray.num_cpus must be > 0 and ray.num_gpus >= 0 (per worker), got {rc.num_cpus} and {rc.num_gpus}")
     if rc.max_restarts < 0:
         raise ConfigError(f"ray.max_restarts must be >= 0, got {rc.max_restarts}")
+    if rc.placement is not None:
+        _check_choice(rc.placement, PLACEMENTS, "ray.placement")
+    if rc.start_timeout_s <= 0:
+        raise ConfigError(f"ray.start_timeout_s must be > 0, got {rc.start_timeout_s}")
     if rc.max_staleness < 1:
         raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
                           f"got {rc.max_staleness}")

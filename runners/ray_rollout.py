@@ -182,17 +182,39 @@ class ActorPool:
 
     def __init__(self, rc, actor_cls: type, args_of, kind: str = "rollout worker") -> None:
         self.ray, self.started_cluster = connect(rc)
-        self.rc, self.kind = rc, kind
-        actor = self.ray.remote(actor_cls).options(num_cpus=rc.num_cpus, num_gpus=rc.num_gpus,
-                                                   max_restarts=rc.max_restarts, max_task_retries=0)
+        self.rc, self.kind, self.pg, self.workers = rc, kind, None, []
+        w = rc.num_rollout_workers
+        actor = self.ray.remote(actor_cls)
+        base = dict(num_cpus=rc.num_cpus, num_gpus=rc.num_gpus, max_restarts=rc.max_restarts, max_task_retries=0)
         t0 = time.perf_counter()
-        self.workers = [actor.remote(*args_of(i)) for i in range(rc.num_rollout_workers)]
-        self.info = self.ray.get([w.ping.remote() for w in self.workers])
+        try:
+            options = [{}] * w
+            if rc.placement:  # one placement group, a bundle per worker (a restarted worker keeps its bundle)
+                from ray.util.placement_group import placement_group
+                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+                bundle = {"CPU": rc.num_cpus, **({"GPU": rc.num_gpus} if rc.num_gpus else {})}
+                self.pg = placement_group([dict(bundle) for _ in range(w)], strategy=rc.placement)
+                self.ray.get(self.pg.ready(), timeout=rc.start_timeout_s)
+                options = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)}
+                           for i in range(w)]
+            self.workers = [actor.options(**base, **options[i]).remote(*args_of(i)) for i in range(w)]
+            self.info = self.ray.get([x.ping.remote() for x in self.workers], timeout=rc.start_timeout_s)
+        except self.ray.exceptions.GetTimeoutError:
+            have = self.ray.cluster_resources()
+            self.close()
+            raise RuntimeError(
+                f"{w} {kind}s of {rc.num_cpus:g} CPU and {rc.num_gpus:g} GPU each"
+                + (f" (placement {rc.placement})" if rc.placement else "")
+                + f" could not start within ray.start_timeout_s = {rc.start_timeout_s:g} s; the cluster has "
+                f"{have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs in all: lower ray.num_rollout_workers, "
+                "ray.num_cpus or ray.num_gpus, or add nodes") from None
         self.restarts = [0] * len(self.workers)
         where = f"cluster at {rc.address}" if rc.address else "local cluster"
         _say(f"{len(self.workers)} {kind}s ready in {time.perf_counter() - t0:.1f} s ({where}; "
              f"{rc.num_cpus:g} CPU{'s' if rc.num_cpus != 1 else ''}"
-             + (f", {rc.num_gpus:g} GPU" if rc.num_gpus else "") + " each; pids "
+             + (f", {rc.num_gpus:g} GPU" if rc.num_gpus else "") + " each"
+             + (f", placement {rc.placement}" if rc.placement else "") + "; pids "
              + ", ".join(str(i["pid"]) for i in self.info) + ")")
 
     def _recover(self, r: int, exc: Exception, what: str) -> None:
@@ -252,6 +274,11 @@ class ActorPool:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.workers = []
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+            self.pg = None
         if self.started_cluster or self.rc.address:
             self.ray.shutdown()  # for a joined cluster this only disconnects the driver
 

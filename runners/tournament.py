@@ -17,7 +17,8 @@ which the same player sits share one generate call (:func:`cogym.runners.rollout
 by agent). Every draw of a game (tokens, scripted moves) derives from the tournament seed and the
 game's id (:func:`game_index`), so a game ends the same in any batch, on a rerun, and on any of
 ``ray.num_rollout_workers`` Ray workers (``cogym tournament --ray``: the driver splits each batch
-among them, restarts one that dies, replays its share, and alone writes ``results.jsonl``). Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
+among them, restarts one that dies, replays its share, and alone writes ``results.jsonl``).
+Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
 (:mod:`cogym.runners.ratings`).
 """
 

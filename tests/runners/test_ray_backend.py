@@ -190,6 +190,25 @@ def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_r
     assert killed and f"tournament worker 1 (pid {killed[0]}) died during tournament batch 1; restarting it" in err
 
 
+def test_workers_in_a_placement_group_and_a_placement_that_cannot_be_met(local_cluster, tmp_path: Path) -> None:
+    from ray.util import placement_group_table
+
+    from cogym.runners.ray_rollout import RayRollout
+
+    pool = RayRollout(_cfg(tmp_path, "run.backend=ray", "ray.placement=STRICT_PACK"))
+    try:
+        groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
+        assert len(groups) == 1 and groups[0]["strategy"] == "STRICT_PACK" and len(groups[0]["bundles"]) == 2
+        assert len(set(pool.pids())) == 2
+    finally:
+        pool.close()
+    assert not [g for g in placement_group_table().values() if g["state"] == "CREATED"]  # removed with the pool
+    # One node cannot hold two STRICT_SPREAD bundles: a one-line error after the timeout, not a hang.
+    with pytest.raises(RuntimeError, match=r"could not start within ray.start_timeout_s = 3 s; the cluster has 2 CPUs"):
+        RayRollout(_cfg(tmp_path, "run.backend=ray", "ray.placement=STRICT_SPREAD", "ray.start_timeout_s=3"))
+    assert not [g for g in placement_group_table().values() if g["state"] in ("CREATED", "PENDING")]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -247,6 +266,7 @@ def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
     (["run.backend=ray", "ray.num_rollout_workers=0"], "num_rollout_workers must be >= 1"),
     (["run.backend=ray", "ray.max_staleness=0"], "max_staleness must be >= 1"),
     (["run.backend=ray", "ray.num_workers=2"], "unknown config key 'ray.num_workers'"),
+    (["run.backend=ray", "ray.placement=spread"], "ray.placement must be one of PACK, SPREAD"),
 ])
 def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
     with pytest.raises(ConfigError, match=match):
