@@ -84,6 +84,27 @@ def test_the_default_config_on_two_workers_logs_the_metrics_of_one_process(local
     assert all(8e6 < r["ray/sync_bytes"] < 9e6 for r in steps)
 
 
+def test_a_token_level_game_on_two_workers_plays_the_same_games(local_cluster, tmp_path: Path) -> None:
+    """Token level (interruptible_verifier, a seat's KV cache kept between steps): the same tokens and
+    outcomes as in-process. A worker computes its share's shared prompt prefixes itself, so
+    rollout/fed_tokens counts more, and prefill batches differ, so log-probs (and the losses built on
+    them) agree to float rounding rather than bitwise."""
+    path = Path(str(resources.files("cogym.configs").joinpath("interruptible_verifier.yaml")))
+    quiet = ["run.iterations=2", "game.num_games=8", "eval.heldout=false", "run.checkpoint_every=0", "run.plot=false",
+             "run.tensorboard=false", "learners.solver.engine=torch", f"run.out_dir={tmp_path}"]
+    rows = {}
+    for name, extra in (("local", []), ("ray", ["run.backend=ray"])):
+        train(load_config(path, [*quiet, *extra]), tmp_path / name, progress=False)
+        rows[name] = _rows(tmp_path / name)
+    for a, b in zip(rows["local"], rows["ray"], strict=True):
+        outcome = [k for k in a if "/" in k and k.split("/")[0] in ("solver", "verifier") and
+                   k.split("/")[1] in ("reward", "correct", "invalid", "interrupted", "matched_digits", "response_tokens",
+                                                    "trained_rows")]
+        assert outcome and {k: a[k] for k in outcome} == {k: b[k] for k in outcome}
+        assert a["turns"] == b["turns"] and b["rollout/fed_tokens"] >= a["rollout/fed_tokens"]
+        assert b["solver/loss"] == pytest.approx(a["solver/loss"], rel=1e-4, abs=1e-6)
+
+
 def test_a_killed_worker_is_restarted_and_its_games_replayed(reference, local_cluster, tmp_path: Path,
                                                              monkeypatch, capsys) -> None:
     from cogym.runners import ray_rollout
