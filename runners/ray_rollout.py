@@ -6,7 +6,9 @@ one, and creates ``ray.num_rollout_workers`` actors (:class:`RolloutWorker`, ``r
 ``ray.num_gpus`` each). Every worker builds the config's games and policies (no learners) and plays
 a share of each rollout: worker r plays games r, r + W, r + 2W, ... with the rollout of a one-process
 run (:func:`~cogym.runners.rollout.rollout`), the games' own seeds and the rollout's sampling key, so
-the gathered result is the one-process result (:mod:`cogym.agents.sampling`).
+the gathered result is the one-process result (:mod:`cogym.agents.sampling`). With ``ray.placement``
+the workers form one placement group (a bundle each) with that strategy; workers that cannot start
+within ``ray.start_timeout_s`` stop the run with one line naming the cluster's resources.
 
 Weights: after every update the driver puts each trained policy's weights in the object store once
 (``ray.put``) and every worker loads them with their version before its next rollout
@@ -21,6 +23,9 @@ an uninterrupted run makes. Only whole shares are gathered, so no episode is los
 One-step off-policy (``run.async: one_step``): :meth:`RayRollout.submit` returns at once, so the
 training loop starts iteration i+1's rollout before iteration i's update; its Turns are sampled with
 weights one update old, and the learner corrects with their behaviour log-probs.
+
+Tournaments (``cogym tournament --ray``): :class:`RayTournament` gives each :class:`TournamentWorker`
+a contiguous share of every batch of games and gathers the rows; the driver writes them.
 """
 
 from __future__ import annotations
