@@ -106,6 +106,7 @@ class PolicyStreams:
         self._groups: dict[tuple[int, ...], int] = {}  # shared prefix -> its group tag in the cache
         self.cascade_steps = 0  # decode forwards that read shared prefixes once per group
         self._ids = itertools.count()
+        self._cache_arg = _cache_arg(policy.model)  # once: _forward runs every step of every message
 
     def begin(self, requests: Sequence[Request]) -> list[Message]:
         out = []
@@ -245,7 +246,7 @@ class PolicyStreams:
         with use_cascade(model, self.cache.cascade) as extra:  # a decode step with a shared-prefix plan
             self.cascade_steps += bool(extra)
             out = model(input_ids=ids.to(self.policy.device), attention_mask=mask, position_ids=positions,
-                        **{_cache_arg(model): self.cache}, use_cache=True, logits_to_keep=1, **extra)
+                        **{self._cache_arg: self.cache}, use_cache=True, logits_to_keep=1, **extra)
         return out.logits[:, -1].float().cpu()  # (b, V)
 
     def _dtype(self) -> torch.dtype:

@@ -134,7 +134,7 @@ class RayConfig:
     # null: Ray places each worker where it fits; PACK / SPREAD / STRICT_PACK / STRICT_SPREAD: the
     # workers form one placement group (a bundle of num_cpus/num_gpus each) with that strategy.
     placement: Optional[str] = None
-    start_timeout_s: float = 300.0  # the workers must be placed and started within this, or the run stops
+    start_timeout_s: float = 300.0  # workers must be placed and started (a dead one restarted) within this, or the run stops
 
 
 LEAGUE_SAMPLING = ("uniform", "pfsp")

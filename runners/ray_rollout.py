@@ -168,16 +168,16 @@ class Pending:
 
 
 def connect(rc) -> tuple[Any, bool]:
-    """The ray module, connected to ``rc.address`` (or a local cluster it starts: then True)."""
+    """The ray module, connected to ``rc.address`` or to a local cluster it starts, and whether this
+    call connected (False when the process was connected already: then the caller's connection)."""
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
     kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
     if rc.address:
         ray.init(address=rc.address, **kwargs)
-        return ray, False
-    need = rc.num_rollout_workers * rc.num_cpus
-    ray.init(num_cpus=max(math.ceil(need), os.cpu_count() or 1), **kwargs)
+    else:
+        ray.init(num_cpus=max(math.ceil(rc.num_rollout_workers * rc.num_cpus), os.cpu_count() or 1), **kwargs)
     return ray, True
 
 
@@ -186,7 +186,7 @@ class ActorPool:
     dies is restarted by Ray (at most ``rc.max_restarts`` times) and its share played again."""
 
     def __init__(self, rc, actor_cls: type, args_of, kind: str = "rollout worker") -> None:
-        self.ray, self.started_cluster = connect(rc)
+        self.ray, self.connected = connect(rc)
         self.rc, self.kind, self.pg, self.workers = rc, kind, None, []
         w = rc.num_rollout_workers
         actor = self.ray.remote(actor_cls)
@@ -239,8 +239,8 @@ class ActorPool:
     def _restarted(self, r: int) -> None:
         """Worker ``r`` is a fresh process (its state is what its constructor made)."""
 
-    def _wait_alive(self, r: int, timeout: float = 600.0) -> dict:
-        deadline = time.monotonic() + timeout
+    def _wait_alive(self, r: int) -> dict:
+        deadline = time.monotonic() + self.rc.start_timeout_s
         while True:
             try:
                 return self.ray.get(self.workers[r].ping.remote(), timeout=max(deadline - time.monotonic(), 1.0))
@@ -272,7 +272,7 @@ class ActorPool:
         return {"ray_workers": len(self.workers), "ray_worker_restarts": sum(self.restarts)}
 
     def close(self) -> None:
-        """Stop the workers; shut down the cluster this pool started (one it joined keeps running)."""
+        """Stop the workers and their placement group; disconnect if this pool connected."""
         for w in self.workers:
             try:
                 self.ray.kill(w)
@@ -284,8 +284,8 @@ class ActorPool:
 
             remove_placement_group(self.pg)
             self.pg = None
-        if self.started_cluster or self.rc.address:
-            self.ray.shutdown()  # for a joined cluster this only disconnects the driver
+        if self.connected:  # a local cluster this pool started stops; a joined one only loses the driver
+            self.ray.shutdown()
 
 
 class RayRollout(ActorPool):
