@@ -13,7 +13,11 @@ in a process of its own:
   workers while the driver updates on iteration i's;
 * ``..., 1 thread``: sync and one_step again with ``run.threads=1`` (one torch thread a process)
   and the workers on the cores the driver leaves, so one-step's update and rollout do not fight
-  over cores; the sync row is its like-for-like baseline.
+  over cores; the sync row is its like-for-like baseline;
+* ``..., learners colocated`` / ``learners separate`` (1 worker): the learners in Ray actors
+  (``ray.learners``), sharing the worker's bundle of all the cores (they take turns: sync mode's
+  layout) or in bundles of their own, one core for the worker and one for each learner actor
+  (one-step's layout).
 
 A mode's figure is the median of its ``iteration_s`` (an iteration's wall time: rollout or the wait
 for it, update, weight sync) over iterations 2.. (the first one compiles and warms caches). The
@@ -87,6 +91,12 @@ def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
                     "run.threads=1"]
             out.append((f"ray sync, {w}w, 1 thread", thin))
             out.append((f"ray one_step, {w}w, 1 thread", [*thin, "run.async=one_step"]))
+    if 1 in workers:
+        out.append(("ray sync, 1w, learners colocated", ["run.backend=ray", "ray.num_rollout_workers=1",
+                                                          f"ray.num_cpus={cores}", "ray.learners=colocated"]))
+        out.append(("ray one_step, 1w, learners separate", ["run.backend=ray", "ray.num_rollout_workers=1",
+                                                             "ray.num_cpus=1", "ray.learners=separate",
+                                                             "ray.learner_num_cpus=1", "run.async=one_step"]))
     return out
 
 
@@ -96,10 +106,10 @@ def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict
     base = results[0]["iter_s"]
     print(f"\nseconds per iteration, median of iterations 2-{iterations} (default config, 32 games, deepspeed; "
           f"{cores} cores)")
-    print(f"{'mode':<27}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
+    print(f"{'mode':<36}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
     for r in results:
         sync = f"{r['sync_s']:.2f}" if r["sync_s"] is not None else "-"
-        print(f"{r['mode']:<27}{r['iter_s']:>7.2f}{r['iter_s'] / base:>10.2f}{r['rollout_s']:>10.2f}"
+        print(f"{r['mode']:<36}{r['iter_s']:>7.2f}{r['iter_s'] / base:>10.2f}{r['rollout_s']:>10.2f}"
               f"{r['update_s']:>9.2f}{sync:>7}")
     by = {r["mode"]: r for r in results}
     for w in workers:
@@ -110,6 +120,10 @@ def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict
             thin = by[f"ray sync, {w}w, 1 thread"]["iter_s"] / by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
             line += f" ({thin:.2f}x with 1 thread a process)"
         print(line)
+    if "ray sync, 1w, learners colocated" in by:
+        col, sep = by["ray sync, 1w, learners colocated"]["iter_s"], by["ray one_step, 1w, learners separate"]["iter_s"]
+        print(f"learner actors: sync colocated {100 * (col / base - 1):+.1f}% over in-process; "
+              f"one_step separate {col / sep:.2f}x the iterations/s of sync colocated")
     return results
 
 

@@ -246,17 +246,23 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
     return learners
 
 
+def _game_of(cfg: Config):
+    """An instance of the config's game (after importing ``game.modules``, which may register it)."""
+    import_game_modules(cfg.game.modules)
+    try:
+        return make(cfg.game.id, **cfg.game.kwargs)
+    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
+        raise ConfigError(f"game: {exc}") from exc
+
+
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None,
-          rollout_only: bool = False) -> Run:
+          rollout_only: bool = False, learners: dict | None = None) -> Run:
     """Instantiate a config; ``policy_dirs`` overrides model paths (resume), while KL reference
     models always come from the config's original ``policies.<id>.model``; ``critic_dirs`` holds
     saved PPO critics to resume from. ``rollout_only``: games, policies and seats, no learners,
-    evaluators or league (a Ray rollout worker's share of a run)."""
-    import_game_modules(cfg.game.modules)
-    try:
-        game = make(cfg.game.id, **cfg.game.kwargs)
-    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
-        raise ConfigError(f"game: {exc}") from exc
+    evaluators or league (a Ray rollout worker's share of a run). ``learners``: learners made
+    elsewhere (Ray learner actors, :func:`build_learner`), used instead of making them here."""
+    game = _game_of(cfg)
     factory = AgentFactory(cfg.game.id, seed=cfg.run.seed)
     assignment = _assign_seats(cfg, game, factory)
     _check_groups(cfg, game, assignment)
@@ -266,7 +272,9 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
     policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases)
-    learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {}, lora_bases)
+    if learners is None:
+        learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {},
+                                                          lora_bases)
     games = _make_games(cfg, policies, used)
     sampling = {pid: pc.sampling for pid, pc in cfg.policies.items()}
     seats = {seat: (pid, factory.seat(pid, role, policies, sampling)) for seat, (pid, role) in assignment.items()}
@@ -279,3 +287,25 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         if hasattr(evaluator, "check"):
             evaluator.check(run)
     return run
+
+
+def trained_policies(cfg: Config) -> list[str]:
+    """The policies a run trains: those with a seat (after scripted twins and overrides) and a learner
+    that is not frozen, in config order (what :func:`build` makes learners for)."""
+    game = _game_of(cfg)
+    used = {pid for pid, _ in _assign_seats(cfg, game, AgentFactory(cfg.game.id, seed=cfg.run.seed)).values()}
+    return [pid for pid in cfg.policies if pid in used and cfg.learners[pid].algorithm != "frozen"]
+
+
+def build_learner(cfg: Config, pid: str, policy_dir: Path | None = None, critic_dir: Path | None = None
+                  ) -> tuple[Policy, Learner]:
+    """Policy ``pid`` and its learner alone (a Ray learner actor's share of a run), from ``policy_dir``
+    and ``critic_dir`` when resuming."""
+    import_game_modules(cfg.game.modules)  # a game's module may register the algorithms or rewards it trains with
+    pc = cfg.policies[pid]
+    policy = Policy.from_pretrained(policy_dir or pc.model, name=pid, **pc.load_options())
+    made = _make_learners(cfg, {pid: policy}, {pid: policy_dir} if policy_dir else {},
+                          {pid: critic_dir} if critic_dir else {}, {})
+    if pid not in made:
+        raise ConfigError(f"policy {pid!r} is not trained (learners.{pid}.algorithm: frozen)")
+    return policy, made[pid]

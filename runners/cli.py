@@ -235,7 +235,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="play rollouts on Ray workers (run.backend=ray): with no ADDRESS start a local cluster, "
                         "'auto' joins the cluster `ray start` runs on this machine, host:port another one; "
-                        "ray.num_rollout_workers=N sets the workers (needs: pip install 'cogym[ray]')")
+                        "ray.num_rollout_workers=N sets the workers, ray.learners=colocated|separate puts the "
+                        "learners in Ray actors (needs: pip install 'cogym[ray]'; docs/ray.md)")
     t.set_defaults(fn=_train)
     e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
     e.add_argument("--model", default="tiny",

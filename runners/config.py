@@ -118,12 +118,14 @@ class RunConfig:
 BACKENDS = ("local", "ray")
 ASYNC_MODES = ("off", "one_step")
 PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement group strategies
+LEARNER_PLACES = ("driver", "colocated", "separate")  # ray.learners
 
 
 @dataclass
 class RayConfig:
     """Rollouts on Ray (``run.backend: ray``, :mod:`cogym.runners.ray_rollout`): the driver keeps the
-    loop and the learners, ``num_rollout_workers`` actors play shares of every iteration's games."""
+    loop, ``num_rollout_workers`` actors play shares of every iteration's games, and the learners run
+    in the driver or (``learners``) in actors of their own."""
 
     address: Optional[str] = None  # null: start a local cluster; "auto": the one `ray start` runs here; or "host:port"
     num_rollout_workers: int = 2
@@ -135,6 +137,12 @@ class RayConfig:
     # workers form one placement group (a bundle of num_cpus/num_gpus each) with that strategy.
     placement: Optional[str] = None
     start_timeout_s: float = 300.0  # workers must be placed and started (a dead one restarted) within this, or the run stops
+    # Where the learners run: "driver" (the cogym train process); "colocated": an actor per trained
+    # policy in a rollout worker's placement bundle, sharing its CPUs and GPUs (in sync mode they take
+    # turns); "separate": an actor per trained policy in a bundle of its own (learner_num_cpus/gpus).
+    learners: str = "driver"
+    learner_num_cpus: float = 1.0  # per learner actor, learners: separate
+    learner_num_gpus: float = 0.0  # per learner actor, learners: separate
 
 
 LEAGUE_SAMPLING = ("uniform", "pfsp")
@@ -625,6 +633,10 @@ def _check_ray(cfg: Config) -> None:
         _check_choice(rc.placement, PLACEMENTS, "ray.placement")
     if rc.start_timeout_s <= 0:
         raise ConfigError(f"ray.start_timeout_s must be > 0, got {rc.start_timeout_s}")
+    _check_choice(rc.learners, LEARNER_PLACES, "ray.learners")
+    if rc.learner_num_cpus <= 0 or rc.learner_num_gpus < 0:
+        raise ConfigError(f"ray.learner_num_cpus must be > 0 and ray.learner_num_gpus >= 0 (per learner actor), "
+                          f"got {rc.learner_num_cpus} and {rc.learner_num_gpus}")
     if rc.max_staleness < 1:
         raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
                           f"got {rc.max_staleness}")

@@ -1,4 +1,5 @@
-"""Rollouts on Ray: the driver keeps the loop and the learners, rollout workers play the games.
+"""Rollouts on Ray: the driver keeps the loop, rollout workers play the games, learners train in the
+driver or in learner actors.
 
 ``run.backend: ray`` (or ``cogym train --ray [ADDRESS]``) connects to a Ray cluster (``ray.address``:
 ``auto`` for the one ``ray start`` runs on this machine, ``host:port`` for another) or starts a local
@@ -10,10 +11,15 @@ the gathered result is the one-process result (:mod:`cogym.agents.sampling`). Wi
 the workers form one placement group (a bundle each) with that strategy; workers that cannot start
 within ``ray.start_timeout_s`` stop the run with one line naming the cluster's resources.
 
+Learners (``ray.learners``): in the driver, or a :class:`LearnerWorker` actor per trained policy in
+the workers' placement group, sharing a worker's bundle (``colocated``) or in one of its own
+(``separate``); the driver reaches it through a :class:`RemoteLearner`, which the training loop
+uses as it uses a learner.
+
 Weights: after every update the driver puts each trained policy's weights in the object store once
-(``ray.put``) and every worker loads them with their version before its next rollout
-(``ray/sync_s``, ``ray/sync_bytes`` per iteration); every Turn records the version it was sampled
-with, and a worker refuses a rollout whose versions it does not hold.
+(``ray.put``; a learner actor puts its own) and every worker loads them with their version before
+its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration); every Turn records the version
+it was sampled with, and a worker refuses a rollout whose versions it does not hold.
 
 Faults: a worker that dies (its process killed, its node lost) is restarted by Ray (at most
 ``ray.max_restarts`` times); the driver gives it the weights of the interrupted rollout again and
@@ -37,12 +43,15 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import torch
 
 from cogym.core.errors import ConfigError
 
+from .build import trained_policies
 from .config import Config
 from .rollout import RolloutResult
 from .sampling import gather_rollouts, sampling_seed
@@ -79,13 +88,7 @@ class RolloutWorker:
     """A Ray actor: the config's games and generation backends (no learners), playing shares of rollouts."""
 
     def __init__(self, cfg: Config, index: int, cwd: str, env: dict[str, str], threads: int) -> None:
-        os.environ.update(env)
-        if cwd and os.path.isdir(cwd):  # relative paths in the config (game.modules, models) mean the driver's
-            os.chdir(cwd)
-        torch.set_num_threads(threads)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # no per-worker weight-loading bars in the driver's output
+        _enter(cwd, env, threads)
         from .build import build
         from .rollout import rollout
         from .token_rollout import token_rollout
@@ -120,6 +123,136 @@ class RolloutWorker:
         games = [self.run.games[g] for g in indices]
         return self.play(games, self.run.seat_map, self.system, seeds, episode_prefix=episode_prefix,
                          group_size=group_size, game_indices=indices, sampling_key=sampling_key)
+
+
+def _enter(cwd: str, env: dict[str, str], threads: int) -> None:
+    """An actor's start: the driver's environment keys and working directory (relative paths in the
+    config, game.modules and models, mean the driver's), its torch threads, no loading bars."""
+    os.environ.update(env)
+    if cwd and os.path.isdir(cwd):
+        os.chdir(cwd)
+    torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no per-actor weight-loading bars in the driver's output
+
+
+class LearnerWorker:
+    """A Ray actor (``ray.learners``: colocated or separate): one trained policy and its learner. After
+    each update it puts the new weights in the object store itself, so they go from here to the rollout
+    workers without passing through the driver."""
+
+    def __init__(self, cfg: Config, pid: str, cwd: str, env: dict[str, str], threads: int,
+                 policy_dir: str | None, critic_dir: str | None) -> None:
+        _enter(cwd, env, threads)
+        from .build import build_learner
+
+        self.pid = pid
+        self.policy, self.learner = build_learner(cfg, pid, Path(policy_dir) if policy_dir else None,
+                                                  Path(critic_dir) if critic_dir else None)
+
+    def ping(self) -> dict:
+        return {"pid": os.getpid(), "node": _node_ip(), "steps": self.learner.steps,
+                "engine": self.learner.engine.name}
+
+    def update(self, turns: list) -> tuple[dict, int, list]:
+        """The learner's step on ``turns``: its metrics, its step count and :meth:`weights`."""
+        rec = self.learner.update(turns)
+        return rec, self.learner.steps, self.weights()
+
+    def weights(self) -> list:
+        """``[object ref of the weights (to_wire form), their bytes]`` (a list, so the caller gets the ref)."""
+        import ray
+
+        state = state_of(self.policy)
+        return [ray.put(to_wire(state)), sum(t.numel() * t.element_size() for t in state.values())]
+
+    def group_decisions(self, turns: list) -> dict:
+        return self.learner.group_decisions(turns)
+
+    def save(self, directory: str) -> None:
+        self.learner.save(Path(directory))
+
+    def load(self, directory: str) -> int:
+        self.learner.load(Path(directory))
+        return self.learner.steps
+
+
+class RemoteLearner:
+    """The driver's handle on a :class:`LearnerWorker`, with the surface of
+    :class:`~cogym.learners.learner.Learner` the training loop uses (``update``, ``steps``, ``cfg``,
+    ``engine.name``, ``save``, ``load``, ``group_decisions``); ``start_update``/``finish_update`` let
+    several learner actors update at once. A learner actor is not restarted (its optimizer state
+    would be lost): one that dies stops the run, which ``--resume`` continues from its checkpoint."""
+
+    def __init__(self, ray, handle, pid: str, cfg, info: dict, bundle: int = 0) -> None:
+        self.ray, self.handle, self.pid, self.cfg, self.info = ray, handle, pid, cfg, info
+        self.bundle = bundle  # its placement bundle: learners that share one update one after another
+        self.steps = int(info["steps"])
+        self.engine = SimpleNamespace(name=info["engine"])
+        self._weights: tuple[int, Any, int] | None = None  # (version, object ref, bytes) of the newest weights
+
+    def _get(self, ref, what: str):
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            raise RuntimeError(f"the learner actor of policy {self.pid!r} (pid {self.info.get('pid')}) died during "
+                               f"{what}; learner actors are not restarted (their optimizer state is lost with "
+                               "them): `cogym train --resume` continues from the last checkpoint") from exc
+
+    def start_update(self, turns: list):
+        return self.handle.update.remote(list(turns))
+
+    def finish_update(self, ref) -> dict[str, float]:
+        rec, self.steps, (wref, nbytes) = self._get(ref, f"update {self.steps + 1}")
+        self._weights = (self.steps, wref, nbytes)
+        return rec
+
+    def update(self, turns: list) -> dict[str, float]:
+        return self.finish_update(self.start_update(turns))
+
+    def weights(self) -> tuple[Any, int]:
+        """The object ref and bytes of the weights of version ``steps``."""
+        if self._weights is None or self._weights[0] != self.steps:
+            wref, nbytes = self._get(self.handle.weights.remote(), "a weight fetch")
+            self._weights = (self.steps, wref, nbytes)
+        return self._weights[1], self._weights[2]
+
+    def group_decisions(self, turns: list) -> dict:
+        return self._get(self.handle.group_decisions.remote(list(turns)), "dynamic sampling")
+
+    def save(self, directory: Path) -> None:  # a path the actor's node sees: one machine, or a shared file system
+        self._get(self.handle.save.remote(str(directory)), "a checkpoint")
+
+    def load(self, directory: Path) -> None:
+        self.steps = self._get(self.handle.load.remote(str(directory)), "a resume")
+
+
+class RemoteUpdates:
+    """One batch's updates on learner actors: every actor starts at once, except actors that share a
+    placement bundle (``colocated``: one worker's CPUs or GPU), which take turns, since two updates at
+    once on the same cores or GPU only slow each other down. :meth:`finish` must be called in the
+    learners' order."""
+
+    def __init__(self, learners: dict, batches: dict[str, list]) -> None:
+        self.remote = {pid: lr for pid, lr in learners.items() if isinstance(lr, RemoteLearner)}
+        self.batches, self.turns, self.refs = batches, {}, {}
+        for pid, lr in self.remote.items():
+            self.turns.setdefault(lr.bundle, []).append(pid)
+        for pids in self.turns.values():
+            self.refs[pids[0]] = self.remote[pids[0]].start_update(batches[pids[0]])
+
+    def __contains__(self, pid: str) -> bool:
+        return pid in self.remote
+
+    def finish(self, pid: str) -> dict[str, float]:
+        """``pid``'s update metrics (waiting for it); starts the next update in its bundle."""
+        rec = self.remote[pid].finish_update(self.refs.pop(pid))
+        queue = self.turns[self.remote[pid].bundle]
+        nxt = queue.index(pid) + 1
+        if nxt < len(queue):
+            self.refs[queue[nxt]] = self.remote[queue[nxt]].start_update(self.batches[queue[nxt]])
+        return rec
 
 
 def _node_ip() -> str:
@@ -167,9 +300,10 @@ class Pending:
     what: str = "a rollout"
 
 
-def connect(rc) -> tuple[Any, bool]:
-    """The ray module, connected to ``rc.address`` or to a local cluster it starts, and whether this
-    call connected (False when the process was connected already: then the caller's connection)."""
+def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
+    """The ray module, connected to ``rc.address`` or to a local cluster it starts (with CPUs for every
+    worker and ``n_learners`` learner actors, at least this machine's cores), and whether this call
+    connected (False when the process was connected already: then the caller's connection)."""
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
@@ -177,50 +311,100 @@ def connect(rc) -> tuple[Any, bool]:
     if rc.address:
         ray.init(address=rc.address, **kwargs)
     else:
-        ray.init(num_cpus=max(math.ceil(rc.num_rollout_workers * rc.num_cpus), os.cpu_count() or 1), **kwargs)
+        cpus = rc.num_rollout_workers * rc.num_cpus
+        if n_learners and rc.learners == "separate":
+            cpus += n_learners * rc.learner_num_cpus
+        ray.init(num_cpus=max(math.ceil(cpus), os.cpu_count() or 1), **kwargs)
     return ray, True
+
+
+@dataclass
+class Plan:
+    """Where a pool's actors go: the placement group (or None) and each actor's Ray options."""
+
+    pg: Any
+    workers: list[dict]
+    learners: list[dict]
+
+
+def plan(ray, rc, n_learners: int = 0) -> Plan:
+    """The placement of ``rc.num_rollout_workers`` workers and ``n_learners`` learner actors
+    (``rc.learners``): without learner actors, a placement group only when ``rc.placement`` asks for
+    one; with them, always one (strategy ``rc.placement``, else PACK). ``colocated``: learner k
+    shares worker k mod W's bundle, each actor of a bundle asking for an equal part of it (one GPU
+    split this way is the same GPU for all of them); ``separate``: a bundle of
+    ``learner_num_cpus``/``learner_num_gpus`` each after the workers' bundles."""
+    w = rc.num_rollout_workers
+    worker = {"CPU": rc.num_cpus, **({"GPU": rc.num_gpus} if rc.num_gpus else {})}
+    learner = {"CPU": rc.learner_num_cpus, **({"GPU": rc.learner_num_gpus} if rc.learner_num_gpus else {})}
+    colocated = n_learners and rc.learners == "colocated"
+    if not rc.placement and not n_learners:
+        return Plan(None, [dict(num_cpus=rc.num_cpus, num_gpus=rc.num_gpus)] * w, [])
+    bundles = [dict(worker) for _ in range(w)] + ([] if colocated else [dict(learner) for _ in range(n_learners)])
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group(bundles, strategy=rc.placement or "PACK")
+
+    def at(b: int, part: float = 1.0) -> dict:
+        return dict(num_cpus=bundles[b]["CPU"] * part, num_gpus=bundles[b].get("GPU", 0) * part,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=b))
+
+    if colocated:
+        sharing = [1 + sum(1 for k in range(n_learners) if k % w == b) for b in range(w)]
+        return Plan(pg, [at(b, 1 / sharing[b]) for b in range(w)],
+                    [at(k % w, 1 / sharing[k % w]) for k in range(n_learners)])
+    return Plan(pg, [at(b) for b in range(w)], [at(w + k) for k in range(n_learners)])
+
+
+def _cluster_says(ray, what: str, rc) -> str:
+    have = ray.cluster_resources()
+    return (f"{what} could not start within ray.start_timeout_s = {rc.start_timeout_s:g} s; the cluster has "
+            f"{have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs in all")
 
 
 class ActorPool:
     """Ray actors of one class, each started with ``args_of(index)``, that play shares of work; one that
-    dies is restarted by Ray (at most ``rc.max_restarts`` times) and its share played again."""
+    dies is restarted by Ray (at most ``rc.max_restarts`` times) and its share played again.
+    ``n_learners``: places for that many learner actors are planned with the workers (``self.plan``)."""
 
-    def __init__(self, rc, actor_cls: type, args_of, kind: str = "rollout worker") -> None:
-        self.ray, self.connected = connect(rc)
+    def __init__(self, rc, actor_cls: type, args_of, kind: str = "rollout worker", n_learners: int = 0) -> None:
+        self.ray, self.connected = connect(rc, n_learners)
         self.rc, self.kind, self.pg, self.workers = rc, kind, None, []
         w = rc.num_rollout_workers
         actor = self.ray.remote(actor_cls)
-        base = dict(num_cpus=rc.num_cpus, num_gpus=rc.num_gpus, max_restarts=rc.max_restarts, max_task_retries=0)
+        base = dict(max_restarts=rc.max_restarts, max_task_retries=0)
         t0 = time.perf_counter()
         try:
-            options = [{}] * w
-            if rc.placement:  # one placement group, a bundle per worker (a restarted worker keeps its bundle)
-                from ray.util.placement_group import placement_group
-                from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-                bundle = {"CPU": rc.num_cpus, **({"GPU": rc.num_gpus} if rc.num_gpus else {})}
-                self.pg = placement_group([dict(bundle) for _ in range(w)], strategy=rc.placement)
+            self.plan = plan(self.ray, rc, n_learners)
+            self.pg = self.plan.pg
+            if self.pg is not None:  # a restarted worker keeps its bundle
                 self.ray.get(self.pg.ready(), timeout=rc.start_timeout_s)
-                options = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)}
-                           for i in range(w)]
-            self.workers = [actor.options(**base, **options[i]).remote(*args_of(i)) for i in range(w)]
+            self.workers = [actor.options(**base, **self.plan.workers[i]).remote(*args_of(i)) for i in range(w)]
+            self._placed()
             self.info = self.ray.get([x.ping.remote() for x in self.workers], timeout=rc.start_timeout_s)
+            self.restarts = [0] * len(self.workers)
+            where = f"cluster at {rc.address}" if rc.address else "local cluster"
+            _say(f"{len(self.workers)} {kind}s ready in {time.perf_counter() - t0:.1f} s ({where}; "
+                 f"{rc.num_cpus:g} CPU{'s' if rc.num_cpus != 1 else ''}"
+                 + (f", {rc.num_gpus:g} GPU" if rc.num_gpus else "") + " each"
+                 + (f", placement {rc.placement or 'PACK'}" if self.pg is not None else "") + "; pids "
+                 + ", ".join(str(i["pid"]) for i in self.info) + ")")
+            self._started()
         except self.ray.exceptions.GetTimeoutError:
-            have = self.ray.cluster_resources()
+            said = _cluster_says(self.ray, f"{w} {kind}s of {rc.num_cpus:g} CPU and {rc.num_gpus:g} GPU each"
+                                 + (f" and {n_learners} learner actors ({rc.learners})" if n_learners else "")
+                                 + (f" (placement {rc.placement})" if rc.placement else ""), rc)
             self.close()
-            raise RuntimeError(
-                f"{w} {kind}s of {rc.num_cpus:g} CPU and {rc.num_gpus:g} GPU each"
-                + (f" (placement {rc.placement})" if rc.placement else "")
-                + f" could not start within ray.start_timeout_s = {rc.start_timeout_s:g} s; the cluster has "
-                f"{have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs in all: lower ray.num_rollout_workers, "
-                "ray.num_cpus or ray.num_gpus, or add nodes") from None
-        self.restarts = [0] * len(self.workers)
-        where = f"cluster at {rc.address}" if rc.address else "local cluster"
-        _say(f"{len(self.workers)} {kind}s ready in {time.perf_counter() - t0:.1f} s ({where}; "
-             f"{rc.num_cpus:g} CPU{'s' if rc.num_cpus != 1 else ''}"
-             + (f", {rc.num_gpus:g} GPU" if rc.num_gpus else "") + " each"
-             + (f", placement {rc.placement}" if rc.placement else "") + "; pids "
-             + ", ".join(str(i["pid"]) for i in self.info) + ")")
+            raise RuntimeError(f"{said}: lower ray.num_rollout_workers, ray.num_cpus or ray.num_gpus"
+                               + (", ray.learner_num_cpus or ray.learner_num_gpus" if n_learners else "")
+                               + ", or add nodes") from None
+
+    def _placed(self) -> None:
+        """The workers are starting (their constructors run): start other actors of ``self.plan`` here."""
+
+    def _started(self) -> None:
+        """The workers are up: wait for the actors :meth:`_placed` started (GetTimeoutError past the timeout)."""
 
     def _recover(self, r: int, exc: Exception, what: str) -> None:
         """Worker ``r`` died: wait for Ray to restart it, or fail when it has used its restarts."""
@@ -293,30 +477,88 @@ class RayRollout(ActorPool):
     :func:`~cogym.runners.rollout.rollout` (the training loop's samplers call it); ``submit`` and
     ``collect`` split it for one-step off-policy."""
 
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        threads = cfg.run.threads or max(1, int(cfg.ray.num_cpus))
-        env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
-        super().__init__(cfg.ray, RolloutWorker, lambda i: (cfg, i, os.getcwd(), env, threads))
+    def __init__(self, cfg: Config, ckpt: Path | None = None) -> None:
+        """Rollout workers and, with ``ray.learners`` colocated or separate, a learner actor per trained
+        policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming)."""
+        self.cfg, self.ckpt, self.learners, self._learner_handles = cfg, ckpt, {}, {}
+        rc = cfg.ray
+        threads = cfg.run.threads or max(1, int(rc.num_cpus))
+        self._env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
+        self._trained = trained_policies(cfg) if rc.learners != "driver" else []
+        super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
+                         n_learners=len(self._trained))
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
         self._weights: dict[str, dict[int, Any]] = {}  # policy -> version -> object ref (the newest few)
         self._loading: dict[int, tuple] = {}  # worker -> (its load call under way, the versions)
         self.versions: dict[str, int] = dict(self.held[0])  # the versions rollouts sample with
 
+    # ------------------------------------------------------------------ learner actors
+    def _placed(self) -> None:
+        if not self._trained:
+            return
+        rc, cfg = self.rc, self.cfg
+        cpus = rc.num_cpus if rc.learners == "colocated" else rc.learner_num_cpus
+        threads = cfg.run.threads or max(1, int(cpus))
+        actor = self.ray.remote(LearnerWorker)
+        self._t_learners = time.perf_counter()
+        for k, pid in enumerate(self._trained):
+            pdir = str(self.ckpt / "policies" / pid) if self.ckpt else None
+            cdir = str(self.ckpt / "learners" / pid / "critic") if self.ckpt else None
+            if cdir and not os.path.isdir(cdir):
+                cdir = None
+            self._learner_handles[pid] = actor.options(max_restarts=0, **self.plan.learners[k]).remote(
+                cfg, pid, os.getcwd(), self._env, threads, pdir, cdir)
+
+    def _started(self) -> None:
+        if not self._trained:
+            return
+        handles = self._learner_handles
+        infos = self.ray.get([h.ping.remote() for h in handles.values()], timeout=self.rc.start_timeout_s)
+        w = len(self.workers)
+        self.learners = {pid: RemoteLearner(self.ray, h, pid, self.cfg.learners[pid], info,
+                                            bundle=k % w if self.rc.learners == "colocated" else w + k)
+                         for k, ((pid, h), info) in enumerate(zip(handles.items(), infos))}
+        _say(f"{len(handles)} learner actors ({self.rc.learners}) ready in "
+             f"{time.perf_counter() - self._t_learners:.1f} s: "
+             + ", ".join(f"{pid} (pid {info['pid']})" for pid, info in zip(handles, infos)))
+
+    def refresh(self, policies: dict) -> None:
+        """Load the learner actors' newest weights into the driver's copies of their policies (for the
+        evaluations and checkpoints the driver makes)."""
+        for pid, learner in self.learners.items():
+            backend = policies[pid].backend
+            if backend.version != learner.steps:
+                ref, _ = learner.weights()
+                backend.load_weights(from_wire(self.ray.get(ref)), learner.steps)
+
+    def close(self) -> None:
+        for h in self._learner_handles.values():
+            try:
+                self.ray.kill(h)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._learner_handles, self.learners = {}, {}
+        super().close()
+
     # ------------------------------------------------------------------ weights
     def sync(self, policies: dict, versions: dict[str, int], wait: bool = True) -> dict[str, float]:
         """Give every worker the weights of ``versions`` (policy -> version) it does not hold: each
-        policy's weights go to the object store once, and every worker loads them. ``wait``: return
-        when all have loaded (else the loads queue behind a rollout under way, and the next
-        :meth:`submit` waits for them). Metrics: ``ray/sync_s`` and ``ray/sync_bytes`` (one copy)."""
+        policy's weights go to the object store once (from the driver's policy, or put there by its
+        learner actor), and every worker loads them. ``wait``: return when all have loaded (else the
+        loads queue behind a rollout under way, and the next :meth:`submit` waits for them). Metrics:
+        ``ray/sync_s`` and ``ray/sync_bytes`` (one copy)."""
         t0 = time.perf_counter()
         sent = 0
         for pid, version in versions.items():
             kept = self._weights.setdefault(pid, {})
             if version not in kept and any(h.get(pid) != version for h in self.held):
-                state = state_of(policies[pid])
-                sent += sum(t.numel() * t.element_size() for t in state.values())
-                kept[version] = self.ray.put(to_wire(state))
+                if pid in self.learners:
+                    kept[version], nbytes = self.learners[pid].weights()
+                    sent += nbytes
+                else:
+                    state = state_of(policies[pid])
+                    sent += sum(t.numel() * t.element_size() for t in state.values())
+                    kept[version] = self.ray.put(to_wire(state))
                 for old in sorted(kept)[:-(self.rc.max_staleness + 1)]:
                     del kept[old]  # a rollout needs at most max_staleness versions back
         self.versions = dict(versions)
@@ -412,13 +654,7 @@ class TournamentWorker:
     most ``spec.max_loaded`` at once) and games; plays shares of batches and returns their result rows."""
 
     def __init__(self, spec, index: int, cwd: str, env: dict[str, str], threads: int, modules: list[str]) -> None:
-        os.environ.update(env)
-        if cwd and os.path.isdir(cwd):
-            os.chdir(cwd)
-        torch.set_num_threads(threads)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        _enter(cwd, env, threads)
         from cogym.envs import make
 
         from .build import import_game_modules

@@ -92,12 +92,13 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         torch.set_num_threads(threads_before)
 
 
-def _restore(cfg: Config, ckpt: Path | None) -> Run:
-    """Build the run; from a checkpoint, with its policies, critics and learner state."""
+def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Run:
+    """Build the run; from a checkpoint, with its policies, critics and learner state. ``learners``:
+    Ray learner actors' handles (made, with the checkpoint's policies, by the pool)."""
     if ckpt is None:
-        return build(cfg)
+        return build(cfg, learners=learners)
     run = build(cfg, {pid: ckpt / "policies" / pid for pid in cfg.policies},
-                {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies})
+                {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies}, learners=learners)
     for pid, learner in run.learners.items():
         learner.load(ckpt / "learners" / pid)
         run.policies[pid].backend.load_weights(None, version=learner.steps)  # the checkpoint's weights
@@ -124,24 +125,44 @@ def _staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, floa
 
 
 def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
-    """Every learner's step on its policy's turns, with the retokenization drift check."""
+    """Every learner's step on its policy's turns, with the retokenization drift check. Learners in Ray
+    actors start before any is waited for (:class:`~cogym.runners.ray_rollout.RemoteUpdates`)."""
+    from .ray_rollout import RemoteUpdates
+
     t0 = time.perf_counter()
     rec: dict[str, float] = {}
+    remote = RemoteUpdates(run.learners, batches)
     for pid, learner in run.learners.items():
         turns = batches[pid]
         if turns and main:
             rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
-        for k, v in learner.update(turns).items():
+        for k, v in (remote.finish(pid) if pid in remote else learner.update(turns)).items():
             rec[f"{pid}/{k}"] = v
-        # The policy's backend generates with the trained model itself: the new weights are in
-        # place, so it takes only their version (the next rollout's turns carry it).
-        run.policies[pid].backend.load_weights(None, version=learner.steps)
+        if pid not in remote:
+            # The policy's backend generates with the trained model itself: the new weights are in
+            # place, so it takes only their version (the next rollout's turns carry it). A learner
+            # actor's weights reach the driver's copy when it evaluates or saves (RayRollout.refresh).
+            run.policies[pid].backend.load_weights(None, version=learner.steps)
     rec["update_s"] = time.perf_counter() - t0
     return rec
 
 
 def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool) -> dict:
-    run = _restore(cfg, ckpt)
+    pool = None
+    if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray_rollout.py)
+        from .ray_rollout import RayRollout
+
+        pool = RayRollout(cfg, ckpt)
+    try:
+        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
+          pool) -> dict:
+    run = _restore(cfg, ckpt, pool.learners if pool is not None and pool.learners else None)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg, run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
@@ -150,12 +171,14 @@ def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_star
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     summary: dict = {"run_dir": str(run_path), "engines": engines}
     history: list[dict] = []
-    pool = None
-    try:
-        if cfg.run.backend == "ray":  # rollout workers on Ray (runners/ray_rollout.py)
-            from .ray_rollout import RayRollout
 
-            pool = RayRollout(cfg)
+    def fresh() -> Run:  # the driver's policies hold the newest weights (learner actors train elsewhere)
+        if pool is not None:
+            pool.refresh(run.policies)
+        return run
+
+    try:
+        if pool is not None:
             pool.sync(run.policies, _versions(run))  # a resumed run's weights (nothing to send on a fresh one)
         sampler = Sampler(run, data_parallel(token_rollout if cfg.game.granularity == "token" else rollout), hooks, pool)
         one_step = cfg.run.async_ == "one_step"
@@ -181,18 +204,18 @@ def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_star
             for hook in hooks:
                 hook.after_update(it)
             if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
-                rec.update(evaluate(run.evaluators, run))
+                rec.update(evaluate(run.evaluators, fresh()))
             sinks.log(rec)
             history.append(rec)
             bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}
                             | {"tok/s": f"{rec['tokens_per_s']:.0f}"})
             if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
-                save_checkpoint(run, run_path / "checkpoints", it, hooks)
+                save_checkpoint(fresh(), run_path / "checkpoints", it, hooks)
         bar.close()
         missed = not (run_path / "checkpoints" / f"step_{cfg.run.iterations:06d}").is_dir()
         if cfg.run.checkpoint_every and dist.broadcast_object(missed):
-            save_checkpoint(run, run_path / "checkpoints", cfg.run.iterations, hooks)  # the final state
-        summary.update(_evaluate_after(run, sinks, main))
+            save_checkpoint(fresh(), run_path / "checkpoints", cfg.run.iterations, hooks)  # the final state
+        summary.update(_evaluate_after(fresh(), sinks, main))
         summary.update(reward_summary(history, run.roles))
         summary["iterations"] = cfg.run.iterations
         summary["tokens_per_s"] = mean_last(history, "tokens_per_s", k=len(history) or 1)
@@ -201,8 +224,6 @@ def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_star
         if pool is not None:
             summary.update(pool.summary())
     finally:
-        if pool is not None:
-            pool.close()
         summary["wall_s"] = round(time.time() - t_start, 1)
         sinks.close()
         if main:

@@ -174,6 +174,88 @@ def test_a_worker_refuses_weights_it_does_not_hold(local_cluster, tmp_path: Path
     assert ray.is_initialized()  # a pool on a cluster it did not start leaves it running
 
 
+# ---------------------------------------------------------------------------- learner actors
+# One torch thread in every process: a learner actor runs with its bundle's CPUs as threads, and the
+# in-process learner it is compared with must round the same way. Half a CPU per actor: two workers and
+# two learner actors fit the module's 2-CPU cluster in either placement.
+ONE_THREAD = ["run.threads=1", "ray.num_cpus=0.5", "ray.learner_num_cpus=0.5"]
+
+
+@pytest.fixture(scope="module")
+def one_thread_reference(tmp_path_factory) -> list[dict]:
+    """SMALL with one thread, the held-out evaluation every 2 iterations, in-process learners."""
+    out = tmp_path_factory.mktemp("one_thread")
+    train(_cfg(out, "run.threads=1", "eval.heldout=true", "run.eval_every=2"), out / "run", progress=False)
+    return _rows(out / "run")
+
+
+@pytest.mark.parametrize(("where", "bundles"), [("colocated", 2), ("separate", 4)])
+def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cluster, tmp_path: Path, where,
+                                                  bundles, monkeypatch, capsys) -> None:
+    """ray.learners colocated/separate: each trained policy's learner in an actor of the workers'
+    placement group (sharing a worker's bundle, or in one of its own). The same updates, evaluations
+    (the driver's copies take the actors' weights) and, after a driver killed in iteration 3 and
+    --resume (the actors load the checkpoint's learner state), the same run as in-process learners."""
+    from ray.util import placement_group_table
+
+    from cogym.runners import ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+    seen: dict = {}
+
+    def die_in_iteration_3(self, *args, **kwargs):
+        if kwargs.get("iteration") == 3:
+            groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
+            seen.update(bundles=[len(g["bundles"]) for g in groups], learners=dict(self.learners))
+            raise KeyboardInterrupt  # as a kill would, mid-run
+        return submit(self, *args, **kwargs)
+
+    cfg = _cfg(tmp_path, "run.backend=ray", f"ray.learners={where}", "eval.heldout=true", "run.eval_every=2",
+               "run.checkpoint_every=1", *ONE_THREAD)
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", progress=False)
+    assert seen["bundles"] == [bundles]  # the workers and the learner actors in one group
+    assert sorted(seen["learners"]) == ["proposer", "solver"]
+    assert {lr.info["pid"] for lr in seen["learners"].values()}.isdisjoint({os.getpid()})
+    assert f"2 learner actors ({where}) ready" in capsys.readouterr().err
+    saved = tmp_path / "run" / "checkpoints" / "step_000002" / "learners" / "solver"
+    assert json.loads((saved / "state.json").read_text())["steps"] == 2  # written by the actor
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+    summary = train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert summary["iterations"] == 3 and summary["engines"] == ["torch"]
+    assert _rows(tmp_path / "run") == one_thread_reference
+
+
+def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver(local_cluster, tmp_path) -> None:
+    runs = {}
+    for name, extra in (("driver", []), ("actors", ["ray.learners=separate"])):
+        cfg = _cfg(tmp_path, "run.backend=ray", "run.async=one_step", *ONE_THREAD, *extra)
+        train(cfg, tmp_path / name, progress=False)
+        runs[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    assert [r["ray/staleness"] for r in runs["actors"]] == [0.0, 1.0, 1.0]
+    assert _rows(tmp_path / "actors") == _rows(tmp_path / "driver")
+    # The actor put its weights in the object store itself: the same bytes as the driver's put.
+    assert [r["ray/sync_bytes"] for r in runs["actors"]] == [r["ray/sync_bytes"] for r in runs["driver"]]
+
+
+def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    from cogym.runners import ray_rollout
+
+    start_update = ray_rollout.RemoteLearner.start_update
+
+    def kill_then_update(self, turns):
+        if self.pid == "solver" and self.steps == 1:
+            os.kill(self.info["pid"], signal.SIGKILL)
+        return start_update(self, turns)
+
+    monkeypatch.setattr(ray_rollout.RemoteLearner, "start_update", kill_then_update)
+    with pytest.raises(RuntimeError, match=r"learner actor of policy 'solver' \(pid \d+\) died during update 2;.*"
+                                           r"cogym train --resume"):
+        train(_cfg(tmp_path, "run.backend=ray", "ray.learners=colocated", *ONE_THREAD), tmp_path / "run",
+              progress=False)
+
+
 def _tournament(out: Path, ray_config=None) -> list[dict]:
     from cogym.runners.tournament import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
 
@@ -288,6 +370,8 @@ def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
     (["run.backend=ray", "ray.max_staleness=0"], "max_staleness must be >= 1"),
     (["run.backend=ray", "ray.num_workers=2"], "unknown config key 'ray.num_workers'"),
     (["run.backend=ray", "ray.placement=spread"], "ray.placement must be one of PACK, SPREAD"),
+    (["run.backend=ray", "ray.learners=remote"], "ray.learners must be one of driver, colocated, separate"),
+    (["run.backend=ray", "ray.learner_num_cpus=0"], "ray.learner_num_cpus must be > 0"),
 ])
 def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -335,3 +419,27 @@ def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
     assert wire["bf16"] == ["bf"] and all(type(a).__module__ == "numpy" for a in wire["arrays"].values())
     back = from_wire(wire)
     assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in state.items())
+
+
+def test_learner_actors_sharing_a_bundle_update_in_turn() -> None:
+    """Colocated learners of one bundle take turns (two updates on the same cores or GPU only slow each
+    other down); learners of different bundles start at once."""
+    from cogym.runners.ray_rollout import RemoteLearner, RemoteUpdates
+
+    events: list[str] = []
+
+    class Fake(RemoteLearner):
+        def start_update(self, turns):
+            events.append(f"start {self.pid}")
+            return self.pid
+
+        def finish_update(self, ref):
+            events.append(f"finish {ref}")
+            return {"loss": float(len(ref))}
+
+    info = {"steps": 0, "engine": "torch", "pid": 1}
+    learners = {pid: Fake(None, None, pid, None, info, bundle=b) for pid, b in (("a", 0), ("bb", 0), ("c", 1))}
+    updates = RemoteUpdates(learners, {"a": [], "bb": [], "c": []})
+    assert events == ["start a", "start c"] and "bb" in updates and "x" not in updates
+    assert [updates.finish(pid) for pid in learners] == [{"loss": 1.0}, {"loss": 2.0}, {"loss": 1.0}]
+    assert events == ["start a", "start c", "finish a", "start bb", "finish bb", "finish c"]
