@@ -303,9 +303,12 @@ def build_learner(cfg: Config, pid: str, policy_dir: Path | None = None, critic_
     and ``critic_dir`` when resuming."""
     import_game_modules(cfg.game.modules)  # a game's module may register the algorithms or rewards it trains with
     pc = cfg.policies[pid]
-    policy = Policy.from_pretrained(policy_dir or pc.model, name=pid, **pc.load_options())
+    path = policy_dir or pc.model
+    bases: dict[str, LoraBase] = {}  # a LoRA policy: its base model, holding this policy's adapter alone
+    policy = (_load_lora_policy(cfg, pid, path, bases) if pc.lora.enabled
+              else Policy.from_pretrained(path, name=pid, **pc.load_options()))
     made = _make_learners(cfg, {pid: policy}, {pid: policy_dir} if policy_dir else {},
-                          {pid: critic_dir} if critic_dir else {}, {})
+                          {pid: critic_dir} if critic_dir else {}, bases)
     if pid not in made:
         raise ConfigError(f"policy {pid!r} is not trained (learners.{pid}.algorithm: frozen)")
     return policy, made[pid]

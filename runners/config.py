@@ -643,10 +643,6 @@ def _check_ray(cfg: Config) -> None:
     if cfg.league.seats:
         raise ConfigError("run.backend: ray does not play leagues yet (league members are snapshots the driver "
                           "holds); drop league.seats or use run.backend: local")
-    lora = [pid for pid, pc in cfg.policies.items() if pc.lora.enabled]
-    if lora:
-        raise ConfigError(f"run.backend: ray does not sync LoRA adapters yet (policies.{lora[0]}.lora.r > 0); "
-                          "set it to 0 or use run.backend: local")
     stage3 = [pid for pid, lc in cfg.learners.items() if lc.engine == "deepspeed" and lc.zero_stage == 3]
     if stage3:
         raise ConfigError(f"run.backend: ray syncs whole weights to rollout workers, and learners.{stage3[0]} "

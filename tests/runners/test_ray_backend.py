@@ -227,6 +227,35 @@ def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cl
     assert _rows(tmp_path / "run") == one_thread_reference
 
 
+def test_lora_policies_on_ray_sync_only_their_adapters(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    """LoRA policies (peft adapters on a shared base): the workers and the learner actors build the same
+    fresh adapters, only the adapters travel, and a run with learner actors, killed and resumed from its
+    adapter checkpoints, logs the in-process run's metrics."""
+    pytest.importorskip("peft", reason="LoRA needs peft (cogym[lora])")
+    from cogym.runners import ray_rollout
+
+    lora = ["policies.proposer.lora.r=4", "policies.solver.lora.r=4", "run.checkpoint_every=1", *ONE_THREAD]
+    train(_cfg(tmp_path, *lora), tmp_path / "local", progress=False)
+    submit = ray_rollout.RayRollout.submit
+
+    def die_in_iteration_3(self, *args, **kwargs):
+        if kwargs.get("iteration") == 3:
+            raise KeyboardInterrupt
+        return submit(self, *args, **kwargs)
+
+    cfg = _cfg(tmp_path, *lora, "run.backend=ray", "ray.learners=separate")
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "ray", progress=False)
+    assert (tmp_path / "ray" / "checkpoints" / "step_000002" / "policies" / "solver" / "adapter_config.json").is_file()
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+    train(cfg, tmp_path / "ray", resume=True, progress=False)
+    assert _rows(tmp_path / "ray") == _rows(tmp_path / "local")
+    raw = [json.loads(line) for line in (tmp_path / "ray" / "metrics.jsonl").read_text().splitlines()]
+    # Two rank-4 adapters (~32 KB each) a sync, not two whole models (~8.6 MB).
+    assert all(r["ray/sync_bytes"] < 1e5 for r in raw)
+
+
 def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver(local_cluster, tmp_path) -> None:
     runs = {}
     for name, extra in (("driver", []), ("actors", ["ray.learners=separate"])):
