@@ -643,7 +643,3 @@ def _check_ray(cfg: Config) -> None:
     if cfg.league.seats:
         raise ConfigError("run.backend: ray does not play leagues yet (league members are snapshots the driver "
                           "holds); drop league.seats or use run.backend: local")
-    stage3 = [pid for pid, lc in cfg.learners.items() if lc.engine == "deepspeed" and lc.zero_stage == 3]
-    if stage3:
-        raise ConfigError(f"run.backend: ray syncs whole weights to rollout workers, and learners.{stage3[0]} "
-                          "partitions them (zero_stage 3); use zero_stage 0, 1 or 2")

@@ -266,9 +266,11 @@ def _node_ip() -> str:
 
 def state_of(policy) -> dict[str, torch.Tensor]:
     """The weights a rollout worker needs: every trainable parameter, on the CPU (tied weights once).
-    CPU parameters are not copied here: ``ray.put`` copies them into the object store at once."""
+    CPU parameters are not copied here (``ray.put`` copies them into the object store at once), except
+    a ZeRO-3 learner's, gathered from their partitions for this call only."""
     with policy.gather(), torch.no_grad():
-        return {name: p.detach().to("cpu") for name, p in policy.model.named_parameters() if p.requires_grad}
+        return {name: (p.detach().to("cpu", copy=hasattr(p, "ds_status")))
+                for name, p in policy.model.named_parameters() if p.requires_grad}
 
 
 def to_wire(state: dict[str, torch.Tensor]) -> dict:

@@ -256,6 +256,18 @@ def test_lora_policies_on_ray_sync_only_their_adapters(local_cluster, tmp_path: 
     assert all(r["ray/sync_bytes"] < 1e5 for r in raw)
 
 
+def test_a_zero3_learner_on_ray_syncs_its_gathered_weights(local_cluster, tmp_path: Path) -> None:
+    """A DeepSpeed ZeRO-3 solver (its parameters partitioned, and gathered for each sync), in the driver and in
+    a learner actor: the same run as in-process, and whole weights sent."""
+    z3 = ["learners.solver.engine=deepspeed", "learners.solver.zero_stage=3", "run.threads=1"]
+    train(_cfg(tmp_path, *z3), tmp_path / "local", progress=False)
+    for name, extra in (("driver", []), ("actor", ["ray.learners=separate"])):
+        train(_cfg(tmp_path, *z3, "run.backend=ray", *ONE_THREAD, *extra), tmp_path / name, progress=False)
+        assert _rows(tmp_path / name) == _rows(tmp_path / "local"), name
+        raw = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert all(8e6 < r["ray/sync_bytes"] < 9e6 for r in raw)  # both whole policies, not a partition
+
+
 def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver(local_cluster, tmp_path) -> None:
     runs = {}
     for name, extra in (("driver", []), ("actors", ["ray.learners=separate"])):

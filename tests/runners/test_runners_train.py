@@ -110,8 +110,8 @@ def test_resume_continues_from_the_last_checkpoint(run2, tmp_path, monkeypatch, 
     seen = {}
     real_build = train_mod.build
 
-    def spy_build(cfg, policy_dirs=None, critic_dirs=None):
-        run = real_build(cfg, policy_dirs, critic_dirs)
+    def spy_build(cfg, policy_dirs=None, critic_dirs=None, **kwargs):
+        run = real_build(cfg, policy_dirs, critic_dirs, **kwargs)
         seen["policy_dirs"] = policy_dirs
         seen["solver_norm"] = run.policies["solver"].model.state_dict()["model.norm.weight"].clone()
         return run
