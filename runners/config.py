@@ -640,6 +640,3 @@ def _check_ray(cfg: Config) -> None:
     if rc.max_staleness < 1:
         raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
                           f"got {rc.max_staleness}")
-    if cfg.league.seats:
-        raise ConfigError("run.backend: ray does not play leagues yet (league members are snapshots the driver "
-                          "holds); drop league.seats or use run.backend: local")

@@ -76,6 +76,22 @@ def _freeze(model):
     return model
 
 
+@dataclass(frozen=True)
+class LeagueSeating:
+    """A league game's seat map: member ``opponent`` in ``league_seats``, ``base`` elsewhere. Its fields
+    let a Ray rollout worker rebuild it around its own copy of the member (``members``: every member's
+    name when it was made)."""
+
+    opponent: str
+    agent: LLMAgent
+    league_seats: frozenset
+    base: Callable
+    members: tuple
+
+    def __call__(self, seat: str, role: str):
+        return (PREFIX + self.opponent, self.agent) if seat in self.league_seats else self.base(seat, role)
+
+
 class League:
     """The snapshots of one policy, their results against it, and per-game opponent seat maps."""
 
@@ -139,17 +155,9 @@ class League:
         per_group = self.sample(iteration, n_games // group_size, round_)
         opponents = [o for o in per_group for _ in range(group_size)]
         agents = {m.name: m.agent for m in self.members}
-        league_seats = set(self.league_seats)
-
-        def against(name: str) -> Callable:
-            pid, agent = PREFIX + name, agents[name]
-
-            def seat_map_g(seat: str, role: str):
-                return (pid, agent) if seat in league_seats else seat_map(seat, role)
-
-            return seat_map_g
-
-        maps = {name: against(name) for name in set(o for o in opponents if o is not None)}
+        league_seats = frozenset(self.league_seats)
+        maps = {name: LeagueSeating(name, agents[name], league_seats, seat_map, tuple(agents))
+                for name in set(o for o in opponents if o is not None)}
         return [seat_map if o is None else maps[o] for o in opponents], opponents
 
     # -- results ---------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ Weights: after every update the driver puts each trained policy's weights in the
 its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration); every Turn records the version
 it was sampled with, and a worker refuses a rollout whose versions it does not hold.
 
+Leagues: a rollout whose games meet league members (:class:`~cogym.runners.league.LeagueSeating`)
+sends each worker the members its share needs, once each (:meth:`RolloutWorker.set_members`), and
+each game's opponent; the worker seats its own copies.
+
 Faults: a worker that dies (its process killed, its node lost) is restarted by Ray (at most
 ``ray.max_restarts`` times); the driver gives it the weights of the interrupted rollout again and
 replays that worker's whole share of games with the same seeds and keys, so the rollout is the one
@@ -36,6 +40,7 @@ a contiguous share of every batch of games and gathers the rows; the driver writ
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -97,6 +102,7 @@ class RolloutWorker:
         self.run = build(cfg, rollout_only=True)
         self.play = token_rollout if cfg.game.granularity == "token" else rollout
         self.system = {role: p.system for role, p in cfg.prompts.items()}
+        self.members: dict = {}  # league member name -> its agent (a frozen copy of the league policy)
 
     def ping(self) -> dict:
         """Alive: the process id and the weight version of every policy."""
@@ -111,9 +117,33 @@ class RolloutWorker:
             self.run.policies[pid].backend.load_weights(from_wire(wire), versions[pid])
         return self.versions()
 
+    def set_members(self, add: list[str], drop: list[str], *weights) -> list[str]:
+        """League members: build ``add[i]`` as a frozen copy of the league policy holding ``weights[i]``
+        (:func:`to_wire` form, every parameter), forget ``drop``; return the names held."""
+        from cogym.agents.policy import Policy
+
+        from .agent_factory import model_agent
+        from .config import league_policy
+        from .league import PREFIX, _freeze
+
+        for name in drop:
+            self.members.pop(name, None)
+        pid = league_policy(self.cfg)
+        base = self.run.policies[pid]
+        for name, wire in zip(add, weights):
+            with base.gather():
+                model = _freeze(copy.deepcopy(base.model))
+            with torch.no_grad():
+                model.load_state_dict(from_wire(wire), strict=False)
+            member = Policy(model, base.tokenizer, name=PREFIX + name)
+            self.members[name] = model_agent(member, self.cfg.policies[pid].sampling, PREFIX + name)
+        return sorted(self.members)
+
     def rollout(self, indices: list[int], seeds: list[int], episode_prefix: str, group_size: int,
-                sampling_key: int | None, iteration: int, versions: dict[str, int]) -> RolloutResult:
-        """Play games ``indices`` of the rollout (their places in its game list) with ``seeds``."""
+                sampling_key: int | None, iteration: int, versions: dict[str, int],
+                league: tuple | None = None) -> RolloutResult:
+        """Play games ``indices`` of the rollout (their places in its game list) with ``seeds``; ``league``:
+        (each game's league opponent or None, the league's seats)."""
         mine = self.versions()
         wrong = {pid: (mine.get(pid), v) for pid, v in versions.items() if mine.get(pid) != v}
         if wrong:
@@ -121,7 +151,14 @@ class RolloutWorker:
         torch.manual_seed(sampling_seed(self.cfg.run.seed, iteration))
         self.run.reseed_scripted(iteration, self.index)
         games = [self.run.games[g] for g in indices]
-        return self.play(games, self.run.seat_map, self.system, seeds, episode_prefix=episode_prefix,
+        seat_map = self.run.seat_map
+        if league is not None:
+            from .league import LeagueSeating
+
+            opponents, seats = league
+            seat_map = [self.run.seat_map if o is None else
+                        LeagueSeating(o, self.members[o], frozenset(seats), self.run.seat_map, ()) for o in opponents]
+        return self.play(games, seat_map, self.system, seeds, episode_prefix=episode_prefix,
                          group_size=group_size, game_indices=indices, sampling_key=sampling_key)
 
 
@@ -296,10 +333,47 @@ class Pending:
     """A submitted rollout: each worker's call (resubmitted after a restart) and what it needs."""
 
     shares: list[list[int]]
-    calls: list[tuple]  # per worker: the rollout's arguments
+    calls: list[tuple]  # per worker: the rollout's arguments (versions and league included)
     versions: dict[str, int]  # the weight versions it samples with
     refs: dict[Any, int] = field(default_factory=dict)  # object ref -> worker
     what: str = "a rollout"
+    league: "LeaguePlan | None" = None
+
+
+@dataclass
+class LeaguePlan:
+    """A rollout's league games: each game's opponent (a member name, or None for self-play), the
+    league's seats, the members then in the league, and the driver's agent of each opponent."""
+
+    opponents: list
+    seats: tuple
+    members: tuple
+    agents: dict
+
+    @staticmethod
+    def of(seat_map, n: int) -> "LeaguePlan | None":
+        """The plan behind one rollout's seat map(s), or None when every game has the run's seat map."""
+        from .league import LeagueSeating
+
+        if callable(seat_map) and not isinstance(seat_map, LeagueSeating):
+            return None
+        maps = [seat_map] * n if callable(seat_map) else list(seat_map)
+        league = [m for m in maps if isinstance(m, LeagueSeating)]
+        base = league[0].base if league else maps[0]
+        if any(not isinstance(m, LeagueSeating) and m is not base for m in maps):
+            raise ConfigError("run.backend: ray plays the run's seat map or league seatings; a hook that seats "
+                              "players another way needs run.backend: local")
+        if not league:
+            return None
+        return LeaguePlan([m.opponent if isinstance(m, LeagueSeating) else None for m in maps],
+                          tuple(sorted(league[0].league_seats)), league[0].members,
+                          {m.opponent: m.agent for m in league})
+
+
+def member_state(agent) -> dict[str, torch.Tensor]:
+    """A league member's weights: every parameter of its frozen model (tied weights once), on the CPU."""
+    with torch.no_grad():
+        return {name: p.detach().to("cpu") for name, p in agent.policy.model.named_parameters()}
 
 
 def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
@@ -492,6 +566,8 @@ class RayRollout(ActorPool):
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
         self._weights: dict[str, dict[int, Any]] = {}  # policy -> version -> object ref (the newest few)
         self._loading: dict[int, tuple] = {}  # worker -> (its load call under way, the versions)
+        self._member_refs: dict[str, Any] = {}  # league member -> object ref of its weights
+        self.members_held: list[set[str]] = [set() for _ in self.workers]  # per worker: league members it holds
         self.versions: dict[str, int] = dict(self.held[0])  # the versions rollouts sample with
 
     # ------------------------------------------------------------------ learner actors
@@ -607,7 +683,30 @@ class RayRollout(ActorPool):
 
     def _restarted(self, r: int) -> None:
         self.held[r] = dict(self.info[r]["versions"])
+        self.members_held[r] = set()
         self._loading.pop(r, None)
+
+    def _members_into(self, r: int, plan: LeaguePlan | None, share: list[int], versions: dict[str, int]) -> None:
+        """Worker ``r`` holds the league members its ``share`` of games plays against (each member's weights
+        go to the object store once) and no member that left the league."""
+        if plan is None:
+            return
+        for name in [n for n in self._member_refs if n not in plan.members]:
+            del self._member_refs[name]
+        while True:
+            need = sorted({plan.opponents[g] for g in share} - {None} - self.members_held[r])
+            drop = sorted(self.members_held[r] - set(plan.members))
+            if not need and not drop:
+                return
+            for name in need:
+                if name not in self._member_refs:
+                    self._member_refs[name] = self.ray.put(to_wire(member_state(plan.agents[name])))
+            try:
+                held = self.ray.get(self.workers[r].set_members.remote(need, drop, *[self._member_refs[n] for n in need]))
+                self.members_held[r] = set(held)
+            except self.ray.exceptions.RayActorError as exc:
+                self._recover(r, exc, f"a league member load ({', '.join(need)})")
+                self._load_into(r, versions)
 
     # ------------------------------------------------------------------ rollouts
     def submit(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
@@ -615,28 +714,30 @@ class RayRollout(ActorPool):
                versions: dict[str, int] | None = None) -> Pending:
         """Start a rollout of ``len(games)`` games (the workers hold their own copies) and return at once;
         it samples with the versions of the last :meth:`sync` (or ``versions``)."""
-        if not callable(seat_map):
-            raise ConfigError("run.backend: ray plays one seat map for every game (no league or per-game seating)")
+        n, w = len(games), len(self.workers)
+        plan = LeaguePlan.of(seat_map, n)  # league games: each worker plays its own copies of the members
         self._finish_loads()
         versions = dict(self.versions if versions is None else versions)
-        for r in range(len(self.workers)):  # e.g. a worker restarted since the last sync
+        for r in range(w):  # e.g. a worker restarted since the last sync
             self._load_into(r, versions)
-        n, w = len(games), len(self.workers)
         shares = [list(range(r, n, w)) for r in range(w)]
-        calls = [(shares[r], [int(seeds[g]) for g in shares[r]], episode_prefix, group_size, sampling_key, iteration)
+        calls = [(shares[r], [int(seeds[g]) for g in shares[r]], episode_prefix, group_size, sampling_key, iteration,
+                  versions, None if plan is None else ([plan.opponents[g] for g in shares[r]], plan.seats))
                  for r in range(w)]
-        pending = Pending(shares, calls, versions, what=f"rollout {episode_prefix}")
+        pending = Pending(shares, calls, versions, what=f"rollout {episode_prefix}", league=plan)
         for r in range(w):
             if shares[r]:
-                pending.refs[self.workers[r].rollout.remote(*calls[r], versions)] = r
+                self._members_into(r, plan, shares[r], versions)
+                pending.refs[self.workers[r].rollout.remote(*calls[r])] = r
         return pending
 
     def collect(self, pending: Pending) -> RolloutResult:
         """Wait for every share of ``pending``; replay the share of a worker that died; gather."""
         def replay(r: int):
             self._load_into(r, pending.versions)  # the weights the interrupted rollout sampled with
+            self._members_into(r, pending.league, pending.shares[r], pending.versions)
             _say(f"replaying {len(pending.shares[r])} games of {pending.what} on worker {r} with the same seeds")
-            return self.workers[r].rollout.remote(*pending.calls[r], pending.versions)
+            return self.workers[r].rollout.remote(*pending.calls[r])
 
         results = self.gather(pending.refs, replay, pending.what)
         order = [r for r in range(len(self.workers)) if pending.shares[r]]

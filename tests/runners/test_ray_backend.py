@@ -297,6 +297,51 @@ def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tm
               progress=False)
 
 
+KUHN = Path(str(resources.files("cogym.configs").joinpath("kuhn_poker.yaml")))
+# A league of the player's past selves in the second seat: a snapshot every iteration, at most 2 kept
+# (so members leave), PFSP opponents and a quarter of the games plain self-play.
+LEAGUE = ["seats.second=player", "league.seats=[second]", "league.every=1", "league.size=2", "league.sampling=pfsp",
+          "league.latest_prob=0.25", "run.iterations=4", "game.num_games=16", "run.eval_every=0",
+          "run.checkpoint_every=0", "run.plot=false", "run.tensorboard=false", "run.threads=1"]
+
+
+@pytest.fixture(scope="module")
+def league_reference(tmp_path_factory) -> tuple[list[dict], list]:
+    out = tmp_path_factory.mktemp("league_local")
+    summary = train(load_config(KUHN, [*LEAGUE, f"run.out_dir={out}"]), out / "run", progress=False)
+    return _rows(out / "run"), summary["league"]
+
+
+@pytest.mark.parametrize("learners", ["driver", "separate"])
+def test_a_league_on_ray_plays_and_rates_the_games_of_one_process(league_reference, local_cluster, tmp_path, learners,
+                                                                  monkeypatch, capsys) -> None:
+    """League opponents on Ray: each worker builds its own copies of the members its games meet (their
+    weights sent once each), forgets those that left the league, and a worker killed in iteration 3
+    gets them again after its restart. The metrics and the league table are the in-process run's."""
+    from cogym.runners import ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+    killed: list[int] = []
+
+    def submit_then_kill(self, *args, **kwargs):
+        pending = submit(self, *args, **kwargs)
+        if kwargs.get("iteration") == 3 and not killed and learners == "driver":
+            assert pending.league is not None and self.members_held[1]
+            killed.append(self.pids()[1])
+            os.kill(killed[0], signal.SIGKILL)
+        return pending
+
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit_then_kill)
+    cfg = load_config(KUHN, [*LEAGUE, "run.backend=ray", f"ray.learners={learners}", "ray.num_cpus=0.5",
+                             "ray.learner_num_cpus=0.5", f"run.out_dir={tmp_path}"])
+    summary = train(cfg, tmp_path / "run", progress=False)
+    rows, table = league_reference
+    assert _rows(tmp_path / "run") == rows and summary["league"] == table
+    assert sum(m["games"] for m in table if m["member"] != "current") > 0 and any(not m["active"] for m in table)
+    if learners == "driver":
+        assert killed and "replaying" in capsys.readouterr().err and summary["ray_worker_restarts"] == 1
+
+
 def _tournament(out: Path, ray_config=None) -> list[dict]:
     from cogym.runners.tournament import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
 
