@@ -403,7 +403,7 @@ class Plan:
     learners: list[dict]
 
 
-def plan(ray, rc, n_learners: int = 0) -> Plan:
+def plan(rc, n_learners: int = 0) -> Plan:
     """The placement of ``rc.num_rollout_workers`` workers and ``n_learners`` learner actors
     (``rc.learners``): without learner actors, a placement group only when ``rc.placement`` asks for
     one; with them, always one (strategy ``rc.placement``, else PACK). ``colocated``: learner k
@@ -452,7 +452,7 @@ class ActorPool:
         base = dict(max_restarts=rc.max_restarts, max_task_retries=0)
         t0 = time.perf_counter()
         try:
-            self.plan = plan(self.ray, rc, n_learners)
+            self.plan = plan(rc, n_learners)
             self.pg = self.plan.pg
             if self.pg is not None:  # a restarted worker keeps its bundle
                 self.ray.get(self.pg.ready(), timeout=rc.start_timeout_s)
