@@ -11,6 +11,7 @@ from cogym.envs import interruptible_verifier as _interruptible_verifier
 from cogym.envs import kuhn_poker as _kuhn
 from cogym.envs import proposer_solver as _proposer_solver
 from cogym.envs import proposer_solver_judge as _proposer_solver_judge
+from cogym.envs import search_qa as _search_qa
 from cogym.envs.base import CogymEnv, GameSpec
 from cogym.envs.errors import DatasetError
 from cogym.envs.registry import Registration, make, register, registered, scripted_strategies
@@ -23,3 +24,4 @@ register(_proposer_solver_judge.GAME_ID, _proposer_solver_judge.ProposerSolverJu
 register(_kuhn.GAME_ID, _kuhn.KuhnPokerEnv, scripted=_kuhn.SCRIPTED)
 register(_debate.GAME_ID, _debate.DebateEnv, scripted=_debate.SCRIPTED)
 register(_interruptible_verifier.GAME_ID, _interruptible_verifier.InterruptibleVerifierEnv, scripted=_interruptible_verifier.SCRIPTED)
+register(_search_qa.GAME_ID, _search_qa.SearchQAEnv, scripted=_search_qa.SCRIPTED)

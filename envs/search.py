@@ -18,10 +18,10 @@ links a node, ``ef_search`` candidates a query) or an inverted file (``ivf``: ``
 ``4 * sqrt(n)`` lists, ``nprobe`` searched); ``auto`` (the default) is flat below ``threshold``
 documents and hnsw from there on. On the 100,000-document synthetic corpus hnsw keeps 98% of the
 exact top 5 at 17x the speed of numpy brute force, while ivf, whose lists suit clustered vectors
-(n-gram vectors are not), keeps 74% at 15x (``benchmarks/search.py`` measures all three).
+(n-gram vectors are not), keeps 75% at 16x (``benchmarks/search.py`` measures all three).
 
 :func:`synthetic_corpus` writes a corpus of made-up facts (countries, capitals, founders, rivers,
-years) with the question and answer each document supports, for the search games and benchmarks.
+archive years) with the question and answer each document supports, for the search games and benchmarks.
 """
 
 from __future__ import annotations
@@ -312,7 +312,8 @@ _KINDS = (("country", "capital", "The capital of {s} is {o}.", "What is the capi
           ("company", "founder", "{s} was founded by {o}.", "Who founded {s}?"),
           ("river", "source", "The river {s} rises in {o}.", "Where does the river {s} rise?"),
           ("festival", "town", "The festival of {s} is held every year in {o}.", "In which town is the festival of {s} held?"),
-          ("mountain", "range", "Mount {s} belongs to the {o} range.", "Which range does Mount {s} belong to?"))
+          ("mountain", "range", "Mount {s} belongs to the {o} range.", "Which range does Mount {s} belong to?"),
+          ("archive", "year", "The archives of {s} begin in {o}.", "In which year do the archives of {s} begin?"))
 
 
 def _name(rng: np.random.Generator, parts: int) -> str:
@@ -320,9 +321,9 @@ def _name(rng: np.random.Generator, parts: int) -> str:
 
 
 def synthetic_corpus(n: int, seed: int = 0) -> list[dict]:
-    """``n`` documents of made-up facts, each with the ``question`` it answers and the ``answer``
-    (distinct subjects, so every question has one supporting document; filler sentences so that
-    documents are not bare facts)."""
+    """``n`` documents of made-up facts, each with the ``question`` it answers, the ``answer`` (a made-up
+    name, or a year for the ``archive`` kind) and its ``kind`` (distinct subjects, so every question has
+    one supporting document; filler sentences so that documents are not bare facts)."""
     rng = np.random.default_rng(seed)
     docs, seen = [], set()
     while len(docs) < n:
@@ -331,7 +332,7 @@ def synthetic_corpus(n: int, seed: int = 0) -> list[dict]:
         if (kind, subject) in seen:
             continue
         seen.add((kind, subject))
-        obj = _name(rng, int(rng.integers(2, 4)))
+        obj = str(int(rng.integers(1000, 2000))) if rel == "year" else _name(rng, int(rng.integers(2, 4)))
         year = int(rng.integers(1200, 2020))
         filler = (f"Records of {subject} go back to {year}. Travellers describe {subject} as "
                   f"{('quiet', 'busy', 'remote', 'famous', 'old')[int(rng.integers(0, 5))]}.")
