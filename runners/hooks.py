@@ -30,6 +30,12 @@ class TrainHook:
     def after_update(self, iteration: int) -> None:
         """The learners have stepped on ``iteration``'s batch."""
 
+    def reads_policies(self, iteration: int) -> bool:
+        """Whether :meth:`after_update` of ``iteration`` reads the policies' weights (then the loop first
+        gives the driver's copies the newest weights of learners that train elsewhere, Ray learner
+        actors). The default says yes, the safe answer."""
+        return True
+
     def save(self, checkpoint: Path) -> None:
         """Add this hook's state to the checkpoint being written in ``checkpoint``."""
 

@@ -265,6 +265,9 @@ class LeagueHook(TrainHook):
     def after_update(self, iteration: int) -> None:
         self.league.after_update(iteration)  # a snapshot every league.every iterations
 
+    def reads_policies(self, iteration: int) -> bool:
+        return iteration % self.league.cfg.every == 0  # only a snapshot reads the weights
+
     def save(self, checkpoint: Path) -> None:
         self.league.save(checkpoint / "league")  # its members (HF dirs), win counts and ratings
 

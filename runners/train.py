@@ -201,8 +201,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
             if pool is not None:  # the new weights reach every worker before it samples with them
                 rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
             rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
-            if hooks:
-                fresh()  # a league snapshots the driver's policy: the learner actors' newest weights
+            if any(hook.reads_policies(it) for hook in hooks):
+                fresh()  # e.g. a league snapshots the driver's policy: the learner actors' newest weights
             for hook in hooks:
                 hook.after_update(it)
             if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:

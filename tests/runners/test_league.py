@@ -255,3 +255,16 @@ def test_nproc_2_plays_the_league_and_resumes_exactly(tmp_path: Path) -> None:
     shutil.rmtree(run / "checkpoints" / "step_000003")
     cogym(["train", "--resume", str(run), "--nproc", "2", "--no-progress"])
     assert _rows(run) == rows
+
+
+def test_a_league_reads_the_policies_only_when_it_snapshots() -> None:
+    """The loop refreshes the driver's copies of learner-actor policies before a hook that reads them:
+    a league reads them every league.every iterations (its snapshots); a hook that says nothing, always."""
+    from types import SimpleNamespace
+
+    from cogym.runners.hooks import TrainHook
+    from cogym.runners.league import LeagueHook
+
+    hook = LeagueHook(SimpleNamespace(cfg=SimpleNamespace(every=3)))
+    assert [hook.reads_policies(it) for it in range(1, 7)] == [False, False, True, False, False, True]
+    assert TrainHook().reads_policies(1)
