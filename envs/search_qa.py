@@ -193,7 +193,7 @@ class SearchQAEnv(CogymEnv):
             else:
                 result, _ = run_tool(self.tool, call.args)
             self._log.append((_ascii(" ".join(call.args.split()), MAX_QUERY_SHOWN),
-                              _ascii(result, self.tool.max_output_chars + 8).replace("\n", " | ")))
+                              _ascii(result.replace("\n", " | "), self.tool.max_output_chars + 8)))
             self._accumulate_rewards()
             return None
         return self._finish(action)

@@ -15,13 +15,14 @@ search (no regular expression over the message, so no backtracking); an argument
 ``max_args_chars``, an empty one, a nested call, an unknown or forbidden tool and a call over the
 budget each become an error message, never an exception. :func:`run_tool` runs a call with the
 tool's own time limit and cuts its output to the tool's size limit; a tool that raises or hangs
-gives an error message too (a call that overruns keeps running in a worker thread until it
-returns, but the game does not wait for it).
+gives an error message too (a call that overruns keeps running in its daemon thread until it
+returns, but neither the game nor the interpreter's exit waits for it).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
@@ -81,6 +82,9 @@ def parse_calls(message: str, max_calls: int = MAX_CALLS, max_message_chars: int
         start = text.find(OPEN, pos)
         if start < 0:
             break
+        if start + len(OPEN) < len(text) and text[start + len(OPEN)] not in " \t\n>":
+            pos = start + len(OPEN)  # another tag that starts the same way, e.g. <tools>
+            continue
         close_tag = text.find(">", start)
         if close_tag < 0:
             calls.append(ToolCall("", error="a call's opening tag is not closed with '>'"))
@@ -106,13 +110,19 @@ def parse_calls(message: str, max_calls: int = MAX_CALLS, max_message_chars: int
     return calls
 
 
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="cogym-tool")
-
-
 def run_tool(tool: Tool, args: str) -> tuple[str, bool]:
     """``(text, ok)``: the tool's output cut to its ``max_output_chars``, or an error message when it
-    raises or overruns its ``timeout_s``."""
-    future = _POOL.submit(tool.call, args)
+    raises or overruns its ``timeout_s``. Each call runs in a daemon thread of its own, so a call that
+    hangs holds no pool slot another call needs, nor the interpreter's exit."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(tool.call(args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name=f"cogym-tool-{tool.name}", daemon=True).start()
     try:
         out = future.result(timeout=tool.timeout_s)
     except concurrent.futures.TimeoutError:

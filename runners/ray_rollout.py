@@ -475,6 +475,9 @@ class ActorPool:
             raise RuntimeError(f"{said}: lower ray.num_rollout_workers, ray.num_cpus or ray.num_gpus"
                                + (", ray.learner_num_cpus or ray.learner_num_gpus" if n_learners else "")
                                + ", or add nodes") from None
+        except BaseException:  # a constructor that raised, an interrupt: leave no actor or group behind
+            self.close()
+            raise
 
     def _placed(self) -> None:
         """The workers are starting (their constructors run): start other actors of ``self.plan`` here."""

@@ -126,6 +126,14 @@ def test_a_corpus_file_with_questions(tmp_path: Path) -> None:
     path = write_corpus(synthetic_corpus(50, seed=9), tmp_path / "qa.jsonl")
     env = make(GAME, corpus=str(path))
     assert _play(env, SCRIPTED["solver"]["search"], seed=2)["metrics"]["correct"] == 1.0
+    # Documents full of newlines: results are flattened before they are cut, so the text stays in its space.
+    lines = write_corpus([{"id": f"n{i}", "text": "line\n" * 200, "question": f"q{i}?", "answer": "x"} for i in range(20)],
+                         tmp_path / "lines.jsonl")
+    env = make(GAME, corpus=str(lines), searches=2, k=3)
+    env.reset(seed=0)
+    env.step(call_syntax("search", "line"))
+    env.step(call_syntax("search", "line line"))
+    assert env.observation_spaces["solver"]["text"].contains(env.observe("solver")["text"])
     plain = tmp_path / "plain.jsonl"
     plain.write_text(json.dumps({"id": 1, "text": "no question here"}) + "\n")
     with pytest.raises(DatasetError, match="no document has a 'question' and an 'answer'"):

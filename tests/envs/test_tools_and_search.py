@@ -25,6 +25,7 @@ def test_calls_are_read_in_order_with_their_arguments() -> None:
     msg = f"Let me look. {call_syntax('search', ' capital of Zorvania ')} then <tool name='calc'>1+2</tool> done"
     assert parse_calls(msg) == [ToolCall("search", "capital of Zorvania"), ToolCall("calc", "1+2")]
     assert parse_calls("no calls here, just <b>html</b>") == []
+    assert parse_calls('use <tools> then <tool name="search">x</tool>') == [ToolCall("search", "x")]
 
 
 @pytest.mark.parametrize(("message", "error"), [
