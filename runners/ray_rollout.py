@@ -202,7 +202,7 @@ class LearnerWorker:
         import ray
 
         state = state_of(self.policy)
-        return [ray.put(to_wire(state)), sum(t.numel() * t.element_size() for t in state.values())]
+        return [ray.put(to_wire(state)), nbytes(state)]
 
     def group_decisions(self, turns: list) -> dict:
         return self.learner.group_decisions(turns)
@@ -217,9 +217,9 @@ class LearnerWorker:
 
 class RemoteLearner:
     """The driver's handle on a :class:`LearnerWorker`, with the surface of
-    :class:`~cogym.learners.learner.Learner` the training loop uses (``update``, ``steps``, ``cfg``,
-    ``engine.name``, ``save``, ``load``, ``group_decisions``); ``start_update``/``finish_update`` let
-    several learner actors update at once. A learner actor is not restarted (its optimizer state
+    :class:`~cogym.learners.learner.Learner` the training loop uses (``steps``, ``cfg``, ``engine.name``,
+    ``save``, ``load``, ``group_decisions``), and ``start_update``/``finish_update`` in place of
+    ``update`` (:class:`RemoteUpdates`), so that several learner actors update at once. A learner actor is not restarted (its optimizer state
     would be lost): one that dies stops the run, which ``--resume`` continues from its checkpoint."""
 
     def __init__(self, ray, handle, pid: str, cfg, info: dict, bundle: int = 0) -> None:
@@ -241,18 +241,15 @@ class RemoteLearner:
         return self.handle.update.remote(list(turns))
 
     def finish_update(self, ref) -> dict[str, float]:
-        rec, self.steps, (wref, nbytes) = self._get(ref, f"update {self.steps + 1}")
-        self._weights = (self.steps, wref, nbytes)
+        rec, self.steps, (wref, size) = self._get(ref, f"update {self.steps + 1}")
+        self._weights = (self.steps, wref, size)
         return rec
-
-    def update(self, turns: list) -> dict[str, float]:
-        return self.finish_update(self.start_update(turns))
 
     def weights(self) -> tuple[Any, int]:
         """The object ref and bytes of the weights of version ``steps``."""
         if self._weights is None or self._weights[0] != self.steps:
-            wref, nbytes = self._get(self.handle.weights.remote(), "a weight fetch")
-            self._weights = (self.steps, wref, nbytes)
+            wref, size = self._get(self.handle.weights.remote(), "a weight fetch")
+            self._weights = (self.steps, wref, size)
         return self._weights[1], self._weights[2]
 
     def group_decisions(self, turns: list) -> dict:
@@ -301,13 +298,18 @@ def _node_ip() -> str:
         return "?"
 
 
-def state_of(policy) -> dict[str, torch.Tensor]:
-    """The weights a rollout worker needs: every trainable parameter, on the CPU (tied weights once).
-    CPU parameters are not copied here (``ray.put`` copies them into the object store at once), except
-    a ZeRO-3 learner's, gathered from their partitions for this call only."""
+def state_of(policy, trainable_only: bool = True) -> dict[str, torch.Tensor]:
+    """The weights a rollout worker needs: every trainable parameter (every parameter, for a frozen
+    league member), on the CPU (tied weights once). CPU parameters are not copied here (``ray.put``
+    copies them into the object store at once), except a ZeRO-3 learner's, gathered from their
+    partitions for this call only."""
     with policy.gather(), torch.no_grad():
         return {name: (p.detach().to("cpu", copy=hasattr(p, "ds_status")))
-                for name, p in policy.model.named_parameters() if p.requires_grad}
+                for name, p in policy.model.named_parameters() if p.requires_grad or not trainable_only}
+
+
+def nbytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
 
 
 def to_wire(state: dict[str, torch.Tensor]) -> dict:
@@ -370,12 +372,6 @@ class LeaguePlan:
                           {m.opponent: m.agent for m in league})
 
 
-def member_state(agent) -> dict[str, torch.Tensor]:
-    """A league member's weights: every parameter of its frozen model (tied weights once), on the CPU."""
-    with torch.no_grad():
-        return {name: p.detach().to("cpu") for name, p in agent.policy.model.named_parameters()}
-
-
 def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
     """The ray module, connected to ``rc.address`` or to a local cluster it starts (with CPUs for every
     worker and ``n_learners`` learner actors, at least this machine's cores), and whether this call
@@ -401,6 +397,7 @@ class Plan:
     pg: Any
     workers: list[dict]
     learners: list[dict]
+    learner_bundles: list[int] = field(default_factory=list)  # each learner actor's bundle index
 
 
 def plan(rc, n_learners: int = 0) -> Plan:
@@ -428,9 +425,10 @@ def plan(rc, n_learners: int = 0) -> Plan:
 
     if colocated:
         sharing = [1 + sum(1 for k in range(n_learners) if k % w == b) for b in range(w)]
-        return Plan(pg, [at(b, 1 / sharing[b]) for b in range(w)],
-                    [at(k % w, 1 / sharing[k % w]) for k in range(n_learners)])
-    return Plan(pg, [at(b) for b in range(w)], [at(w + k) for k in range(n_learners)])
+        where = [k % w for k in range(n_learners)]
+        return Plan(pg, [at(b, 1 / sharing[b]) for b in range(w)], [at(b, 1 / sharing[b]) for b in where], where)
+    where = [w + k for k in range(n_learners)]
+    return Plan(pg, [at(b) for b in range(w)], [at(b) for b in where], where)
 
 
 def _cluster_says(ray, what: str, rc) -> str:
@@ -595,9 +593,8 @@ class RayRollout(ActorPool):
             return
         handles = self._learner_handles
         infos = self.ray.get([h.ping.remote() for h in handles.values()], timeout=self.rc.start_timeout_s)
-        w = len(self.workers)
         self.learners = {pid: RemoteLearner(self.ray, h, pid, self.cfg.learners[pid], info,
-                                            bundle=k % w if self.rc.learners == "colocated" else w + k)
+                                            bundle=self.plan.learner_bundles[k])
                          for k, ((pid, h), info) in enumerate(zip(handles.items(), infos))}
         _say(f"{len(handles)} learner actors ({self.rc.learners}) ready in "
              f"{time.perf_counter() - self._t_learners:.1f} s: "
@@ -634,11 +631,11 @@ class RayRollout(ActorPool):
             kept = self._weights.setdefault(pid, {})
             if version not in kept and any(h.get(pid) != version for h in self.held):
                 if pid in self.learners:
-                    kept[version], nbytes = self.learners[pid].weights()
-                    sent += nbytes
+                    kept[version], size = self.learners[pid].weights()
+                    sent += size
                 else:
                     state = state_of(policies[pid])
-                    sent += sum(t.numel() * t.element_size() for t in state.values())
+                    sent += nbytes(state)
                     kept[version] = self.ray.put(to_wire(state))
                 for old in sorted(kept)[:-(self.rc.max_staleness + 1)]:
                     del kept[old]  # a rollout needs at most max_staleness versions back
@@ -703,7 +700,7 @@ class RayRollout(ActorPool):
                 return
             for name in need:
                 if name not in self._member_refs:
-                    self._member_refs[name] = self.ray.put(to_wire(member_state(plan.agents[name])))
+                    self._member_refs[name] = self.ray.put(to_wire(state_of(plan.agents[name].policy, trainable_only=False)))
             try:
                 held = self.ray.get(self.workers[r].set_members.remote(need, drop, *[self._member_refs[n] for n in need]))
                 self.members_held[r] = set(held)
