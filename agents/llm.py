@@ -26,7 +26,7 @@ class LLMAgent:
         self.streams = PolicyStreams(policy, max_batch=max_batch)
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
-        prompts = [self.policy.render(r.messages) for r in requests]
+        prompts = [self.policy.prompt_of(r) for r in requests]
         keys = [r.key for r in requests]
         gens = self.policy.generate(prompts, self.sampling, None if None in keys else keys)
         return [Action(text=g.text, prompt_ids=g.prompt_ids, response_ids=g.response_ids, logprobs=g.logprobs,

@@ -181,6 +181,7 @@ class Policy:
         # Context that makes the full weights visible (a ZeRO-3 engine sets it to gather shards).
         self.gather = contextlib.nullcontext
         self._render_cache: dict[tuple, list[int]] = {}
+        self._tool_role: bool | None = None  # whether the chat template knows the "tool" role (probed once)
         self.backend: GenerationBackend = HFBackend(self)  # what generates (cogym.agents.backends)
 
     @classmethod
@@ -228,17 +229,85 @@ class Policy:
         """Prompt token ids for chat ``messages``, ending with the assistant generation prompt.
 
         Rendered prompts are cached: in a batched rollout many seats see the same messages (the
-        k solvers of one problem, every proposer), and the chat template is the slow part.
+        k solvers of one problem, every proposer), and the chat template is the slow part. A
+        ``tool`` message goes to a template that has no tool role as a ``user`` message.
         """
         key = tuple((m["role"], m["content"]) for m in messages)
         ids = self._render_cache.get(key)
         if ids is None:
-            ids = list(self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True,
+            ids = list(self.tokenizer.apply_chat_template(self._chat(messages), add_generation_prompt=True,
                                                           tokenize=True, return_dict=False))
-            if len(self._render_cache) >= RENDER_CACHE_SIZE:
-                self._render_cache.pop(next(iter(self._render_cache)))  # oldest first
-            self._render_cache[key] = ids
+            self._cache(key, ids)
         return list(ids)
+
+    def prompt_of(self, request) -> list[int]:
+        """The prompt ids of a :class:`~cogym.agents.types.Request`: a conversation's continuation
+        (:meth:`continue_ids`) when the request carries the ids of the seat's last prompt and answer,
+        else its conversation (a first turn) or its messages rendered whole."""
+        if request.prefix_ids is not None:
+            return self.continue_ids(request.prefix_ids, request.delta or [])
+        return self.render(request.conversation if request.conversation is not None else request.messages)
+
+    def continue_ids(self, prefix_ids: Sequence[int], delta: Sequence[dict]) -> list[int]:
+        """The next prompt of a conversation: ``prefix_ids`` (the last prompt and the model's answer,
+        verbatim), the ids the chat template writes after an assistant message (less the end id the
+        model already wrote), then only the new ``delta`` messages rendered, ending with the
+        generation prompt. Earlier turns are never re-tokenised, so the ids a learner trains on are
+        the ids the model read and wrote (decoding and re-encoding an answer can give other ids)."""
+        tail = self._assistant_tail()
+        prefix = list(prefix_ids)
+        if tail and prefix and prefix[-1] == tail[0]:
+            tail = tail[1:]  # the model ended its answer with the template's own end id
+        return prefix + tail + self._delta_ids(delta)
+
+    # A stand-in exchange the delta renderings start from (any template renders it; its text is cut away).
+    _STAND_IN = ({"role": "user", "content": "cogym-stand-in-question"},
+                 {"role": "assistant", "content": "cogym-stand-in-answer"})
+
+    def _template_text(self, messages: Sequence[dict], generation: bool) -> str:
+        return self.tokenizer.apply_chat_template(self._chat(messages), add_generation_prompt=generation, tokenize=False)
+
+    def _assistant_tail(self) -> list[int]:
+        """The ids the chat template writes after an assistant message's content (``<|im_end|>\\n`` in
+        ChatML), found by rendering a stand-in exchange."""
+        key = ("<assistant tail>",)
+        if key not in self._render_cache:
+            text = self._template_text(self._STAND_IN, generation=False)
+            after = text[text.rindex(self._STAND_IN[1]["content"]) + len(self._STAND_IN[1]["content"]):]
+            self._cache(key, list(self.tokenizer.encode(after, add_special_tokens=False)))
+        return list(self._render_cache[key])
+
+    def _delta_ids(self, delta: Sequence[dict]) -> list[int]:
+        """The ids of ``delta`` as the template writes it after an assistant message, with the
+        generation prompt: the rendering of (stand-in exchange + delta) less that of the exchange."""
+        key = ("<delta>", *((m["role"], m["content"]) for m in delta))
+        if key not in self._render_cache:
+            base = self._template_text(self._STAND_IN, generation=False)
+            full = self._template_text([*self._STAND_IN, *delta], generation=True)
+            if not full.startswith(base):
+                raise ValueError(f"the chat template of policy {self.name!r} renders earlier messages differently when "
+                                 "one is added, so a conversation cannot be continued without re-tokenising it; "
+                                 "play this role with a fresh context, or use a template that only appends")
+            self._cache(key, list(self.tokenizer.encode(full[len(base):], add_special_tokens=False)))
+        return list(self._render_cache[key])
+
+    def _chat(self, messages: Sequence[dict]) -> list[dict]:
+        """``messages`` for the chat template: ``tool`` messages as ``user`` ones when it has no tool role."""
+        if self._tool_role is None:
+            probe = [*self._STAND_IN, {"role": "tool", "content": "x"}]
+            try:
+                self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+                self._tool_role = True
+            except Exception:  # a template's raise_exception (unknown role) or any error it makes  # noqa: BLE001
+                self._tool_role = False
+        if self._tool_role or all(m["role"] != "tool" for m in messages):
+            return list(messages)
+        return [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
+
+    def _cache(self, key: tuple, ids: list[int]) -> None:
+        if len(self._render_cache) >= RENDER_CACHE_SIZE:
+            self._render_cache.pop(next(iter(self._render_cache)))  # oldest first
+        self._render_cache[key] = ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)

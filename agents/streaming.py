@@ -112,7 +112,7 @@ class PolicyStreams:
         out = []
         for r in requests:
             handle = next(self._ids)
-            self.open[handle] = _Open(prompt_ids=self.policy.render(r.messages),
+            self.open[handle] = _Open(prompt_ids=self.policy.prompt_of(r),
                                       key=r.key if r.key is not None else random_keys(1)[0])
             out.append(Message(handle=handle, prompt_ids=list(self.open[handle].prompt_ids)))
         return out

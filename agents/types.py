@@ -12,12 +12,24 @@ from cogym.core.outcome import SeatOutcome
 class Request:
     """What a seat is asked: chat messages (the per-role system message, then the game's text), and
     the sampling key of the answer (:mod:`cogym.agents.sampling`; the rollout derives it from the run
-    seed, the game and the move, so the answer is the same in any batch; None: a random one)."""
+    seed, the game and the move, so the answer is the same in any batch; None: a random one).
+
+    A seat of a conversation role (:attr:`cogym.envs.base.GameSpec.conversation`) is also given its
+    conversation: ``conversation``, every message of it so far (system, the game's messages, its own
+    answers, tool results) ending with ``delta``, the messages new since its last answer; and
+    ``prefix_ids``, the exact ids of its last prompt and answer (None before its first model answer).
+    A model continues from ``prefix_ids`` with only ``delta`` rendered (:meth:`Policy.prompt_of`), so
+    earlier turns are never re-tokenised. ``messages`` stays the fresh view (the system message and
+    the game's whole text now), which scripted seats read.
+    """
 
     messages: list[dict]
     role: str
     seat: str
     key: int | None = None
+    conversation: list[dict] | None = None
+    delta: list[dict] | None = None
+    prefix_ids: list[int] | None = None
 
 
 @dataclass
@@ -94,6 +106,11 @@ class Turn:
     ``info`` is the seat's last info and ``outcome`` its typed end-of-game facts (the game -> learner
     contract, :mod:`cogym.core.outcome`), which learners read; ``policy_version`` is the version of
     the weights that generated the response (the learner's step count when it was sampled).
+
+    ``conversation``: the move of a conversation role (its prompt continues the seat's previous
+    prompt and response ids). ``mask``: 1 where ``response_ids`` holds an id the model generated, 0
+    on ids it did not (the game's messages and tool results inside a multi-turn sequence, see
+    :func:`cogym.core.conversation.join_turns`; their ``logprobs`` are 0); None: every id is the model's.
     """
 
     game_index: int
@@ -110,6 +127,8 @@ class Turn:
     group_key: Hashable = None
     info: dict = field(default_factory=dict)
     policy_version: int = 0
+    conversation: bool = False
+    mask: list[int] | None = None
 
     @property
     def outcome(self) -> SeatOutcome:

@@ -53,10 +53,18 @@ class GameSpec:
     # role -> the contract keys (cogym.core.outcome: correct, invalid, reason, reference, task, metrics)
     # every seat of that role has in its last info of an episode; check_game holds the game to it.
     outcomes: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # Roles whose seats play a conversation: each move's context is the seat's whole exchange so far
+    # (its earlier prompts and answers verbatim, then the game's new messages, CogymEnv.messages);
+    # every other role gets a fresh context each move (the system message and the game's text now).
+    conversation: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.roles:
             raise ValueError(f"GameSpec {self.id!r}: roles must not be empty")
+        object.__setattr__(self, "conversation", tuple(self.conversation))
+        stray = [r for r in self.conversation if r not in self.roles]
+        if stray:
+            raise ValueError(f"GameSpec {self.id!r}: conversation names {stray}, which are not in roles {self.roles}")
         # A copy of its own (a wrapper that passes the spec's outcomes on shares nothing mutable);
         # a plain dict, so specs and games still deep-copy and pickle.
         object.__setattr__(self, "outcomes", {r: tuple(k) for r, k in self.outcomes.items()})
@@ -204,6 +212,16 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
         """
         return [s for s in seats if s in self.agents and s not in answered and not self.terminations[s]]
 
+    def messages(self, agent: str) -> list[dict[str, str]]:
+        """The messages new to ``agent`` since its last move, for a seat of a conversation role
+        (``spec.conversation``): chat messages ``{"role": "user" | "tool", "content": str}``, at
+        least one. Its first move gets everything it must know; a later one, what happened since
+        (a tool's result as a ``tool`` message, another seat's move as a ``user`` one). The default
+        repeats the whole observation text as one user message, which is right for any game but
+        grows the context by the whole text each move; a game made for conversations overrides it.
+        Only called when the seat is about to act; it must not change the game."""
+        return [{"role": "user", "content": self.observe(agent)["text"]}]
+
     def interrupt(self, agent: str, partial: str) -> bool:
         """Token level: called after each token of ``agent``'s unfinished message with its text so far.
 
@@ -262,6 +280,26 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
 
     def close(self) -> None:
         """Nothing to release: games hold no windows, processes or connections."""
+
+
+ROLES = ("user", "tool")  # what a game may say to a seat (its own answers are the assistant's)
+MAX_MESSAGES = 64  # new messages a game may give a seat at one move
+MAX_CHARS = 1 << 20  # characters of one move's new messages
+
+
+def check_messages(messages: object, where: str) -> list[dict]:
+    """``messages`` checked to be what :meth:`CogymEnv.messages` promises: a non-empty list of at most
+    ``MAX_MESSAGES`` ``{"role": "user" | "tool", "content": str}`` with at most ``MAX_CHARS`` in all."""
+    if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
+        raise TypeError(f"{where}: messages() must return a list of 1..{MAX_MESSAGES} chat messages, got {messages!r:.200}")
+    size = 0
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise TypeError(f"{where}: each message must be {{'role': 'user' | 'tool', 'content': str}}, got {m!r:.200}")
+        size += len(m["content"])
+    if size > MAX_CHARS:
+        raise ValueError(f"{where}: messages() returned {size} characters, more than {MAX_CHARS}")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 def seat_names(role: str, count: int) -> Sequence[str]:

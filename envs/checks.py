@@ -27,7 +27,7 @@ from gymnasium.spaces import Box, Dict, Discrete, Text
 
 from cogym.core.errors import GameError
 from cogym.core.outcome import SeatOutcome
-from cogym.envs.base import CogymEnv, GameSpec
+from cogym.envs.base import CogymEnv, GameSpec, check_messages
 from cogym.envs.registry import make, scripted_strategies
 from cogym.envs.token_level import GRANULARITIES, TokenLevelEnv
 
@@ -107,6 +107,19 @@ class _Episode:
         if not self.env.observation_space(agent).contains(obs):
             raise self.fail(f"observation of {agent} is outside its observation_space: {str(obs)[:200]}")
 
+    def check_messages(self, agent: str, obs: Any) -> None:
+        """A conversation role's new messages: well-formed, bounded, the same when asked twice, and
+        asking changes nothing the seat observes."""
+        game = self.env.unwrapped
+        try:
+            first = check_messages(game.messages(agent), f"messages({agent!r})")
+        except (TypeError, ValueError) as exc:
+            raise self.fail(str(exc)) from None
+        if game.messages(agent) != first or _freeze(self.env.observe(agent)) != _freeze(obs):
+            raise self.fail(f"messages({agent!r}) must not change the game (asked twice it gave another answer, "
+                            "or the seat's observation changed)")
+        self.trace.append((agent, "messages", tuple((m["role"], m["content"]) for m in first)))
+
     def play(self, seed: int | None, reset: bool = True) -> "_Episode":
         env = self.env
         if reset:
@@ -144,6 +157,8 @@ class _Episode:
                     raise self.fail(f"observation of ready seat {a} changed when another ready seat acted: {str(seen[a])[:100]} -> {str(now)[:100]}")
                 self.check_observation(a, now)
                 self.trace.append((a, "obs", _freeze(now)))
+                if env.role_of(a) in env.spec.conversation:
+                    self.check_messages(a, now)
                 env.step(actions[a])
                 self.turns += 1
                 self.record(a, actions[a])

@@ -11,6 +11,14 @@ with its results, and the searches left::
     R: [d0] Velorixo: The capital of Velorixo is Toush. Records of Velorixo go back to 1977. ...
     searches left: 1
 
+Context (``context``): ``conversation`` (the default, Search-R1's multi-turn rollout): the solver's
+context is its conversation (:mod:`cogym.agents.conversation`): the question (``Q: ...`` and the
+searches left) as a user message, its own messages verbatim, and each search's results (``R: ...``
+and the searches left) as a tool message (a user message for a chat template without a tool role);
+a model continues its last prompt and answer ids, so a 3-search game trains as one sequence whose
+loss covers only the solver's own tokens. ``fresh``: each move is asked the whole text above anew.
+Scripted seats read the text above either way.
+
 Action: a message of at most 256 characters. Results are the ``k`` best documents of the corpus
 (:class:`cogym.envs.search.SearchTool`, each cut to ``snippet_chars``); a malformed call, an empty
 query or a failed search comes back as an ``error: ...`` result and uses the search.
@@ -25,7 +33,8 @@ Arguments: ``corpus`` (a JSONL corpus whose documents carry ``question`` and ``a
 synthetic corpus of ``docs`` documents from ``corpus_seed``, :func:`cogym.envs.search.synthetic_corpus`),
 ``docs=2000``, ``corpus_seed=0``, ``searches=2`` (0..8), ``k=3``, ``snippet_chars=120``, ``reward``
 (``exact`` or ``prefix``), ``kinds`` (ask only documents of these ``kind`` values, e.g. ``[archive]``
-for the synthetic corpus' year questions; empty: all), ``render_mode``.
+for the synthetic corpus' year questions; empty: all), ``context`` (``conversation`` or ``fresh``),
+``render_mode``.
 The index of a corpus is built once per process and shared by every game on it. Versions: v0, the first.
 
 Scripted twins: ``search`` searches the question and reads the answer out of the results with the
@@ -45,11 +54,12 @@ from gymnasium.spaces import Box, Dict
 from .base import CogymEnv, GameSpec, text_space
 from .errors import DatasetError
 from .search import _KINDS, _SYLLABLES, SearchIndex, SearchTool, synthetic_corpus
-from .tools import parse_calls, run_tool
+from .tools import ToolCall, parse_calls, run_tool
 
 GAME_ID = "search_qa-v0"
 MAX_REPLY = 256
 MAX_QUERY_SHOWN = 100
+CONTEXTS = ("conversation", "fresh")
 
 
 @functools.lru_cache(maxsize=8)
@@ -81,6 +91,37 @@ def prefix_share(reply: str, answer: str) -> float:
     while n < min(len(got), len(want)) and got[n] == want[n]:
         n += 1
     return n / max(len(want), 1)
+
+
+# ------------------------------------------------------------------- a searching solver (shared with SSP)
+def run_search(tool: SearchTool, call: ToolCall) -> tuple[str, str]:
+    """One parsed call of a solver's message, run: (the query, the result), each flattened to one line of
+    printable ASCII and cut (a malformed call, another tool's name or a failed search: an ``error: ...`` result)."""
+    if call.error:
+        result = f"error: {call.error}"
+    elif call.name != "search":
+        result = f"error: no tool {_ascii(call.name, 40)!r} here (tools: search)"
+    else:
+        result, _ = run_tool(tool, call.args)
+    return (_ascii(" ".join(call.args.split()), MAX_QUERY_SHOWN),
+            _ascii(result.replace("\n", " | "), tool.max_output_chars + 8))
+
+
+def solver_text(question: str, log: Sequence[tuple[str, str]], searches: int) -> str:
+    """A solver's observation: the question, each search and its results, the searches left."""
+    lines = [f"Q: {question}"]
+    for query, result in log:
+        lines += [f"S: {query}", f"R: {result}"]
+    lines.append(f"searches left: {searches - len(log)}")
+    return "\n".join(lines)
+
+
+def solver_messages(question: str, log: Sequence[tuple[str, str]], searches: int) -> list[dict[str, str]]:
+    """A solver's new conversation messages: the question first, then the last search's results as a tool message."""
+    left = f"searches left: {searches - len(log)}"
+    if not log:
+        return [{"role": "user", "content": f"Q: {question}\n{left}"}]
+    return [{"role": "tool", "content": f"R: {log[-1][1]}\n{left}"}]
 
 
 # ----------------------------------------------------------------------------------- scripted twins
@@ -134,10 +175,12 @@ class SearchQAEnv(CogymEnv):
 
     def __init__(self, corpus: str | None = None, docs: int = 2000, corpus_seed: int = 0, searches: int = 2, k: int = 3,
                  snippet_chars: int = 120, reward: str = "exact", kinds: Sequence[str] = (),
-                 render_mode: str | None = None) -> None:
+                 context: str = "conversation", render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         if reward not in ("exact", "prefix"):
             raise ValueError(f"reward must be 'exact' or 'prefix', got {reward!r}")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
         self.reward = reward
         for name, value, low, high in (("docs", docs, 10, 1_000_000), ("searches", searches, 0, 8), ("k", k, 1, 10),
                                        ("snippet_chars", snippet_chars, 20, 2000), ("corpus_seed", corpus_seed, 0, 2**31)):
@@ -160,7 +203,8 @@ class SearchQAEnv(CogymEnv):
                                                    "text": text_space(max_text, "\n")})}
         self.action_spaces = {"solver": text_space(MAX_REPLY)}
         self.spec = GameSpec(GAME_ID, ("solver",), (0.0, 1.0), zero_sum=False, max_turns=searches + 1,
-                             description="A solver answers a question about a corpus, searching it first if it likes.")
+                             description="A solver answers a question about a corpus, searching it first if it likes.",
+                             conversation=("solver",) if context == "conversation" else ())
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self._seed(seed)
@@ -170,11 +214,13 @@ class SearchQAEnv(CogymEnv):
 
     def observe(self, agent: str) -> dict:
         self._check_seat(agent)
-        lines = [f"Q: {_ascii(self._doc['question'], 120)}"]
-        for query, result in self._log:
-            lines += [f"S: {query}", f"R: {result}"]
-        lines.append(f"searches left: {self.searches - len(self._log)}")
-        return {"observation": np.array([len(self._log)], dtype=np.int64), "text": "\n".join(lines)}
+        return {"observation": np.array([len(self._log)], dtype=np.int64),
+                "text": solver_text(_ascii(self._doc["question"], 120), self._log, self.searches)}
+
+    def messages(self, agent: str) -> list[dict[str, str]]:
+        """A conversation's new messages: the question first, then each search's results as a tool message."""
+        self._check_seat(agent)
+        return solver_messages(_ascii(self._doc["question"], 120), self._log, self.searches)
 
     def step(self, action: str) -> None:
         if self._begin_turn(action) is None:
@@ -185,15 +231,7 @@ class SearchQAEnv(CogymEnv):
         if calls:
             if len(self._log) >= self.searches:
                 return self._finish(action, f"a search with none left ({self.searches} a game); answer instead")
-            call = calls[0]
-            if call.error:
-                result = f"error: {call.error}"
-            elif call.name != "search":
-                result = f"error: no tool {call.name!r} here (tools: search)"
-            else:
-                result, _ = run_tool(self.tool, call.args)
-            self._log.append((_ascii(" ".join(call.args.split()), MAX_QUERY_SHOWN),
-                              _ascii(result.replace("\n", " | "), self.tool.max_output_chars + 8)))
+            self._log.append(run_search(self.tool, calls[0]))
             self._accumulate_rewards()
             return None
         return self._finish(action)

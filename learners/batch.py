@@ -22,7 +22,8 @@ class TokenBatch:
     """Right-padded training tensors for N turns.
 
     ``input_ids``/``attention_mask``: (N, W) prompt + response; ``resp_index``: (N, L) position in
-    the logits of the token *predicting* each response token; ``mask``: (N, L) 1 on response tokens;
+    the logits of the token *predicting* each response token; ``mask``: (N, L) 1 on response tokens
+    the model generated (a joined multi-turn turn's ``Turn.mask``: 0 on the game's messages inside it);
     ``logp_old``: (N, L) behaviour log-probabilities; ``scores``: (N,) outcome rewards; ``turns``:
     the N Turns themselves (episode, seat and info of each row).
     """
@@ -55,7 +56,7 @@ class TokenBatch:
             attn[i, : p + r] = 1
             resp_ids[i, :r] = torch.tensor(t.response_ids)
             resp_index[i, :r] = torch.arange(p - 1, p + r - 1)
-            mask[i, :r] = 1.0
+            mask[i, :r] = 1.0 if t.mask is None else torch.tensor(t.mask, dtype=torch.float32)
             logp_old[i, :r] = torch.tensor(t.logprobs, dtype=torch.float32)
         scores = torch.tensor([float(t.reward) for t in turns])
         return cls(input_ids, attn, resp_ids, resp_index, mask, logp_old, scores,

@@ -60,6 +60,9 @@ class LearnerConfig:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     mask_truncated: bool = False
+    # A conversation role's moves of one game (cogym.agents.conversation): "joined" trains them as one
+    # sequence whose loss covers only the ids the model wrote; "turns" trains each move as a row of its own.
+    multi_turn: str = "joined"
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_params: bool = False
@@ -85,6 +88,9 @@ class LearnerConfig:
         from .algorithms.registry import get
 
         get(self.algorithm) if self.algorithm != FROZEN else None
+        if self.multi_turn not in MULTI_TURN:
+            raise ValueError(f"multi_turn must be one of {', '.join(MULTI_TURN)}, got {self.multi_turn!r}: 'joined' trains a "
+                             "seat's conversation moves of one game as one sequence, 'turns' each move as its own row")
         for role, name in self.role_algorithms.items():
             if not get(name).per_role:
                 raise ValueError(f"role_algorithms.{role}: {name} trains a whole policy with its own loss and cannot "
@@ -111,6 +117,7 @@ class LearnerConfig:
         return out
 
 
+MULTI_TURN = ("joined", "turns")
 FROZEN = "frozen"  # not an algorithm: the policy plays and never learns
 
 

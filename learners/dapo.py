@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from cogym.agents.conversation import longest_message
+
 __all__ = [
     "FILTER_PREDICATES",
     "overlong_penalty",
@@ -337,7 +339,7 @@ def group_decisions(cfg, turns: Sequence, shaped: Callable[[Tensor, Tensor], Ten
     if not turns:
         return {}
     scores = shaped(torch.tensor([float(t.reward) for t in turns], dtype=torch.float64),
-                    torch.tensor([len(t.response_ids) for t in turns]))
+                    torch.tensor([longest_message(t) for t in turns]))
     low, high = cfg.dynamic_sampling_low, cfg.dynamic_sampling_high
     bounds = None
     if cfg.dynamic_sampling != "std_gt_0" and (low is not None or high is not None):

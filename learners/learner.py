@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from cogym.agents.policy import Policy
+from cogym.agents.conversation import join_turns
 from cogym.agents.types import Turn
 
 from . import torch_dist as dist
@@ -35,6 +36,13 @@ __all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_
 
 DYNAMIC_SAMPLING = ("off", *FILTER_PREDICATES)
 STATE_FILE = "state.json"
+
+
+def sequences(cfg: LearnerConfig, turns: Sequence[Turn]) -> list[Turn]:
+    """The rows a learner trains on: with ``multi_turn: joined`` (the default) each seat's conversation
+    moves of one game joined into one sequence (:func:`~cogym.agents.conversation.join_turns`); with
+    ``turns``, every move a row of its own."""
+    return join_turns(turns) if cfg.multi_turn == "joined" else list(turns)
 
 
 class Learner:
@@ -123,7 +131,11 @@ class Learner:
 
     def group_decisions(self, turns: Sequence[Turn]) -> dict:
         """DAPO dynamic sampling (§7.2): {group key: kept} over these turns' groups, in order of play."""
-        return group_decisions(self.cfg, turns, self.shaped)
+        return group_decisions(self.cfg, sequences(self.cfg, turns), self.shaped)
+
+    def sequences(self, turns: Sequence[Turn]) -> list[Turn]:
+        """The rows this learner trains on (:func:`sequences`)."""
+        return sequences(self.cfg, turns)
 
     # -- the update ------------------------------------------------------------------------------
 
@@ -131,7 +143,7 @@ class Learner:
         """One optimizer step per epoch on these turns; returns metrics."""
         if not turns:
             return {}
-        data = self.algorithm.train_batch(self, turns)
+        data = self.algorithm.train_batch(self, self.sequences(turns))
         metrics = dict(data.metrics)
         if data.batch is None:
             return metrics

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
+from cogym.agents.conversation import longest_message
 from cogym.agents.types import Turn
 
 from . import advantages as adv_fns
@@ -31,7 +32,9 @@ def _token_batch(learner: "Learner", turns: Sequence[Turn], metrics: dict) -> To
     cfg = learner.cfg
     b = TokenBatch.from_turns(turns, learner.policy.tokenizer.pad_token_id).to(learner.policy.device)
     if cfg.overlong_buffer > 0:
-        shaped = learner.shaped(b.scores.double(), b.mask.sum(1))
+        # Each message is held to max_new_tokens: a joined multi-turn row by its longest message.
+        lengths = torch.tensor([longest_message(t) for t in turns], device=b.mask.device)
+        shaped = learner.shaped(b.scores.double(), lengths)
         metrics["overlong_penalty"] = float((shaped - b.scores.double()).mean())
         b.scores = shaped.to(b.scores.dtype)
     if cfg.mask_truncated:

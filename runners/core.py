@@ -18,10 +18,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
+from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
 from cogym.core.outcome import SeatOutcome
-from cogym.envs.base import CogymEnv
+from cogym.envs.base import CogymEnv, check_messages
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Episodes:
         self.episode_ids = [f"{episode_prefix}-{i}" for i in self.index]
         self.sampling_key = sampling_key
         self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
+        self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
         for env, seed in zip(games, seeds):
             env.reset(seed=int(seed))
         for g in range(len(games)):
@@ -135,12 +137,29 @@ class Episodes:
     def collect(self, g: int) -> None:
         collect(self.games[g], self.returns[g], self.infos[g])
 
+    def converse(self, g: int, seat: str, system: str | None, request: Request) -> None:
+        """Give ``request`` (a conversation role's) the seat's conversation, with the game's new messages."""
+        conv = self.conversations.get((g, seat))
+        if conv is None:
+            conv = self.conversations[(g, seat)] = Conversation([{"role": "system", "content": system}] if system else [])
+        env = self.games[g].unwrapped
+        conv.ask(request, check_messages(env.messages(seat), f"{env.spec.id} seat {seat!r}"))
+
+    def answered(self, g: int, seat: str, text: str, prompt_ids: list[int] | None = None,
+                 response_ids: list[int] | None = None) -> None:
+        """A seat answered: a conversation's history (and ids, for a model) take the answer."""
+        conv = self.conversations.get((g, seat))
+        if conv is not None:
+            conv.answered(text, prompt_ids, response_ids)
+
     def add_turn(self, g: int, seat: str, role: str, policy_id: str, prompt_ids: list[int], response_ids: list[int],
                  logprobs: list[float], text: str, finished: bool, policy_version: int = 0) -> None:
+        self.answered(g, seat, text, prompt_ids, response_ids)
         self.seat_turns[g][seat].append(Turn(
             game_index=self.index[g], episode_id=self.episode_ids[g], seat=seat, role=role, policy_id=policy_id,
             prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, text=text, finished=finished,
-            group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role), policy_version=policy_version))
+            group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role), policy_version=policy_version,
+            conversation=(g, seat) in self.conversations))
 
     def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
@@ -223,6 +242,8 @@ def _ready(ep: Episodes, live: list[int], seat_map: SeatMap | Sequence[SeatMap],
             if text is not None:
                 request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat,
                                   key=ep.request_key(g, len(pending[g])))
+                if role in env.spec.conversation:
+                    ep.converse(g, seat, system_prompts.get(role), request)
             s = Seat(g, len(pending[g]), seat, role, policy_id, agent, request)
             by_agent.setdefault(id(agent), (agent, []))[1].append(s)
             pending[g].append(s)

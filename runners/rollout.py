@@ -48,6 +48,8 @@ class TurnMover:
         if act.response_ids is not None:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, act.prompt_ids, act.response_ids, act.logprobs,
                               act.text, act.finished, act.version)
+        else:
+            episodes.answered(s.g, s.seat, act.text)
 
     def abort(self) -> None:
         self._actions.clear()

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from cogym.agents.conversation import continuity_breaks
 from cogym.learners import torch_dist as dist
 
 from .build import Run, build
@@ -136,6 +137,9 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
         turns = batches[pid]
         if turns and main:
             rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
+            breaks, checked = continuity_breaks(turns)
+            if checked:  # conversation moves whose prompt is not the last prompt + answer + new messages
+                rec[f"{pid}/context_drift"] = breaks / checked
         for k, v in (remote.finish(pid) if pid in remote else learner.update(turns)).items():
             rec[f"{pid}/{k}"] = v
         if pid not in remote:
