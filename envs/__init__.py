@@ -12,6 +12,7 @@ from cogym.envs import kuhn_poker as _kuhn
 from cogym.envs import proposer_solver as _proposer_solver
 from cogym.envs import proposer_solver_judge as _proposer_solver_judge
 from cogym.envs import search_qa as _search_qa
+from cogym.envs import search_self_play as _search_self_play
 from cogym.envs.base import CogymEnv, GameSpec
 from cogym.envs.errors import DatasetError
 from cogym.envs.registry import Registration, make, register, registered, scripted_strategies
@@ -25,3 +26,4 @@ register(_kuhn.GAME_ID, _kuhn.KuhnPokerEnv, scripted=_kuhn.SCRIPTED)
 register(_debate.GAME_ID, _debate.DebateEnv, scripted=_debate.SCRIPTED)
 register(_interruptible_verifier.GAME_ID, _interruptible_verifier.InterruptibleVerifierEnv, scripted=_interruptible_verifier.SCRIPTED)
 register(_search_qa.GAME_ID, _search_qa.SearchQAEnv, scripted=_search_qa.SCRIPTED)
+register(_search_self_play.GAME_ID, _search_self_play.SearchSelfPlayEnv, scripted=_search_self_play.SCRIPTED)
