@@ -34,6 +34,9 @@ class RolloutResult:
     generate_seconds: float = 0.0
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
+    # per game: every move in order of play, {"seat", "role", "policy", "text"} (scripted seats too):
+    # what transcripts show
+    moves: list[list[dict]] = field(default_factory=list)
 
 
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
@@ -116,6 +119,7 @@ class Episodes:
         self.sampling_key = sampling_key
         self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
         self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
+        self.log: list[list[dict]] = [[] for _ in games]  # per game: its moves, for transcripts
         for env, seed in zip(games, seeds):
             env.reset(seed=int(seed))
         for g in range(len(games)):
@@ -146,15 +150,16 @@ class Episodes:
         conv.ask(request, check_messages(env.messages(seat), f"{env.spec.id} seat {seat!r}"))
 
     def answered(self, g: int, seat: str, text: str, prompt_ids: list[int] | None = None,
-                 response_ids: list[int] | None = None) -> None:
-        """A seat answered: a conversation's history (and ids, for a model) take the answer."""
+                 response_ids: list[int] | None = None, role: str = "", policy_id: str = "") -> None:
+        """A seat answered: the game's move log and a conversation's history (and ids, for a model) take the answer."""
+        self.log[g].append({"seat": seat, "role": role, "policy": policy_id, "text": text})
         conv = self.conversations.get((g, seat))
         if conv is not None:
             conv.answered(text, prompt_ids, response_ids)
 
     def add_turn(self, g: int, seat: str, role: str, policy_id: str, prompt_ids: list[int], response_ids: list[int],
                  logprobs: list[float], text: str, finished: bool, policy_version: int = 0) -> None:
-        self.answered(g, seat, text, prompt_ids, response_ids)
+        self.answered(g, seat, text, prompt_ids, response_ids, role, policy_id)
         self.seat_turns[g][seat].append(Turn(
             game_index=self.index[g], episode_id=self.episode_ids[g], seat=seat, role=role, policy_id=policy_id,
             prompt_ids=prompt_ids, response_ids=response_ids, logprobs=logprobs, text=text, finished=finished,
@@ -164,7 +169,7 @@ class Episodes:
     def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
                              infos=self.infos, generated_tokens=generated_tokens, generate_seconds=generate_seconds,
-                             seconds=time.perf_counter() - t0, stats=stats)
+                             seconds=time.perf_counter() - t0, stats=stats, moves=self.log)
 
 
 class Mover(Protocol):

@@ -49,7 +49,7 @@ class TurnMover:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, act.prompt_ids, act.response_ids, act.logprobs,
                               act.text, act.finished, act.version)
         else:
-            episodes.answered(s.g, s.seat, act.text)
+            episodes.answered(s.g, s.seat, act.text, role=s.role, policy_id=s.policy_id)
 
     def abort(self) -> None:
         self._actions.clear()

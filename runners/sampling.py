@@ -60,9 +60,12 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
     n = sum(len(ix) for ix in indices)
     returns: list = [None] * n
     infos: list = [None] * n
+    moves: list = [[] for _ in range(n)]
     for part, ix in zip(parts, indices):
         for local, g in enumerate(ix):
             returns[g], infos[g] = part.returns[local], part.infos[local]
+            if part.moves:
+                moves[g] = part.moves[local]
     turns = sorted((t for part in parts for t in part.turns), key=lambda t: t.game_index)  # stable
     stats: dict = {}
     for part in parts:
@@ -71,7 +74,7 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
     return RolloutResult(turns=turns, returns=returns, infos=infos,
                          generated_tokens=sum(p.generated_tokens for p in parts),
                          generate_seconds=max(p.generate_seconds for p in parts),
-                         seconds=max(p.seconds for p in parts), stats=stats)
+                         seconds=max(p.seconds for p in parts), stats=stats, moves=moves)
 
 
 def data_parallel(play: Callable) -> Callable:

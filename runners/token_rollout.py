@@ -65,7 +65,7 @@ class _Open:
     agent: Agent
     handle: Hashable
     prompt_ids: list[int] | None  # None: not a model's message (no Turn)
-    response_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)  # every id it emitted (a Turn's only for a model)
     logprobs: list[float] = field(default_factory=list)
     finished: bool = False  # ended by the agent's own end-of-message token
     version: int = 0  # the weight version of the policy that writes it (when the message opened)
@@ -121,8 +121,8 @@ class TokenMover:
                 self.stats["prefills"] += 1
             self.stats["fed_tokens"] += token.read
             self.generated_tokens += 1
-            msg.response_ids.append(int(token.id))
             msg.logprobs.append(float(token.logprob))
+        msg.response_ids.append(int(token.id))  # a scripted seat's ids too: its message's text for transcripts
         msg.finished = token.end
         return codec.eos_id if token.end else int(token.id)
 
@@ -135,6 +135,8 @@ class TokenMover:
         if msg.prompt_ids is not None:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, list(msg.prompt_ids), msg.response_ids, msg.logprobs,
                               env.codec.decode(msg.response_ids), msg.finished, msg.version)
+        else:
+            episodes.answered(s.g, s.seat, env.codec.decode(msg.response_ids), role=s.role, policy_id=s.policy_id)
 
     def abort(self) -> None:
         for msg in self.open.values():

@@ -242,3 +242,28 @@ def test_llm_proposer_and_solver_in_one_rollout(policy, tiny_model_dir):
         assert t.reward == res.returns[t.game_index]["proposer"]
         # A random model rarely proposes a valid problem: invalid -> -1, valid with oracle solvers -> 0.
         assert t.reward == (-1.0 if res.infos[t.game_index]["proposer"]["invalid"] else 0.0)
+
+
+@pytest.mark.parametrize("granularity", ["turn", "token"])
+def test_the_move_log_holds_every_seat_s_message_in_order_of_play(policy, granularity):
+    """``RolloutResult.moves``: scripted and model moves alike, each with its seat, role, policy and text."""
+    from cogym.runners.token_rollout import ChatCodec, token_rollout
+
+    llm = LLMAgent(policy, SamplingParams(max_new_tokens=4))
+    seat_map = _seat_map({"proposer": _scripted("proposer", "random"), "solver": llm})
+    if granularity == "turn":
+        res = rollout(_games(2, num_solvers=2), seat_map, SYSTEM, seeds=[5, 6])
+    else:
+        codec = ChatCodec(policy, SYSTEM)
+        games = [make(GAME, num_solvers=2, granularity="token", codec=codec, max_turn_tokens=8) for _ in range(2)]
+        res = token_rollout(games, seat_map, SYSTEM, seeds=[5, 6])
+    assert len(res.moves) == 2
+    for g, moves in enumerate(res.moves):
+        assert [m["seat"] for m in moves] == ["proposer", "solver_0", "solver_1"]
+        assert [m["role"] for m in moves] == ["proposer", "solver", "solver"]
+        # The random twin's proposal, as the game read it (canonical form: spaces and a final '=' dropped).
+        assert moves[0]["policy"] == "proposer:random"
+        assert moves[0]["text"].replace(" ", "").rstrip("=") == res.infos[g]["proposer"]["problem"]
+        model = [t for t in res.turns if t.game_index == g]
+        assert [m["text"] for m in moves[1:]] == [t.text for t in model]
+        assert all(m["policy"] == llm.name for m in moves[1:])
