@@ -1,8 +1,9 @@
 """``proposer_solver-v0``: a proposer writes an arithmetic problem, ``k`` solvers answer it.
 
 The self-play curriculum of Absolute Zero (proposer rewarded for problems of learnable
-difficulty) and SeRL (difficulty band, majority-vote labels), on the arithmetic domain of
-``cogym.envs.arithmetic``; or, with ``source="dataset"``, plain RL on a problem file.
+difficulty) and SeRL (few-shot seeded self-instruction, a novelty filter, difficulty band,
+majority-vote labels), on the arithmetic domain of ``cogym.envs.arithmetic``; or, with
+``source="dataset"``, plain RL on a problem file.
 
 Roles and seats
     ``"proposer"`` (role ``proposer``), then ``"solver_0"`` ... ``"solver_{k-1}"`` (role
@@ -18,7 +19,8 @@ Turn order
 Observation (``gymnasium.spaces.Dict``)
     ``"observation"``: int64 ``[phase, seat]``; phase 1 = the proposer is writing, 2 = the
     problem is posed, 3 = game over; seat = index in ``possible_agents``.
-    ``"text"``: the proposer sees ``PROPOSER_REQUEST`` (``"Propose a problem."``); a solver sees
+    ``"text"``: the proposer sees ``PROPOSER_REQUEST`` (``"Propose a problem."``), after a line of
+    examples when ``few_shot > 0`` (see Self-instruction); a solver sees
     the problem in canonical form (``"37+45"``: the proposal as parsed, spaces and a trailing
     ``=`` removed), or the dataset question exactly; before a problem exists, ``""``.
 
@@ -41,11 +43,42 @@ Invalid action
     parentheses, a megabyte of digits: all rejected by a bounded parse in microseconds) gives
     the proposer ``invalid_penalty`` and ends the game at once; solvers get 0 and are removed
     without acting. ``infos["proposer"]["invalid"]`` is True and ``["reason"]`` says why.
+    With ``novelty`` set, a well-formed problem too close to an earlier one is invalid the same
+    way; its reason names the earlier problem and the similarity.
     Solvers have no invalid action: any text is an answer, right or wrong.
+
+Self-instruction (SeRL; every option off by default, and then the game is exactly as without it)
+    Few-shot seeds. ``seeds`` names a file of example problems (``.jsonl``: one
+    ``{"question": "12+7"}`` object a line, other keys ignored; any other file: one problem a line,
+    ``#`` lines are comments), either a path or the name of a file shipped in ``cogym/envs/data``
+    (``"serl_seeds.jsonl"``: 24 problems, none from the held-out set). Each must be a problem of
+    this game's domain; they are kept in canonical form, duplicates dropped. With ``few_shot = n >
+    0`` every ``reset`` draws ``n`` distinct seeds with the game's RNG (``self.np_random``: the same
+    seed gives the same examples) and the proposer reads ``"Example problems: 12+7, 6*8\\n"`` (one:
+    ``"Example problem: 12+7\\n"``) before the request. With ``few_shot = 0`` nothing is drawn, so
+    the game's RNG stream and the proposer's text are those of a game without seeds.
+
+    Novelty filter (``cogym.envs.novelty``). With ``novelty = t`` a well-formed proposal is compared,
+    in canonical form, with a pool of accepted problems: hashed character n-gram vectors (those of
+    ``cogym.envs.search.NgramEmbedder``) searched with faiss; if its nearest entry has cosine
+    similarity ``>= t`` it is rejected (an invalid action, above), otherwise it is posed and joins
+    the pool. For scale: the same problem scores 1.0, one digit changed about 0.5. The seed problems,
+    when given, are permanent pool entries, so copying an example is never new. The pool is shared
+    by every game of the *process* with the same ``(novelty_pool, novelty, novelty_size)``; it holds
+    at most ``novelty_size`` accepted problems (when full, the oldest tenth is forgotten). Its scope
+    is one process: each Ray rollout worker and each ``--nproc`` rank dedups its own games, and a
+    resumed run starts from the seeds alone; given the order games are stepped in, every verdict is
+    deterministic. Games reset with the same seed (a GRPO group) are not judged against each other,
+    and an episode replayed with the same seed and proposal gets the verdict of its first play, so
+    ``check_game``'s replays hold (details in ``cogym.envs.novelty``).
 
 Infos at the end, every seat: ``"role"``, ``"problem"`` (the problem text, None if the proposal
 was invalid), ``"success_rate"`` (``s/k``, None if invalid), ``"invalid"``; solvers also
 ``"correct"`` and ``"reference"``; all seats get ``"reason"`` when the proposal was invalid.
+With ``novelty`` set the proposer also gets ``"metrics"``: ``novelty_rejected`` (True when the
+filter rejected the proposal; None when it did not parse) and ``novelty_similarity`` (the cosine
+similarity to its nearest pool entry; None when there was none or it did not parse), logged per
+iteration as ``proposer/novelty_rejected`` and ``proposer/novelty_similarity``.
 Before the end only ``"role"``.
     ``reference``  the correct answer exactly as a perfect solver writes it: the same string the
                    ``oracle`` twin emits (``"82"`` for ``37+45``); a dataset answer that is one
@@ -66,18 +99,27 @@ Arguments (all validated at construction; a bad dataset raises ``DatasetError`` 
     invalid_penalty=-1.0  <= 0, the proposer's reward for an invalid proposal.
     max_operand=99      largest operand a proposal may use (1..999999).
     ops="+-*"           operators a proposal may use.
+    seeds=None          seed file of example problems (path, or the name of a shipped file); source="proposer" only.
+    few_shot=0          examples shown to the proposer each episode, 0..16 (needs seeds with at least that many problems).
+    novelty=None        None (no filter) or a cosine-similarity threshold in (0, 1]; source="proposer" only.
+    novelty_pool=None   name of the shared pool ("default" when None); only with novelty.
+    novelty_size=None   most accepted problems the pool holds (1024 when None), 1..10**6; only with novelty.
     render_mode=None    None or "ansi" (``render()`` returns a text summary).
 
 Version history
-    v0: first version.
+    v0: first version. The self-instruction options (``seeds``, ``few_shot``, ``novelty*``) came
+    later with defaults that leave the game unchanged, so the version stays.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import string
 from fractions import Fraction
-from typing import Any, Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 from gymnasium.spaces import Box, Dict
@@ -85,6 +127,8 @@ from gymnasium.spaces import Box, Dict
 from cogym.envs.arithmetic import ANY_PROBLEM, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, answer_of, is_strict_answer
 from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg, seat_names, text_space
 from cogym.envs.datasets import check_source, load_problems
+from cogym.envs.errors import DatasetError
+from cogym.envs.novelty import NoveltyFilter, shared_pool
 from cogym.envs.verifiers import VERIFIER_NAMES, make_verifier
 
 GAME_ID = "proposer_solver-v0"
@@ -93,6 +137,10 @@ MAX_MESSAGE_CHARS = 2048  # bound of the action space (random sampling); replies
 SOURCES = ("proposer", "dataset")
 PROPOSER_REWARDS = ("learnability", "band")
 _EDGE_DENOMINATOR = 10**6  # far above any group size, so only float noise is rounded away
+MAX_FEW_SHOT = 16  # examples a proposer prompt may show
+MAX_SEEDS = 10_000  # problems a seed file may hold
+MAX_NOVELTY_POOL = 1_000_000
+DEFAULT_NOVELTY_POOL, DEFAULT_NOVELTY_SIZE = "default", 1024
 
 
 # ------------------------------------------------------------------------------ pure rules
@@ -157,6 +205,65 @@ def invalid_reason(proposal: str, domain: Domain) -> str:
     return f"proposal {proposal!r} is not a problem of the form '<a><op><b>' such as '37+45'"
 
 
+def few_shot_text(examples: Sequence[str]) -> str:
+    """The proposer's request with ``examples`` shown first (``PROPOSER_REQUEST`` alone when none)."""
+    if not examples:
+        return PROPOSER_REQUEST
+    label = "Example problem" if len(examples) == 1 else "Example problems"
+    return f"{label}: {', '.join(examples)}\n{PROPOSER_REQUEST}"
+
+
+def seed_path(seeds: str | os.PathLike[str]) -> Path:
+    """The seed file ``seeds`` names: a path, or else the name of a file shipped in ``cogym/envs/data``."""
+    p = Path(seeds)
+    if p.is_file():
+        return p
+    shipped = resources.files("cogym.envs").joinpath("data", p.name)
+    if p.name == str(seeds) and shipped.is_file():
+        return Path(str(shipped))
+    raise DatasetError(f"seed file {str(seeds)!r} does not exist (neither a path nor a file shipped in cogym/envs/data, "
+                       "such as 'serl_seeds.jsonl'); pass a JSONL file of {\"question\": \"12+7\"} objects or a text file, one problem a line")
+
+
+def load_seeds(seeds: str | os.PathLike[str], domain: Domain) -> list[str]:
+    """The distinct problems of a seed file, in canonical form and file order.
+
+    A ``.jsonl`` file holds one JSON object with a string ``"question"`` a line (other keys, such as
+    ``"answer"``, are ignored); any other file one problem a line, ``#`` starting a comment line.
+    Blank lines are skipped. Every problem must be a problem of ``domain``.
+    """
+    p = seed_path(seeds)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"seed file {str(p)!r} cannot be read as UTF-8 text ({exc})") from None
+    jsonl = p.suffix == ".jsonl"
+    out: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or (not jsonl and line.lstrip().startswith("#")):
+            continue
+        where = f"seed file {str(p)!r} line {lineno}"
+        if jsonl:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: not valid JSON ({exc.msg}); each line must be an object like {{\"question\": \"12+7\"}}") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
+                raise DatasetError(f"{where}: each line must be an object with a string 'question', like {{\"question\": \"12+7\"}}")
+            line = obj["question"]
+        problem = domain.parse(line)
+        if problem is None:
+            raise DatasetError(f"{where}: {line[:40]!r} is not a problem of this game (operands 0..{domain.max_operand}, "
+                               f"operators {domain.ops!r}, written like '12+7')")
+        if problem.text not in out:
+            out.append(problem.text)
+        if len(out) > MAX_SEEDS:
+            raise DatasetError(f"seed file {str(p)!r} holds more than {MAX_SEEDS} problems; a few dozen examples are enough")
+    if not out:
+        raise DatasetError(f"seed file {str(p)!r} has no problems; write one per line")
+    return out
+
+
 # ------------------------------------------------------------------------------ scripted twins
 _GARBAGE_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
@@ -208,6 +315,11 @@ class ProposerSolverEnv(CogymEnv):
         invalid_penalty: float = -1.0,
         max_operand: int = 99,
         ops: str = "+-*",
+        seeds: str | os.PathLike[str] | None = None,
+        few_shot: int = 0,
+        novelty: float | None = None,
+        novelty_pool: str | None = None,
+        novelty_size: int | None = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -231,6 +343,7 @@ class ProposerSolverEnv(CogymEnv):
         self.proposer_reward, self.band = proposer_reward, (low, high)
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []
         self.verifier = make_verifier(verifier)  # after the file: a bad file fails before a worker starts
+        self._init_self_instruction(source, seeds, few_shot, novelty, novelty_pool, novelty_size)
 
         self.solvers = list(seat_names("solver", num_solvers))
         has_proposer = source == "proposer"
@@ -239,6 +352,9 @@ class ProposerSolverEnv(CogymEnv):
         self._seat_index = {a: i for i, a in enumerate(self.possible_agents)}
         if has_proposer:
             max_text, extra_chars = max(len(PROPOSER_REQUEST), MAX_PROBLEM_CHARS), frozenset()
+            if self.few_shot:  # the longest prompt the draws can make
+                longest = sorted(self._seeds, key=len)[-self.few_shot:]
+                max_text = max(max_text, len(few_shot_text(longest)))
         else:
             max_text = max(len(r.question) for r in self._records)
             extra_chars = frozenset("".join(r.question for r in self._records))
@@ -261,19 +377,74 @@ class ProposerSolverEnv(CogymEnv):
             zero_sum=False,
             max_turns=n_seats,
             description="A proposer writes an arithmetic problem; k solvers answer it independently.",
-            outcomes={"proposer": ("invalid",), "solver": ("correct", "invalid", "reference")} if has_proposer
+            outcomes={"proposer": ("invalid", "metrics") if self.novelty is not None else ("invalid",),
+                      "solver": ("correct", "invalid", "reference")} if has_proposer
             else {"solver": ("correct", "invalid", "reference")},
         )
         self._phase = PHASE_OVER
         self._problem: str | None = None
         self._reference: str | None = None
         self._answers: dict[str, str] = {}
+        self._proposer_text = PROPOSER_REQUEST
+        self._proposer_metrics: dict[str, Any] | None = None
+        self._episode_seed: int | None = None  # the last explicit reset seed, and resets without one since
+        self._resets_since_seed = 0
+
+    def _init_self_instruction(self, source: str, seeds: Any, few_shot: Any, novelty: Any, novelty_pool: Any,
+                               novelty_size: Any) -> None:
+        """Validate and keep the SeRL options: few-shot seeds and the novelty filter."""
+        has_proposer = source == "proposer"
+        for name, value in (("seeds", seeds), ("novelty", novelty)):
+            if value is not None and not has_proposer:
+                raise ValueError(f"{name}= is only used with source='proposer' (a dataset game has no proposer), got {value!r}")
+        self.few_shot = int_arg("few_shot", few_shot, 0, MAX_FEW_SHOT)
+        if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, (str, os.PathLike)) or not str(seeds)):
+            raise ValueError(f"seeds must be the path of a seed file (or the name of a shipped one), got {seeds!r}")
+        self._seeds: list[str] = load_seeds(seeds, self.domain) if seeds is not None else []
+        if self.few_shot and not self._seeds:
+            raise ValueError(f"few_shot={self.few_shot} needs seeds= (a file of example problems to draw them from)")
+        if self.few_shot > len(self._seeds) and self._seeds:
+            raise ValueError(f"few_shot={self.few_shot} exceeds the {len(self._seeds)} distinct problems of the seed file {str(seeds)!r}")
+        self.novelty: float | None = None
+        if novelty is not None:
+            self.novelty = finite_arg("novelty", novelty)
+            if not 0.0 < self.novelty <= 1.0:
+                raise ValueError(f"novelty must be a cosine similarity in (0, 1] (a proposal at least this close to an "
+                                 f"earlier problem is rejected), got {novelty!r}")
+        elif novelty_pool is not None or novelty_size is not None:
+            raise ValueError("novelty_pool and novelty_size are only used with novelty= (the similarity threshold)")
+        if novelty_pool is not None and (not isinstance(novelty_pool, str) or not novelty_pool):
+            raise ValueError(f"novelty_pool must be a non-empty name, got {novelty_pool!r}")
+        self.novelty_pool = novelty_pool if novelty_pool is not None else DEFAULT_NOVELTY_POOL
+        self.novelty_size = int_arg("novelty_size", novelty_size if novelty_size is not None else DEFAULT_NOVELTY_SIZE, 1, MAX_NOVELTY_POOL)
+
+    def novelty_filter(self) -> NoveltyFilter | None:
+        """This game's novelty filter (the process's shared pool for its settings, holding its seed
+        problems), or None without ``novelty``. Looked up on use: a game copy holds only the settings,
+        so it deep-copies and pickles, and an unpickled copy finds its new process's pool."""
+        if self.novelty is None:
+            return None
+        pool = shared_pool(self.novelty_pool, self.novelty, self.novelty_size)
+        pool.seed(self._seeds)
+        return pool
+
+    def _episode_key(self) -> Hashable:
+        """Who this episode is for the novelty filter: (reset seed, unseeded resets since); None unseeded."""
+        return None if self._episode_seed is None else (self._episode_seed, self._resets_since_seed)
 
     # ------------------------------------------------------------------ AEC API
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Start an episode; ``options`` is accepted for the PettingZoo API and not used."""
         self._seed(seed)
+        if seed is not None:
+            self._episode_seed, self._resets_since_seed = int(seed), 0
+        else:
+            self._resets_since_seed += 1
         self._answers = {}
+        self._proposer_metrics = None
+        if self.few_shot:  # only then: a default game draws nothing here, as before these options existed
+            picks = self.np_random.choice(len(self._seeds), size=self.few_shot, replace=False)
+            self._proposer_text = few_shot_text([self._seeds[int(i)] for i in picks])
         if self.source == "dataset":
             record = self._records[int(self.np_random.integers(len(self._records)))]
             self._problem, self._reference, self._phase = record.question, record.answer, PHASE_SOLVE
@@ -284,7 +455,7 @@ class ProposerSolverEnv(CogymEnv):
     def observe(self, agent: str) -> dict[str, Any]:
         self._check_seat(agent)
         if agent == "proposer":
-            text = PROPOSER_REQUEST
+            text = self._proposer_text
         else:
             text = self._problem if self._problem is not None else ""
         return {"observation": np.array([self._phase, self._seat_index[agent]], dtype=np.int64), "text": text}
@@ -312,20 +483,35 @@ class ProposerSolverEnv(CogymEnv):
     # ------------------------------------------------------------------ rules
     def _propose(self, proposal: str) -> None:
         problem = self.domain.parse(proposal)
+        novelty = self.novelty_filter() if problem is not None else None
         if problem is None:
-            reason = invalid_reason(proposal, self.domain)
-            self._phase = PHASE_OVER
-            for a in self.agents:
-                self.infos[a] = {"role": self._seat_roles[a], "problem": None, "success_rate": None,
-                                 "invalid": a == "proposer", "reason": reason if a == "proposer" else f"game over: the proposer's move was invalid ({reason})"}
-                if a != "proposer":
-                    self.infos[a]["correct"] = None
-                    self.infos[a]["reference"] = None
-            self._end_game({"proposer": self.invalid_penalty})
+            if self.novelty is not None:
+                self._proposer_metrics = {"novelty_rejected": None, "novelty_similarity": None}  # nothing to judge
+            self._end_invalid(invalid_reason(proposal, self.domain))
             return
+        if novelty is not None:
+            verdict = novelty.judge(problem.text, self._episode_key())
+            self._proposer_metrics = {"novelty_rejected": not verdict.novel, "novelty_similarity": verdict.similarity}
+            if not verdict.novel:
+                earlier = "seed problem" if verdict.seed else "earlier problem"
+                self._end_invalid(f"proposal {problem.text!r} is a near-duplicate of the {earlier} {verdict.neighbour!r} "
+                                  f"(cosine similarity {verdict.similarity:.3f} >= novelty {self.novelty:g}); propose a new problem")
+                return
         self._problem, self._reference, self._phase = problem.text, str(problem.answer), PHASE_SOLVE
         self.agent_selection = self.solvers[0]
         self._accumulate_rewards()
+
+    def _end_invalid(self, reason: str) -> None:
+        self._phase = PHASE_OVER
+        for a in self.agents:
+            self.infos[a] = {"role": self._seat_roles[a], "problem": None, "success_rate": None,
+                             "invalid": a == "proposer", "reason": reason if a == "proposer" else f"game over: the proposer's move was invalid ({reason})"}
+            if a != "proposer":
+                self.infos[a]["correct"] = None
+                self.infos[a]["reference"] = None
+        if self._proposer_metrics is not None:
+            self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
+        self._end_game({"proposer": self.invalid_penalty})
 
     def _score(self) -> None:
         assert self._problem is not None
@@ -345,6 +531,8 @@ class ProposerSolverEnv(CogymEnv):
         for s, c in zip(self.solvers, correct):
             self.infos[s]["correct"] = bool(c)
             self.infos[s]["reference"] = reference
+        if self._proposer_metrics is not None:
+            self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game(rewards)
 
     def _render_text(self) -> str:

@@ -1,5 +1,5 @@
-"""What a rollout and a run report: per-role rewards and game-declared metrics, throughput, the
-retokenization drift check, and the run's summary."""
+"""What a rollout and a run report: per-role rewards and game-declared metrics, the diversity of
+proposed problems, throughput, the retokenization drift check, and the run's summary."""
 
 from __future__ import annotations
 
@@ -7,7 +7,29 @@ from typing import Sequence
 
 import numpy as np
 
+from cogym.envs.search import NgramEmbedder
+
 from .rollout import RolloutResult
+
+# Roles whose problems (infos[seat]["problem"]) are their own output: their diversity is logged.
+DIVERSITY_ROLES = ("proposer",)
+_DIVERSITY_EMBEDDER = NgramEmbedder()  # the novelty filter's vectors (cogym.envs.novelty): idf 1, default n-grams
+MAX_DIVERSITY_PROBLEMS = 2048  # problems of one iteration compared pairwise (bounds the n x n product: 16 MB)
+
+
+def problem_diversity(problems: Sequence[str]) -> dict[str, float]:
+    """``distinct_problems``: how many different texts; ``nn_distance`` (two or more problems): the
+    mean over problems of ``1 - cos`` to the nearest *other* problem of the set, on the hashed
+    character n-gram vectors of :class:`~cogym.envs.search.NgramEmbedder` (a repeated problem counts 0).
+    At most the first ``MAX_DIVERSITY_PROBLEMS`` are compared, each read to 256 characters."""
+    problems = [p[:256] for p in problems[:MAX_DIVERSITY_PROBLEMS]]
+    out = {"distinct_problems": float(len(set(problems)))}
+    if len(problems) >= 2:
+        v = _DIVERSITY_EMBEDDER.embed(problems)
+        sims = v @ v.T
+        np.fill_diagonal(sims, -np.inf)
+        out["nn_distance"] = float(np.mean(1.0 - np.clip(sims.max(axis=1), -1.0, 1.0)))
+    return out
 
 
 def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, float]:
@@ -32,6 +54,11 @@ def rollout_metrics(res: RolloutResult, roles: tuple[str, ...]) -> dict[str, flo
                     values.setdefault(key, []).append(float(v))
         for key, vs in values.items():
             m[f"{role}/{key}"] = float(np.mean(vs))
+        if role in DIVERSITY_ROLES:  # one problem per game: the one its seat posed (None: invalid, not posed)
+            posed = {g: i["problem"] for g, _, i in infos if isinstance(i.get("problem"), str)}
+            if posed:
+                for key, value in problem_diversity([posed[g] for g in sorted(posed)]).items():
+                    m[f"{role}/{key}"] = value
     m["tokens_per_s"] = res.generated_tokens / max(res.generate_seconds, 1e-9)
     m["rollout_s"] = res.seconds
     m["turns"] = float(len(res.turns))
