@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .types import Request, Turn
 
@@ -72,7 +72,7 @@ def continuity_breaks(turns: Sequence[Turn]) -> tuple[int, int]:
     return breaks, checked
 
 
-def join_turns(turns: Sequence[Turn]) -> list[Turn]:
+def join_turns(turns: Sequence[Turn], joinable: Callable[[Turn], bool] | None = None) -> list[Turn]:
     """Each seat's consecutive conversation moves of one game as one sequence; every other turn as it is.
 
     The joined turn's prompt is the first move's; its response is everything after it up to the end
@@ -80,14 +80,16 @@ def join_turns(turns: Sequence[Turn]) -> list[Turn]:
     close of each answer and the game's messages and tool results in between, whose ``logprobs`` are
     0). It keeps the seat's reward and info, the first move's weight version and group key, the last
     move's text; ``finished`` holds when every move finished. Moves that do not continue each other
-    (:func:`continues`) are not joined. Order: each joined turn takes its first move's place.
+    (:func:`continues`) are not joined, nor are turns ``joinable`` refuses. Order: each joined turn
+    takes its first move's place.
     """
     joined: dict[int, Turn] = {}
     skip: set[int] = set()
     for idx in _by_seat(turns).values():
         run = [idx[0]]
         for i in idx[1:] + [None]:
-            if i is not None and turns[i].conversation and continues(turns[run[-1]], turns[i]):
+            if (i is not None and turns[i].conversation and (joinable is None or joinable(turns[i]))
+                    and continues(turns[run[-1]], turns[i])):
                 run.append(i)
                 continue
             if len(run) > 1:

@@ -250,59 +250,60 @@ class Policy:
 
     def continue_ids(self, prefix_ids: Sequence[int], delta: Sequence[dict]) -> list[int]:
         """The next prompt of a conversation: ``prefix_ids`` (the last prompt and the model's answer,
-        verbatim), the ids the chat template writes after an assistant message (less the end id the
-        model already wrote), then only the new ``delta`` messages rendered, ending with the
-        generation prompt. Earlier turns are never re-tokenised, so the ids a learner trains on are
-        the ids the model read and wrote (decoding and re-encoding an answer can give other ids)."""
-        tail = self._assistant_tail()
+        verbatim), then what the chat template writes after an assistant message's content when
+        ``delta`` follows it: the close of the answer (less an end id the model already wrote) and the
+        new messages, ending with the generation prompt. Earlier turns are never re-tokenised, so the
+        ids a learner trains on are the ids the model read and wrote (decoding and re-encoding an
+        answer can give other ids)."""
         prefix = list(prefix_ids)
-        if tail and prefix and prefix[-1] == tail[0]:
-            tail = tail[1:]  # the model ended its answer with the template's own end id
-        return prefix + tail + self._delta_ids(delta)
+        after = self._after_answer(delta)
+        if prefix and after and prefix[-1] in self.eos_ids and after[0] in self.eos_ids:
+            after = after[1:]  # the model ended its answer itself (with the template's end id or another end id)
+        return prefix + after
 
     # A stand-in exchange the delta renderings start from (any template renders it; its text is cut away).
     _STAND_IN = ({"role": "user", "content": "cogym-stand-in-question"},
                  {"role": "assistant", "content": "cogym-stand-in-answer"})
 
-    def _template_text(self, messages: Sequence[dict], generation: bool) -> str:
-        return self.tokenizer.apply_chat_template(self._chat(messages), add_generation_prompt=generation, tokenize=False)
-
-    def _assistant_tail(self) -> list[int]:
-        """The ids the chat template writes after an assistant message's content (``<|im_end|>\\n`` in
-        ChatML), found by rendering a stand-in exchange."""
-        key = ("<assistant tail>",)
+    def _after_answer(self, delta: Sequence[dict]) -> list[int]:
+        """The ids the template writes after an assistant message's content when ``delta`` follows it, up
+        to the generation prompt: the text after the stand-in answer in the rendering of (stand-in
+        exchange + delta), tokenised. Every delta message's content must be in it (a template that
+        drops a role it does not know would hide a tool's result from the model)."""
+        key = ("<after answer>", *((m["role"], m["content"]) for m in delta))
         if key not in self._render_cache:
-            text = self._template_text(self._STAND_IN, generation=False)
-            after = text[text.rindex(self._STAND_IN[1]["content"]) + len(self._STAND_IN[1]["content"]):]
+            answer = self._STAND_IN[1]["content"]
+            chat = self._chat([*self._STAND_IN, *delta])
+            text = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            after = text[text.rindex(answer) + len(answer):]
+            lost = [m for m in delta if m["content"].strip() and m["content"].strip() not in after]
+            if lost:
+                raise ValueError(f"the chat template of policy {self.name!r} leaves out a {lost[0]['role']!r} message of a "
+                                 "conversation; use a template that renders user and tool messages")
             self._cache(key, list(self.tokenizer.encode(after, add_special_tokens=False)))
         return list(self._render_cache[key])
 
-    def _delta_ids(self, delta: Sequence[dict]) -> list[int]:
-        """The ids of ``delta`` as the template writes it after an assistant message, with the
-        generation prompt: the rendering of (stand-in exchange + delta) less that of the exchange."""
-        key = ("<delta>", *((m["role"], m["content"]) for m in delta))
-        if key not in self._render_cache:
-            base = self._template_text(self._STAND_IN, generation=False)
-            full = self._template_text([*self._STAND_IN, *delta], generation=True)
-            if not full.startswith(base):
-                raise ValueError(f"the chat template of policy {self.name!r} renders earlier messages differently when "
-                                 "one is added, so a conversation cannot be continued without re-tokenising it; "
-                                 "play this role with a fresh context, or use a template that only appends")
-            self._cache(key, list(self.tokenizer.encode(full[len(base):], add_special_tokens=False)))
-        return list(self._render_cache[key])
-
     def _chat(self, messages: Sequence[dict]) -> list[dict]:
-        """``messages`` for the chat template: ``tool`` messages as ``user`` ones when it has no tool role."""
+        """``messages`` for the chat template: ``tool`` messages as ``user`` ones when it has no tool role
+        (it refuses one, or renders it without its content), then consecutive ``user`` messages merged
+        into one (templates that want user and assistant to alternate refuse two in a row)."""
         if self._tool_role is None:
-            probe = [*self._STAND_IN, {"role": "tool", "content": "x"}]
+            marker = "cogym-tool-probe-7f3a"
             try:
-                self.tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
-                self._tool_role = True
+                text = self.tokenizer.apply_chat_template([*self._STAND_IN, {"role": "tool", "content": marker}],
+                                                          add_generation_prompt=True, tokenize=False)
+                self._tool_role = marker in text
             except Exception:  # a template's raise_exception (unknown role) or any error it makes  # noqa: BLE001
                 self._tool_role = False
-        if self._tool_role or all(m["role"] != "tool" for m in messages):
-            return list(messages)
-        return [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
+        out: list[dict] = []
+        for m in messages:
+            if m["role"] == "tool" and not self._tool_role:
+                m = {**m, "role": "user"}
+            if m["role"] == "user" and out and out[-1]["role"] == "user":
+                out[-1] = {**out[-1], "content": out[-1]["content"] + "\n\n" + m["content"]}
+            else:
+                out.append(dict(m))
+        return out
 
     def _cache(self, key: tuple, ids: list[int]) -> None:
         if len(self._render_cache) >= RENDER_CACHE_SIZE:

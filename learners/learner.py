@@ -40,9 +40,15 @@ STATE_FILE = "state.json"
 
 def sequences(cfg: LearnerConfig, turns: Sequence[Turn]) -> list[Turn]:
     """The rows a learner trains on: with ``multi_turn: joined`` (the default) each seat's conversation
-    moves of one game joined into one sequence (:func:`~cogym.agents.conversation.join_turns`); with
+    moves of one game joined into one sequence (:func:`~cogym.agents.conversation.join_turns`), except
+    for roles whose algorithm works on single moves (``Algorithm.per_move_rows``: RAE, SPIN); with
     ``turns``, every move a row of its own."""
-    return join_turns(turns) if cfg.multi_turn == "joined" else list(turns)
+    if cfg.multi_turn != "joined":
+        return list(turns)
+    per_move = {r for r in {t.role for t in turns}
+                if cfg.role_algorithms.get(r, cfg.algorithm) != FROZEN
+                and registry.get(cfg.role_algorithms.get(r, cfg.algorithm)).per_move_rows}
+    return join_turns(turns, joinable=lambda t: t.role not in per_move)
 
 
 class Learner:

@@ -177,6 +177,9 @@ class Algorithm:
     data_parallel: ClassVar[bool] = True  # may train in several torch.distributed processes
     # End-of-game facts it reads from Turn.outcome (cogym.core.outcome); the builder refuses a game
     # that declares none of them for any role the policy trains with this algorithm (GameSpec.outcomes).
+    # Its rows are single moves: a seat's conversation moves are not joined into one sequence for it
+    # (multi_turn: joined), e.g. a per-move discount (RAE, TRR++) or a per-move reference (SPIN).
+    per_move_rows: ClassVar[bool] = False
     outcome_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: AlgorithmConfig, ctx: Context) -> None:

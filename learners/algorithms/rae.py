@@ -48,6 +48,7 @@ def _turn_positions(turns) -> tuple[torch.Tensor, torch.Tensor]:
 @register("rae")
 class RAE(Algorithm):
     Config = RAEConfig
+    per_move_rows = True  # gamma ** (moves after this one) per move
 
     def __init__(self, cfg: RAEConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)

@@ -126,6 +126,7 @@ class Spin(Algorithm):
     ``spin_refresh`` the opponent takes the current weights."""
 
     Config = SpinConfig
+    per_move_rows = True  # a reference answers one move
     per_role = False  # its own rows and loss: a whole policy or nothing
     outcome_keys = ("reference",)  # the real response
     data_parallel = False
@@ -148,7 +149,8 @@ class Spin(Algorithm):
             if not isinstance(ref, str):
                 continue
             ids = reference_ids(self.ctx.policy, ref, self.end_id)
-            real.append(dataclasses.replace(t, response_ids=ids, logprobs=[0.0] * len(ids), text=ref, finished=True))
+            real.append(dataclasses.replace(t, response_ids=ids, logprobs=[0.0] * len(ids), text=ref, finished=True,
+                                               mask=None))
             gen.append(t)
         return real, gen
 

@@ -270,3 +270,57 @@ def test_bad_settings_are_refused_with_the_fix() -> None:
         GameSpec("x-v0", ("a",), (0.0, 1.0), zero_sum=False, max_turns=1, description="", conversation=("b",))
     with pytest.raises(ValueError, match="context must be one of"):
         SearchQAEnv(docs=200, context="chat")
+
+
+# ------------------------------------------------------------------ templates and ends the review found
+SKIPPING = ("{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}<|end|>"
+            "{% elif m['role'] == 'assistant' %}<|assistant|>{{ m['content'] }}<|end|>"
+            "{% elif m['role'] == 'system' %}<|system|>{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+ALTERNATING = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('roles must alternate user/assistant') }}{% endif %}"
+               "{{ '<|' + m['role'] + '|>' + m['content'] + '<|end|>' }}{% endfor %}"
+               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.mark.parametrize("template", [SKIPPING, ALTERNATING], ids=["drops-unknown-roles", "alternation"])
+def test_a_tool_result_reaches_the_model_whatever_the_template(policy, template) -> None:
+    """A template that silently drops a tool role, or one that wants user/assistant to alternate, still
+    gets the tool's result (as a user message) in the continuation."""
+    policy.tokenizer.chat_template = template
+    prefix = policy.render([{"role": "user", "content": "Q"}]) + policy.tokenizer.encode("ans", add_special_tokens=False)
+    ids = policy.continue_ids(prefix + [policy.eos_ids[0]], [{"role": "tool", "content": "R: Toush"},
+                                                             {"role": "user", "content": "searches left: 0"}])
+    text = policy.tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.endswith("ans<|end|><|user|>R: Toush\n\nsearches left: 0<|end|><|assistant|>")
+    assert text.count("<|end|>") == 3  # the model's own end is not written twice
+
+
+def test_a_template_that_loses_a_message_is_refused(policy) -> None:
+    policy.tokenizer.chat_template = SKIPPING.replace("{% if m['role'] == 'user' %}", "{% if m['role'] == 'nobody' %}")
+    with pytest.raises(ValueError, match="leaves out a 'user' message of a conversation"):
+        policy.continue_ids([1, 2], [{"role": "user", "content": "R: Toush"}])
+
+
+def test_an_answer_cut_or_ended_by_another_end_token_is_closed_once(qwen_policy) -> None:
+    tok = qwen_policy.tokenizer
+    im_end, endoftext = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    prompt = qwen_policy.render([{"role": "user", "content": "Q"}])
+    answer = tok.encode("ans", add_special_tokens=False)
+    delta = [{"role": "user", "content": "more"}]
+    close = tok.encode("<|im_end|>\n", add_special_tokens=False)
+    rest = tok.encode("<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    n = len(prompt) + len(answer)
+    assert qwen_policy.continue_ids(prompt + answer, delta)[n:] == close + rest  # cut: the whole close is added
+    assert qwen_policy.continue_ids(prompt + answer + [im_end], delta)[n + 1:] == close[1:] + rest
+    assert qwen_policy.continue_ids(prompt + answer + [endoftext], delta)[n + 1:] == close[1:] + rest
+
+
+def test_per_move_algorithms_train_on_single_moves(new_policy) -> None:
+    from cogym.learners.learner import sequences
+
+    res = _play_search_qa(new_policy(), games=1)
+    assert len(sequences(LearnerConfig.from_flat(algorithm="grpo"), res.turns)) == 1
+    assert len(sequences(LearnerConfig.from_flat(algorithm="rae"), res.turns)) == SEARCHES + 1  # a discount per move
+    per_role = LearnerConfig.from_flat(algorithm="grpo", role_algorithms={"solver": "rae"})
+    assert len(sequences(per_role, res.turns)) == SEARCHES + 1
