@@ -26,3 +26,15 @@ class ModelLoadError(CogymError, ValueError):
 
 class DatasetError(CogymError, ValueError):
     """A problem or data file that is missing or malformed."""
+
+
+class GameStepError(CogymError, RuntimeError):
+    """A game raised while it was played (a bug in the game, most often on a message it did not expect).
+
+    The message is one block: the game, the seed, the seat, its role and policy, the move (cut), the
+    exception and where in the game's code it was raised, and how to reproduce it with ``check_game``.
+    ``record`` holds the same facts as a dict (what ``game.on_error: skip`` logs)."""
+
+    def __init__(self, message: str, record: dict) -> None:
+        super().__init__(message)
+        self.record = record

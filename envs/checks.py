@@ -115,7 +115,7 @@ class _Episode:
             first = check_messages(game.messages(agent), f"messages({agent!r})")
         except (TypeError, ValueError) as exc:
             raise self.fail(str(exc)) from None
-        if game.messages(agent) != first or _freeze(self.env.observe(agent)) != _freeze(obs):
+        if check_messages(game.messages(agent), f"messages({agent!r})") != first or _freeze(self.env.observe(agent)) != _freeze(obs):
             raise self.fail(f"messages({agent!r}) must not change the game (asked twice it gave another answer, "
                             "or the seat's observation changed)")
         self.trace.append((agent, "messages", tuple((m["role"], m["content"]) for m in first)))
@@ -166,7 +166,8 @@ class _Episode:
                     if info.get("invalid") and not isinstance(info.get("reason"), str):
                         raise self.fail(f"an invalid move must be explained in infos[...]['reason'], got {info}")
         else:
-            raise self.fail(f"episode did not end within {limit} steps (spec.max_turns = {env.spec.max_turns})")
+            raise self.fail(f"episode did not end within {limit} steps (spec.max_turns = {env.spec.max_turns}); "
+                            f"{_stuck(self.trace)}")
         if self.turns > env.spec.max_turns:
             raise self.fail(f"episode took {self.turns} acting turns, more than spec.max_turns = {env.spec.max_turns}")
         for seat in env.possible_agents:
@@ -205,6 +206,7 @@ def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int 
     if not isinstance(getattr(env, "spec", None), GameSpec):
         raise AssertionError(f"{env_id}: env.spec must be a GameSpec, got {type(getattr(env, 'spec', None)).__name__}")
     _check_spaces(env_id, env)
+    _check_render(env_id, kwargs)
     scripted = scripted_strategies(env_id)
     for role in env.spec.roles:
         if not scripted.get(role):
@@ -239,6 +241,36 @@ def check_game(env_id: str, kwargs: dict[str, Any] | None = None, episodes: int 
             raise AssertionError(f"{label} plan={plan}: the game changed the global random / numpy.random state; use self.np_random")
 
 
+def _stuck(trace: Trace) -> str:
+    """The likely cause of an episode that never ends, from its last moves."""
+    moves = [entry[:2] for entry in trace if len(entry) > 2 and entry[1] not in ("obs", "messages")]
+    last = moves[-8:]
+    seats = [seat for seat, _ in last]
+    if len(set(seats)) == 1 and len(last) > 2:
+        cause = (f"seat {seats[0]!r} was asked again and again: after a seat's step, agent_selection must move on "
+                 "(and a seat that has answered must leave ready_agents()), or max_turns is too small")
+    else:
+        cause = ("the seats kept moving without an end: does step() ever call _end_game (after the last answer, and "
+                 "on every invalid move)? is spec.max_turns the most moves an episode can take?")
+    return f"{cause}. Last moves: {', '.join(f'{seat}: {str(action)[:20]!r}' for seat, action in last)}"
+
+
+def _check_render(env_id: str, kwargs: dict[str, Any]) -> None:
+    """With ``render_mode="ansi"``, ``render()`` returns a str after a reset (the game's ``_render_text``)."""
+    try:
+        env = make(env_id, **{**kwargs, "render_mode": "ansi"})
+    except TypeError:
+        return  # a game without a render_mode argument: PettingZoo's render is optional
+    env.reset(seed=0)
+    try:
+        text = env.render()
+    except NotImplementedError:
+        raise AssertionError(f"{env_id}: render() with render_mode='ansi' raised NotImplementedError; implement "
+                             "_render_text(self) -> str (a one-line summary of the game's state)") from None
+    if not isinstance(text, str):
+        raise AssertionError(f"{env_id}: render() with render_mode='ansi' must return a str, got {type(text).__name__}")
+
+
 def _check_spaces(env_id: str, env: CogymEnv | TokenLevelEnv) -> None:
     """cogym's space contract: Dict observation with a numeric "observation" and a Text "text"; Text actions.
     At token level: a numeric token-id "observation" and Discrete(vocab) actions."""
@@ -265,3 +297,47 @@ def _diverges(a: Trace, b: Trace) -> str:
         if x != y:
             return f"{i}: {str(x)[:200]} != {str(y)[:200]}"
     return f"{min(len(a), len(b))} (one trace is longer: {len(a)} vs {len(b)})"
+
+
+def prompts_that_depend_on_play(env_id: str, kwargs: dict[str, Any] | None = None, roles: Any = None,
+                                seeds: tuple[int, ...] = (0, 1), plays: int = 3) -> dict[str, tuple[str, str]]:
+    """Roles whose seats' first prompt of a game can differ between plays of one seed: {role: (one
+    prompt, another)}. Each seed is played ``plays`` times by the game's scripted twins (another twin
+    and another RNG each time), recording the text each seat is first asked; a role whose text
+    differs depends on the other seats' moves (a solver answering a proposer's problem), so the
+    games of one seed do not ask it one question. Roles without scripted twins cannot be probed and
+    are not reported. Bounded: each play stops after ``spec.max_turns`` moves."""
+    scripted = scripted_strategies(env_id)
+    env = make(env_id, **dict(kwargs or {}))
+    wanted = set(env.spec.roles if roles is None else roles)
+    if not all(scripted.get(r) for r in env.spec.roles):
+        return {}
+    found: dict[str, tuple[str, str]] = {}
+    for seed in seeds:
+        seen: list[dict[str, str]] = []
+        for k in range(plays):
+            rng = np.random.default_rng([seed, k])
+            twins = {r: list(fns.values())[k % len(fns)] for r, fns in scripted.items()}
+            env.reset(seed=seed)
+            first: dict[str, str] = {}
+            for _ in range(env.spec.max_turns + 2 * len(env.possible_agents) + 2):
+                if not env.agents:
+                    break
+                ready = env.ready_agents()
+                if not ready:
+                    env.step(None)
+                    continue
+                for a in ready:
+                    first.setdefault(a, env.observe(a)["text"])
+                for a in ready:
+                    if a not in env.agents or env.terminations[a] or env.truncations[a] or env.agent_selection != a:
+                        break
+                    env.step(twins[env.role_of(a)](env.observe(a)["text"], rng))
+            seen.append(first)
+        for seat in env.possible_agents:
+            role = env.role_of(seat)
+            texts = [s[seat] for s in seen if seat in s]
+            if role in wanted and role not in found and len(set(texts)) > 1:
+                a = texts[0]
+                found[role] = (a, next(t for t in texts if t != a))
+    return found

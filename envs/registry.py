@@ -100,6 +100,7 @@ def make(id: str, *, granularity: str = "turn", codec: Codec | None = None, max_
     env = reg.entry_point(**{**reg.default_kwargs, **kwargs})
     if not isinstance(env, CogymEnv):
         raise TypeError(f"the entry point of {id!r} returned a {type(env).__name__}, not a CogymEnv")
+    env.made_with = (id, dict(kwargs))  # what a report of the game's failure reproduces it with
     return wrap(env, granularity, codec=codec, max_turn_tokens=max_turn_tokens)
 
 

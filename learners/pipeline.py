@@ -66,7 +66,10 @@ def role_advantages(learner: "Learner", b: TokenBatch, ref_logp: torch.Tensor | 
         out[idx] = res.adv.to(out.dtype)
         if res.keep is not None:
             keep[idx] = res.keep
-        metrics.update({f"{role}/{key}": value for key, value in res.metrics.items()})
+        # <role>/<name>, logged under the policy (<policy>/<role>/<name>); a policy named after its role
+        # (seats: {solver: solver}) logs <policy>/<name>, not solver/solver/<name>.
+        prefix = "" if role == learner.policy.name else f"{role}/"
+        metrics.update({f"{prefix}{key}": value for key, value in res.metrics.items()})
         if res.carry:
             rows, tensors = carry.setdefault(name, (torch.zeros_like(keep), {}))
             rows[idx] = True

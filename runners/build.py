@@ -7,6 +7,7 @@ is checked here, before any run directory is written, with a one-line :class:`Co
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,30 @@ def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
                     "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
                     f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
                     "argument that seats several players of the role")
+
+
+def _warn_mixed_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
+    """game.group_size groups a role's turns by seed; where the role's first prompt depends on other seats'
+    moves (scripted play of one seed asks it different things), a group-based estimator compares answers
+    to different questions: say so, and how to group by prompt instead."""
+    if cfg.game.group_size == 1 or cfg.game.group_by != "seed":
+        return
+    grouped_roles = set()
+    for pid, role in assignment.values():
+        lc = cfg.learners.get(pid)
+        if lc is not None and lc.algorithm != "frozen" and registry.get(lc.role_algorithms.get(role, lc.algorithm)).grouped:
+            grouped_roles.add(role)
+    if not grouped_roles:
+        return
+    from cogym.envs.checks import prompts_that_depend_on_play
+
+    for role, (a, b) in sorted(prompts_that_depend_on_play(cfg.game.id, cfg.game.kwargs, grouped_roles).items()):
+        warnings.warn(
+            f"game.group_size: {cfg.game.group_size} groups the {role!r} turns of games played from one seed, but in "
+            f"{cfg.game.id} what a {role!r} seat is asked depends on the other seats' moves (one seed gave {a[:40]!r} "
+            f"and {b[:40]!r}), so a group-based estimator compares answers to different questions; set "
+            "game.group_by: prompt to group by the prompt the seat saw (<policy>/mixed_prompt_groups counts such groups)",
+            UserWarning, stacklevel=2)
 
 
 def _check_outcomes(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
@@ -266,6 +291,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     factory = AgentFactory(cfg.game.id, seed=cfg.run.seed)
     assignment = _assign_seats(cfg, game, factory)
     _check_groups(cfg, game, assignment)
+    _warn_mixed_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
     evaluators = [] if rollout_only else evaluators_of(cfg, _build)  # after game.modules: they may register kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None

@@ -1,11 +1,15 @@
-"""The ``cogym`` command: train, eval, games, tournament, build-tiny-model. Each has ``--help``."""
+"""The ``cogym`` command: train, eval, games, tournament, show, build-tiny-model. Each has ``--help``."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
+
+from .transcripts import MAX_CHARS, SHOWN_LINES
+
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors a user causes (any :class:`~cogym.core.errors.CogymError`: config, game, model path,
@@ -67,8 +71,13 @@ def print_summary(summary: dict) -> None:
         if key.endswith("_reward_last5"):
             role = key[: -len("_reward_last5")]
             first, last = summary.get(f"{role}_reward_first5"), summary[key]
-            shown = f"{first:.3f} -> {last:.3f}" if first is not None else f"{last:.3f}"
-            table.add_row(f"{role} reward (first 5 -> last 5 iterations)", shown)
+            n = int(summary.get("iterations") or 0)  # the means are over the first and the last 5 iterations
+            if n <= 5:  # one window: both means are the same one
+                table.add_row(f"{role} reward (mean of iterations 1-{n})" if n > 1 else f"{role} reward", f"{last:.3f}")
+            elif first is None:  # the role had no reward in the first 5 iterations
+                table.add_row(f"{role} reward (mean of iterations {n - 4}-{n})", f"{last:.3f}")
+            else:
+                table.add_row(f"{role} reward (iterations 1-5 -> {n - 4}-{n})", f"{first:.3f} -> {last:.3f}")
     if summary.get("tokens_per_s"):
         table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
     table.add_row("engine", ", ".join(summary.get("engines", [])))
@@ -153,7 +162,8 @@ def _tournament(args: argparse.Namespace) -> int:
 
     from .config import ConfigError
     from .build import import_game_modules
-    from .tournament import TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, run_tournament
+    from .tournament import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, results_title,
+                             run_tournament, settings_notes, split_binding)
 
     tree: dict = {}
     if args.config:
@@ -161,15 +171,20 @@ def _tournament(args: argparse.Namespace) -> int:
         if not isinstance(tree, dict):
             raise ConfigError(f"{args.config} must hold a mapping")
         known = {"game", "game_kwargs", "players", "policy", "sides", "fixed", "schedule", "games_per_pairing", "pool",
-                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "modules", "temperature", "prompts", "out"}
+                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "modules", "temperature", "prompts", "out",
+                 "transcripts", "role", "scoring"}
         unknown = sorted(set(tree) - known)
         if unknown:
             raise ConfigError(f"{args.config}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    specs = [m for p in (args.players or tree.get("players") or []) for m in (sorted(glob.glob(p)) or [p])]
+    specs = []
+    for p in args.players or tree.get("players") or []:  # globs expanded; a binding (@ROLE) kept on each match
+        head, bind = split_binding(p) if not glob.glob(p) else (p, None)
+        suffix = f"@{','.join(bind)}" if bind else ""
+        specs += [m + suffix for m in sorted(glob.glob(head))] or [p]
     game = args.game or tree.get("game")
     if not game:
         raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
-    players = resolve_players(specs, args.policy or tree.get("policy"))
+    players = resolve_players(specs, args.policy or tree.get("policy"), role=args.role or tree.get("role"))
     modules = [*(tree.get("modules") or []), *(args.module or [])]
     import_game_modules(modules)
     prompts = {**tree.get("prompts", {}), **_key_values(args.system, "--system")}  # over each checkpoint's own
@@ -185,7 +200,8 @@ def _tournament(args: argparse.Namespace) -> int:
         max_loaded=args.max_loaded or tree.get("max_loaded", 0),
         max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 0),
         temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts,
-        modules=modules)
+        scoring=args.scoring or tree.get("scoring"),
+        modules=modules, transcripts=args.transcripts if args.transcripts is not None else tree.get("transcripts", 0))
     out = Path(args.out or tree.get("out") or f"tournaments/{game}")
     ray = None
     if args.ray is not None:
@@ -199,8 +215,31 @@ def _tournament(args: argparse.Namespace) -> int:
     rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
-    print_leaderboard(board, title=f"cogym tournament: {game}, {len(rows)} games ({out})")
+    print_leaderboard(board, title=results_title(game, rows, out), notes=settings_notes(out))
     print_matrix(rows, board)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    import json
+
+    from cogym.core.errors import ConfigError
+
+    from .display import terminal_width
+    from .transcripts import format_transcripts, read_transcripts, select, transcripts_path
+
+    rows = read_transcripts(args.path)
+    try:
+        shown = select(rows, iteration=args.iteration, player=args.player, last=args.last, seat=args.seat, role=args.role)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if args.json:
+        sys.stdout.write("".join(json.dumps(r) + "\n" for r in shown))
+        return 0
+    its = sorted({r["iteration"] for r in rows if r.get("iteration") is not None})
+    what = f", iteration{'s' if len(its) > 1 else ''} {', '.join(map(str, its))}" if its else ""
+    title = f"{transcripts_path(args.path)}: {len(shown)} of {len(rows)} games{what}"
+    print(format_transcripts(shown, args.width or terminal_width(), full=args.full, title=title))
     return 0
 
 
@@ -263,12 +302,23 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
     tt.add_argument("--players", nargs="+", metavar="PLAYER",
                     help="checkpoint dirs (runs/x/checkpoints/step_N), run dirs (all their checkpoints), HF model dirs, "
-                         "'tiny', or scripted:<twin>; globs are expanded; PATH:POLICY picks a checkpoint's policy")
+                         "'tiny', or scripted:<twin>; globs are expanded; PATH:POLICY picks a checkpoint's policy; "
+                         "PLAYER@ROLE (or @SEAT,SEAT) binds a player to a role or seats (paired scoring)")
     tt.add_argument("--policy", help="which policy of a checkpoint plays (needed when it holds several)")
     tt.add_argument("--sides", nargs=2, metavar="SEATS", help="the seats of each side, comma-separated, e.g. "
                     "--sides player_0 player_1 (default: the two seats, or the halves of the one role with several seats)")
     tt.add_argument("--fixed", action="append", metavar="SEAT_OR_ROLE=AGENT",
-                    help="who plays a seat outside the sides, e.g. --fixed judge=scripted:oracle (repeatable)")
+                    help="who plays a seat outside the sides (or, paired, outside the rated seats), e.g. --fixed "
+                         "judge=scripted:oracle; a scripted twin, a model directory or one checkpoint[:POLICY] "
+                         "(repeatable; naming a seat a player takes is an error)")
+    tt.add_argument("--role", metavar="ROLE_OR_SEATS",
+                    help="bind every player without its own @ROLE to this role (or comma-separated seats): each plays "
+                         "only those seats, with --fixed agents in all others; implies --scoring paired")
+    tt.add_argument("--scoring", choices=("competitive", "paired"),
+                    help="competitive: a game's result is the sign of the two sides' return difference; paired: each "
+                         "player plays the same seeds in the same seats with the same fixed partners, and a pairing's "
+                         "result on a seed is the sign of the difference of the players' own returns (default: the "
+                         "game's; paired when players are bound to a role; else competitive)")
     tt.add_argument("--schedule", choices=("round_robin", "gauntlet", "swiss"), help="default round_robin")
     tt.add_argument("--games-per-pairing", type=_positive_int, help="even; half the seeds, each in both seat orders (100)")
     tt.add_argument("--pool", nargs="+", metavar="NAME", help="gauntlet: the fixed pool the other players face "
@@ -281,10 +331,12 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--max-loaded", type=_positive_int, help="hold at most N model players in memory at once "
                     "(batches then hold the games of at most N; default: all loaded)")
     tt.add_argument("--max-new-tokens", type=_positive_int,
-                    help="model players' message limit (default: each checkpoint's run's, else 8)")
+                    help="model players' message limit (default: each checkpoint's run's; a model with no run "
+                         "config, tiny or an HF dir, takes the limit the checkpoints share, else this is required)")
     tt.add_argument("--temperature", type=float, help="model players' sampling temperature (default 1.0)")
     tt.add_argument("--system", action="append", metavar="ROLE=TEXT",
-                    help="system message of a role for model players (default: each checkpoint's run's prompts)")
+                    help="system message of a role for model players (default: each checkpoint's run's prompts; a "
+                         "model with no run config takes the prompts the checkpoints share, else this is required)")
     tt.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                     help="import a module or .py file that registers games first (repeatable)")
     tt.add_argument("--kwarg", action="append", metavar="KEY=VALUE", help="a game argument (repeatable)")
@@ -295,15 +347,45 @@ def parser() -> argparse.ArgumentParser:
     tt.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
     tt.add_argument("--no-progress", action="store_true", help="no progress bar")
     tt.add_argument("--no-plots", action="store_true", help="no heatmap.png / ratings.png")
+    tt.add_argument("--transcripts", type=_positive_int, metavar="K",
+                    help="keep the messages of the first K games of each pairing in OUT/transcripts.jsonl "
+                         "(cogym show OUT prints them; only games played now: finished ones are not replayed)")
     tt.set_defaults(fn=_tournament)
+    sh = sub.add_parser("show", help="print the games' messages a run or tournament kept (transcripts.jsonl)",
+                        description="Print the transcripts of a cogym train run (run.transcripts_every, "
+                                    "run.transcripts_games) or of a cogym tournament (--transcripts K): per game its "
+                                    "source, iteration or pairing, id and seed, then every move (seat, role, policy, "
+                                    "message) and each seat's reward.")
+    sh.add_argument("path", metavar="RUN_OR_TOURNAMENT", help="a run or tournament directory, or a transcripts.jsonl")
+    sh.add_argument("--iteration", type=int, metavar="N", help="only the games of training iteration N")
+    sh.add_argument("--player", metavar="NAME", help="only the games NAME played (a tournament player or a policy id)")
+    sh.add_argument("--seat", help="only the moves of this seat")
+    sh.add_argument("--role", help="only the moves of this role")
+    sh.add_argument("--last", type=_positive_int, metavar="K", help="only the last K games (after the filters)")
+    sh.add_argument("--full", action="store_true",
+                    help=f"whole messages (default: at most {SHOWN_LINES} lines each; a stored message is cut at "
+                         f"{MAX_CHARS} characters)")
+    sh.add_argument("--json", action="store_true", help="the selected rows as JSON lines (the transcripts.jsonl format)")
+    sh.add_argument("--width", type=_positive_int, metavar="COLUMNS", help="wrap to this width (default: the terminal's, "
+                    "80 in a pipe)")
+    sh.set_defaults(fn=_show)
     b = sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model (see its --help)", add_help=False)
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=_build_tiny)
     return ap
 
 
+class _NoAutoCPUNotice(logging.Filter):
+    """Drops DeepSpeed's "Setting accelerator to CPU. If you have GPU ..." warning: transformers imports
+    DeepSpeed in every run, also those that train with torch, and on a CPU machine the notice is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Setting accelerator to CPU" not in record.getMessage()
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("DeepSpeed").addFilter(_NoAutoCPUNotice())  # the logger DeepSpeed creates on import
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training bar

@@ -85,6 +85,15 @@ class GameConfig:
     granularity: str = "turn"  # "turn": one message per step; "token": one token per step (KV caches reused)
     max_turn_tokens: int = 0  # token level: longest message; 0 = max(64, the policies' max_new_tokens)
     modules: list = field(default_factory=list)  # Python modules or .py files to import first (they register games)
+    # A game that raises while it is played: "stop" the run with a report naming the game, seed, seat and
+    # move (a checkpoint keeps it resumable); "skip" drops that game from its rollout and counts it
+    # (rollout/game_errors; each one written to game_errors.jsonl in the run directory).
+    on_error: str = "stop"
+    # What game.group_size's groups are: "seed" (the games that played one seed, a role's turns in them) or
+    # "prompt" (a role's seats whose first prompt of the game was the same ids). Seeds are GRPO's "n answers
+    # to a prompt" only when the role's first prompt depends on the seed alone; <policy>/mixed_prompt_groups
+    # counts groups whose seats saw different prompts.
+    group_by: str = "seed"
 
 
 @dataclass
@@ -113,6 +122,10 @@ class RunConfig:
     # "off": each rollout uses the newest weights; "one_step": iteration i+1's rollout overlaps
     # iteration i's update (weights one version behind; ray only). Written ``run.async`` in YAML.
     async_: str = "off"
+    # transcripts.jsonl (and TensorBoard text): the full messages of the first transcripts_games games of
+    # iteration 1, every transcripts_every-th iteration and the last (0: none); `cogym show RUN` prints them
+    transcripts_every: int = 10
+    transcripts_games: int = 2
 
 
 BACKENDS = ("local", "ray")
@@ -567,6 +580,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.checkpoint_every must be >= 0 (0 disables), got {cfg.run.checkpoint_every}")
     if cfg.run.eval_every < 0:
         raise ConfigError(f"run.eval_every must be >= 0 (0: only before and after), got {cfg.run.eval_every}")
+    if cfg.run.transcripts_every < 0:
+        raise ConfigError(f"run.transcripts_every must be >= 0 (0: no transcripts), got {cfg.run.transcripts_every}")
+    if cfg.run.transcripts_games < 0:
+        raise ConfigError(f"run.transcripts_games must be >= 0 (games kept per iteration), got {cfg.run.transcripts_games}")
     if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1:
         raise ConfigError(f"eval.size, eval.max_new_tokens and eval.batch_size must be >= 1, got {cfg.eval.size}, "
                           f"{cfg.eval.max_new_tokens} and {cfg.eval.batch_size}")
@@ -576,6 +593,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"game.group_size must be >= 1 and divide game.num_games = {cfg.game.num_games}, "
                           f"got {cfg.game.group_size}")
     _check_choice(cfg.game.granularity, GRANULARITIES, "game.granularity")
+    _check_choice(cfg.game.on_error, ("stop", "skip"), "game.on_error")
+    _check_choice(cfg.game.group_by, ("seed", "prompt"), "game.group_by")
     if cfg.game.max_turn_tokens < 0:
         raise ConfigError(f"game.max_turn_tokens must be >= 0 (0: the policies' max_new_tokens), got {cfg.game.max_turn_tokens}")
     if cfg.game.max_turn_tokens and cfg.game.granularity != "token":

@@ -13,7 +13,9 @@ class plays a seat is never asked, so a wrapper that delegates the protocol play
 
 from __future__ import annotations
 
+import inspect
 import time
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
@@ -21,6 +23,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
+from cogym.core.errors import GameStepError
 from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv, check_messages
 
@@ -37,9 +40,13 @@ class RolloutResult:
     # per game: every move in order of play, {"seat", "role", "policy", "text"} (scripted seats too):
     # what transcripts show
     moves: list[list[dict]] = field(default_factory=list)
+    # games that raised and were skipped (game.on_error: skip): GameStepError.record of each
+    errors: list[dict] = field(default_factory=list)
 
 
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
+ON_ERROR = ("stop", "skip")  # what a rollout does when a game raises (GameConfig.on_error)
+MAX_ACTION_SHOWN = 200  # characters of the move shown in a game failure's report
 
 
 def seat_map_of(seat_map: SeatMap | Sequence[SeatMap], g: int) -> SeatMap:
@@ -107,10 +114,15 @@ class Episodes:
     """One episode in every game: resets, returns, infos, and the Turns with their ids and group keys."""
 
     def __init__(self, games: Sequence[CogymEnv], seeds: Sequence[int], episode_prefix: str, group_size: int,
-                 game_indices: Sequence[int] | None, sampling_key: int | None = None) -> None:
+                 game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop") -> None:
         if len(seeds) != len(games):
             raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self.games, self.prefix, self.group_size = games, episode_prefix, group_size
+        self.seeds, self.on_error = [int(s) for s in seeds], on_error
+        self.failed: set[int] = set()  # games that raised and were skipped
+        self.errors: list[dict] = []
         self.returns: list[dict[str, float]] = [dict() for _ in games]
         self.infos: list[dict[str, dict]] = [dict() for _ in games]
         self.seat_turns: list[dict[str, list[Turn]]] = [defaultdict(list) for _ in games]
@@ -120,10 +132,12 @@ class Episodes:
         self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
         self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
         self.log: list[list[dict]] = [[] for _ in games]  # per game: its moves, for transcripts
-        for env, seed in zip(games, seeds):
-            env.reset(seed=int(seed))
-        for g in range(len(games)):
-            self.skip_dead(g)
+        for g, env in enumerate(games):
+            try:
+                env.reset(seed=int(seeds[g]))
+                self.skip_dead(g)
+            except Exception as exc:  # noqa: BLE001 - any failure of the game's own code is reported
+                self.game_failed(g, None, None, "", None, exc)
 
     def request_key(self, g: int, k: int) -> int | None:
         """The sampling key of the ``k``-th ready seat of game ``g`` at its current move: a pure function
@@ -133,7 +147,20 @@ class Episodes:
         return derive_key(self.sampling_key, self.index[g], self.moves[g], k)
 
     def live(self) -> list[int]:
-        return [g for g, env in enumerate(self.games) if env.agents]
+        return [g for g, env in enumerate(self.games) if env.agents and g not in self.failed]
+
+    def game_failed(self, g: int, seat: str | None, role: str | None, policy_id: str, action: Any,
+                    exc: BaseException) -> None:
+        """Game ``g`` raised: a :class:`GameStepError` naming everything needed to reproduce it, or, with
+        ``on_error="skip"``, the game is dropped (no turns, returns or infos) and the failure recorded."""
+        error = game_failure(self.games[g], self.seeds[g], f"game {self.index[g]} of rollout {self.prefix}", seat,
+                             role, policy_id, action, exc)
+        if self.on_error == "stop":
+            raise error from exc
+        self.failed.add(g)
+        self.errors.append(error.record)
+        self.seat_turns[g].clear()
+        self.returns[g], self.infos[g] = {}, {}
 
     def skip_dead(self, g: int) -> None:
         skip_dead(self.games[g], self.returns[g], self.infos[g])
@@ -167,9 +194,11 @@ class Episodes:
             conversation=(g, seat) in self.conversations))
 
     def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
+        if self.on_error == "skip":
+            stats = {**stats, "game_errors": len(self.errors)}
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
                              infos=self.infos, generated_tokens=generated_tokens, generate_seconds=generate_seconds,
-                             seconds=time.perf_counter() - t0, stats=stats, moves=self.log)
+                             seconds=time.perf_counter() - t0, stats=stats, moves=self.log, errors=self.errors)
 
 
 class Mover(Protocol):
@@ -188,17 +217,23 @@ class Mover(Protocol):
 
     def after_step(self, episodes: Episodes, s: Seat) -> None: ...
 
+    def drop(self, g: int) -> None:
+        """Forget what is under way in game ``g`` (it raised and is skipped)."""
+
     def abort(self) -> None: ...
 
 
 def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
          seeds: Sequence[int], mover: Mover, episode_prefix: str, group_size: int, max_steps: int,
-         game_indices: Sequence[int] | None, sampling_key: int | None = None) -> RolloutResult:
+         game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop") -> RolloutResult:
     """Play one episode in every game with ``mover``; see the module docstring. ``sampling_key``
     (when given) keys every request's draws (:meth:`Episodes.request_key`), so each game samples the
-    same tokens however the games are split into batches, processes or workers."""
+    same tokens however the games are split into batches, processes or workers. A game that raises
+    (in reset, observe, ready_agents, messages or step, or breaking the turn contract) stops the
+    rollout with a :class:`GameStepError` that names the game, seed, seat and move (``on_error="stop"``)
+    or is dropped from it and reported in ``RolloutResult.errors`` (``"skip"``)."""
     t0 = time.perf_counter()
-    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices, sampling_key)
+    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices, sampling_key, on_error)
     steps = 0
     try:
         while live := ep.live():
@@ -215,9 +250,16 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
             for g, seats in pending.items():  # step every game with its moves, in the order it declared
                 env = games[g]
                 for s in seats:
-                    if env.agent_selection != s.seat:
-                        raise RuntimeError(f"game {g} declared {s.seat} ready but selected {env.agent_selection}")
-                    env.step(moves[(g, s.k)])
+                    try:
+                        if env.agent_selection != s.seat:
+                            raise RuntimeError(f"ready_agents() listed {s.seat!r}, but after the moves before it "
+                                               f"agent_selection is {env.agent_selection!r} (the seats a game declares "
+                                               "ready must be the ones step() takes, in that order)")
+                        env.step(moves[(g, s.k)])
+                    except Exception as exc:  # noqa: BLE001 - the game's own code failed
+                        ep.game_failed(g, s.seat, s.role, s.policy_id, moves[(g, s.k)], exc)
+                        mover.drop(g)
+                        break
                     ep.collect(g)
                     mover.after_step(ep, s)
                     ep.skip_dead(g)
@@ -234,23 +276,92 @@ def _ready(ep: Episodes, live: list[int], seat_map: SeatMap | Sequence[SeatMap],
     pending: dict[int, list[Seat]] = {}
     by_agent: dict[Hashable, tuple[Agent, list[Seat]]] = {}
     for g in live:
-        env = ep.games[g]
+        seats = _ready_seats(ep, g, seat_map, system_prompts, mover)
+        if seats is None:
+            continue
+        pending[g] = seats
+        for s in seats:
+            by_agent.setdefault(id(s.agent), (s.agent, []))[1].append(s)
+        ep.moves[g] += 1
+    return pending, by_agent
+
+
+def _ready_seats(ep: Episodes, g: int, seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
+                 mover: Mover) -> list[Seat] | None:
+    """Game ``g``'s ready seats with their requests; None if the game raised (reported by ``ep``)."""
+    env = ep.games[g]
+    seats: list[Seat] = []
+    try:
         ready = env.ready_agents()
         if not ready:
-            raise RuntimeError(f"game {g} ({env.spec.id}) has live seats {env.agents} but none is ready")
-        pending[g] = []
-        for seat in ready:
-            role = env.role_of(seat)
-            policy_id, agent = seat_map_of(seat_map, g)(seat, role)
-            request = None
+            raise RuntimeError(f"the game has live seats {env.agents} but ready_agents() lists none")
+        roles = [env.role_of(seat) for seat in ready]
+    except Exception as exc:  # noqa: BLE001 - the game's own code failed
+        ep.game_failed(g, None, None, "", None, exc)
+        mover.drop(g)
+        return None
+    for seat, role in zip(ready, roles):
+        policy_id, agent = seat_map_of(seat_map, g)(seat, role)  # the caller's map: its errors are its own
+        request = None
+        try:
             text = mover.request_text(env, g, seat)
             if text is not None:
                 request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat,
-                                  key=ep.request_key(g, len(pending[g])))
+                                  key=ep.request_key(g, len(seats)))
                 if role in env.spec.conversation:
                     ep.converse(g, seat, system_prompts.get(role), request)
-            s = Seat(g, len(pending[g]), seat, role, policy_id, agent, request)
-            by_agent.setdefault(id(agent), (agent, []))[1].append(s)
-            pending[g].append(s)
-        ep.moves[g] += 1
-    return pending, by_agent
+        except Exception as exc:  # noqa: BLE001 - observe or messages failed
+            ep.game_failed(g, seat, role, policy_id, None, exc)
+            mover.drop(g)
+            return None
+        seats.append(Seat(g, len(seats), seat, role, policy_id, agent, request))
+    return seats
+
+
+def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | None, policy_id: str, action: Any,
+                 exc: BaseException) -> GameStepError:
+    """The one-block report of a game that raised: game and version, seed, seat, role, policy, the move
+    (cut to MAX_ACTION_SHOWN characters), the exception and the line of the game's code that raised it,
+    and the ``check_game`` call that holds the game to cogym's contract."""
+    game = env.unwrapped
+    game_id, kwargs = getattr(game, "made_with", (getattr(getattr(env, "spec", None), "id", type(game).__name__), {}))
+    shown = _move_text(env, seat, action)
+    at = _raised_at(exc, game)
+    record = {"game": game_id, "kwargs": kwargs, "seed": seed, "where": where, "seat": seat, "role": role,
+              "policy": policy_id, "action": shown, "error": f"{type(exc).__name__}: {exc}"[:500], "at": at}
+    who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
+    lines = [f"game {game_id} raised during play ({where}, seed {seed}):",
+             f"  {who}",
+             f"  move: {shown!r}" if action is not None else "  move: none (the game failed before any move)",
+             f"  error: {record['error']}"]
+    if at:
+        lines.append(f"  raised at {at}")
+    lines += ["Reproduce it against cogym's game contract:",
+              f"  python -c \"from cogym.envs.checks import check_game; check_game({game_id!r}, {kwargs!r})\"",
+              "or skip such games and count them: game.on_error=skip (logged as rollout/game_errors)."]
+    return GameStepError("\n".join(lines), record)
+
+
+def _move_text(env: Any, seat: str | None, action: Any) -> str:
+    """The move as text, cut: a message, or at token level the message so far with this token."""
+    if isinstance(action, str):
+        text = action
+    else:
+        try:  # token level: the id that ended (or continued) the message, after those before it
+            text = env.codec.decode([*env.message_tokens(seat), int(action)])
+        except Exception:  # noqa: BLE001 - a report must not fail on a broken game
+            text = repr(action)
+    return text if len(text) <= MAX_ACTION_SHOWN else text[:MAX_ACTION_SHOWN] + f"... ({len(text)} characters)"
+
+
+def _raised_at(exc: BaseException, game: Any) -> str:
+    """``file:line in function`` of the innermost frame of the game's own module (else the innermost)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    try:
+        mine = inspect.getfile(type(game))
+    except (TypeError, OSError):
+        mine = ""
+    frame = next((f for f in reversed(frames) if f.filename == mine), frames[-1])
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"

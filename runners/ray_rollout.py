@@ -159,7 +159,8 @@ class RolloutWorker:
             seat_map = [self.run.seat_map if o is None else
                         LeagueSeating(o, self.members[o], frozenset(seats), self.run.seat_map, ()) for o in opponents]
         return self.play(games, seat_map, self.system, seeds, episode_prefix=episode_prefix,
-                         group_size=group_size, game_indices=indices, sampling_key=sampling_key)
+                         group_size=group_size, game_indices=indices, sampling_key=sampling_key,
+                         on_error=self.cfg.game.on_error)
 
 
 def _enter(cwd: str, env: dict[str, str], threads: int) -> None:

@@ -51,13 +51,18 @@ class TurnMover:
         else:
             episodes.answered(s.g, s.seat, act.text, role=s.role, policy_id=s.policy_id)
 
+    def drop(self, g: int) -> None:
+        for key in [k for k in self._actions if k[0] == g]:
+            del self._actions[key]
+
     def abort(self) -> None:
         self._actions.clear()
 
 
 def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
             episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 10_000,
-            game_indices: Sequence[int] | None = None, sampling_key: int | None = None) -> RolloutResult:
+            game_indices: Sequence[int] | None = None, sampling_key: int | None = None,
+            on_error: str = "stop") -> RolloutResult:
     """Play one episode in every game, batching generation across games; return its turns.
 
     ``game_indices``: each game's place in the iteration's whole game list (default 0, 1, ...), when
@@ -65,6 +70,8 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], sy
     ids, group keys and sampling keys use it, so they match a one-process run's. ``sampling_key``:
     the rollout's key (the training loop's is a function of run seed, iteration and round); every
     request's draws are keyed by it, the game's place, its move and the seat, so a game samples the
-    same tokens in any batch. None: draws from torch's global generator."""
+    same tokens in any batch. None: draws from torch's global generator. ``on_error``: what a game that
+    raises does to the rollout, ``"stop"`` it with a report naming the game, seed, seat and move, or
+    ``"skip"`` the game (:func:`cogym.runners.core.play`)."""
     return play(games, seat_map, system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices,
-                sampling_key)
+                sampling_key, on_error)

@@ -8,6 +8,7 @@ derive, and the global torch stream of an iteration.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Callable, Sequence
 
 import numpy as np
@@ -95,6 +96,34 @@ def data_parallel(play: Callable) -> Callable:
     return play_shard
 
 
+def _first_prompts(turns: Sequence) -> dict[tuple, tuple[int, ...]]:
+    """(episode, seat) -> the prompt ids of that seat's first move in that game."""
+    first: dict[tuple, tuple[int, ...]] = {}
+    for t in turns:
+        first.setdefault((t.episode_id, t.seat), tuple(t.prompt_ids))
+    return first
+
+
+def regroup_by_prompt(turns: Sequence) -> None:
+    """``game.group_by: prompt``: each turn's group is the role's seats whose first prompt of the game was
+    the same ids (within one rollout round), instead of those that played the same seed. Group-based
+    estimators (GRPO, RLOO) then compare answers to one question only. In place."""
+    first = _first_prompts(turns)
+    for t in turns:
+        digest = hashlib.blake2b(repr(first[(t.episode_id, t.seat)]).encode(), digest_size=8).hexdigest()
+        t.group_key = (f"{t.episode_id.rsplit('-', 1)[0]}-p{digest}", t.role)
+
+
+def mixed_prompt_groups(turns: Sequence) -> tuple[int, int]:
+    """(groups whose seats saw different first prompts, groups): in such a group a group-based estimator
+    compares answers to different questions (``game.group_by: prompt`` groups by prompt instead)."""
+    first = _first_prompts(turns)
+    prompts: dict = {}
+    for t in turns:
+        prompts.setdefault(t.group_key, set()).add(first[(t.episode_id, t.seat)])
+    return sum(len(p) > 1 for p in prompts.values()), len(prompts)
+
+
 def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: RolloutResult,
                      batches: dict[str, list], hooks: Sequence[TrainHook] = ()) -> dict[str, float]:
     """DAPO dynamic sampling (docs/algorithms.md §7.2) for every learner that enables it: drop the groups
@@ -122,6 +151,8 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
         seat_map, contexts = seat_maps(hooks, run.seat_map, iteration, len(run.games), k, rounds)
         res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k,
                    sampling_key=rollout_key(run.cfg.run.seed, iteration, rounds))
+        if run.cfg.game.group_by == "prompt":
+            regroup_by_prompt(res.turns)
         after_rollout(hooks, res, contexts, iteration)  # e.g. the league rates these games too; metrics: round 0's
         for pid in short():
             new = [t for t in res.turns if t.policy_id == pid]
@@ -175,6 +206,8 @@ class Sampler:
         run = self.run
         if self.pool is not None:
             res = self.pool.collect(res)
+        if run.cfg.game.group_by == "prompt":
+            regroup_by_prompt(res.turns)
         metrics = rollout_metrics(res, run.roles)
         metrics.update(after_rollout(self.hooks, res, contexts, iteration))
         batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}

@@ -2,7 +2,8 @@
 
 The trainer hands every record to :class:`Sinks`, which hands it to each sink it holds. In a
 data-parallel run only rank 0 holds sinks; the other ranks log nothing. A new destination (a
-tracker, a CSV) is one more class with ``log(record)`` and ``close()``.
+tracker, a CSV) is one more class with ``log(record)`` and ``close()``; a sink that also has
+``transcripts(rows)`` receives the sampled game transcripts (:mod:`~cogym.runners.transcripts`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import yaml
 
 from .config import Config
+from .transcripts import TRANSCRIPTS_FILE, TranscriptWriter, markdown
 
 
 class Sink(Protocol):
@@ -61,6 +63,29 @@ class TensorBoardSink:
             if k != "iteration" and isinstance(v, (int, float)) and math.isfinite(v):
                 self.writer.add_scalar(k, v, step)
 
+    def transcripts(self, rows: Sequence[dict]) -> None:
+        """Each game as text (TensorBoard's text tab): tag ``transcripts/game_<g>``, at its iteration."""
+        for row in rows:
+            self.writer.add_text(f"transcripts/game_{row['game']}", markdown(row), int(row.get("iteration") or 0))
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class TranscriptSink:
+    """``transcripts.jsonl``: sampled games' full messages (:mod:`~cogym.runners.transcripts`); on
+    resume the rows of the iterations replayed are dropped first."""
+
+    def __init__(self, path: Path, start_iteration: int = 1) -> None:
+        self.writer = TranscriptWriter(path, start_iteration)
+
+    def log(self, record: dict) -> None:
+        pass
+
+    def transcripts(self, rows: Sequence[dict]) -> None:
+        self.writer.write(rows)
+
     def close(self) -> None:
         self.writer.close()
 
@@ -97,6 +122,12 @@ class Sinks:
         for sink in self.sinks:
             sink.log(record)
 
+    def transcripts(self, rows: Sequence[dict]) -> None:
+        """Sampled games' transcripts to every sink that keeps them (the JSONL file, TensorBoard)."""
+        for sink in self.sinks:
+            if hasattr(sink, "transcripts"):
+                sink.transcripts(rows)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
@@ -111,6 +142,9 @@ def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration:
     (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     jsonl = JsonlSink(path / "metrics.jsonl", start_iteration)
     sinks: list[Sink] = [jsonl]
+    transcripts = path / TRANSCRIPTS_FILE
+    if cfg.run.transcripts_every and cfg.run.transcripts_games or transcripts.is_file():  # resume: drop replayed rows
+        sinks.append(TranscriptSink(transcripts, start_iteration))
     if cfg.run.tensorboard:
         sinks.append(TensorBoardSink(path / "tb", start_iteration))
     if cfg.run.plot:

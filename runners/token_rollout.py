@@ -138,6 +138,11 @@ class TokenMover:
         else:
             episodes.answered(s.g, s.seat, env.codec.decode(msg.response_ids), role=s.role, policy_id=s.policy_id)
 
+    def drop(self, g: int) -> None:
+        for key in [k for k in self.open if k[0] == g]:
+            msg = self.open.pop(key)
+            msg.agent.close([msg.handle])
+
     def abort(self) -> None:
         for msg in self.open.values():
             msg.agent.close([msg.handle])
@@ -151,12 +156,13 @@ def _encoder(env: TokenLevelEnv) -> Callable[[str], list[int]]:
 
 def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
                   episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 1_000_000,
-                  game_indices: Sequence[int] | None = None, sampling_key: int | None = None) -> RolloutResult:
+                  game_indices: Sequence[int] | None = None, sampling_key: int | None = None,
+                  on_error: str = "stop") -> RolloutResult:
     """Play one episode in every token-level game; return its turns (one per model message).
-    ``game_indices`` and ``sampling_key``: as in :func:`~cogym.runners.rollout.rollout`;
+    ``game_indices``, ``sampling_key`` and ``on_error``: as in :func:`~cogym.runners.rollout.rollout`;
     ``max_steps`` counts steps of the whole batch (one token per live game each)."""
     for env in games:
         if not isinstance(env, TokenLevelEnv):
             raise TypeError(f"token_rollout plays token-level games (make(..., granularity='token')), got {type(env).__name__}")
     return play(games, seat_map, system_prompts, seeds, TokenMover(games), episode_prefix, group_size, max_steps,
-                game_indices, sampling_key)
+                game_indices, sampling_key, on_error)

@@ -16,6 +16,7 @@ Layout of a run directory::
 
     config.yaml          the resolved config
     metrics.jsonl        one line per iteration (and the evaluations before and after)
+    transcripts.jsonl    the full messages of a few games every run.transcripts_every iterations (`cogym show`)
     tb/                  TensorBoard events
     checkpoints/step_N/  policies/<id>/ (HF dirs), learners/<id>/ (optimizer, algorithm state),
                          trainer_state.json, league/ (with league.seats: members' HF dirs and league.json)
@@ -35,13 +36,16 @@ of a ZeRO checkpoint needs the W that wrote it.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from cogym.agents.conversation import continuity_breaks
+from cogym.core.errors import GameStepError
 from cogym.learners import torch_dist as dist
 
 from .build import Run, build
@@ -54,9 +58,10 @@ from .league import LeagueHook
 from .metrics import mean_last, retokenize_mismatch, reward_summary, rollout_metrics
 from .rollout import rollout
 from .sampling import (Sampler, data_parallel, dynamic_sampling, gather_rollouts, grouped, iteration_seeds,
-                       refill_seeds, sampling_seed)
+                       mixed_prompt_groups, refill_seeds, sampling_seed)
 from .sinks import Sinks, open_sinks
 from .token_rollout import token_rollout
+from .transcripts import train_rows, transcripts_due
 
 __all__ = ["train", "build", "rollout", "token_rollout", "iteration_seeds", "grouped", "refill_seeds", "sampling_seed",
            "gather_rollouts", "data_parallel", "dynamic_sampling", "rollout_metrics", "retokenize_mismatch",
@@ -140,6 +145,9 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
             breaks, checked = continuity_breaks(turns)
             if checked:  # conversation moves whose prompt is not the last prompt + answer + new messages
                 rec[f"{pid}/context_drift"] = breaks / checked
+            mixed, groups = mixed_prompt_groups(turns)
+            if groups < len(turns):  # some group has several members: did they answer the same prompt?
+                rec[f"{pid}/mixed_prompt_groups"] = float(mixed)
         for k, v in (remote.finish(pid) if pid in remote else learner.update(turns)).items():
             rec[f"{pid}/{k}"] = v
         if pid not in remote:
@@ -184,39 +192,49 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
     try:
         if pool is not None:
             pool.sync(run.policies, _versions(run))  # a resumed run's weights (nothing to send on a fresh one)
-        sampler = Sampler(run, data_parallel(token_rollout if cfg.game.granularity == "token" else rollout), hooks, pool)
+        play = functools.partial(token_rollout if cfg.game.granularity == "token" else rollout, on_error=cfg.game.on_error)
+        sampler = Sampler(run, data_parallel(play), hooks, pool)
         one_step = cfg.run.async_ == "one_step"
         summary.update(_evaluate_before(run, sinks, start_it, main))
         from tqdm.auto import tqdm
 
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
-        started = sampler.start(start_it) if one_step else None
-        for it in bar:
-            t_it = time.perf_counter()
-            if one_step:  # this iteration's rollout is done or under way; start the next before updating
-                _, batches, metrics = sampler.finish(started)
-                started = sampler.start(it + 1) if it < cfg.run.iterations else None
-            else:
-                _, batches, metrics = sampler.sample(it)
-            if pool is not None:
-                metrics.update(_staleness(run, batches, cfg.ray.max_staleness))
-            rec = {"iteration": it, **metrics, **_update(run, batches, main)}
-            if pool is not None:  # the new weights reach every worker before it samples with them
-                rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
-            rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
-            if any(hook.reads_policies(it) for hook in hooks):
-                fresh()  # e.g. a league snapshots the driver's policy: the learner actors' newest weights
-            for hook in hooks:
-                hook.after_update(it)
-            if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
-                rec.update(evaluate(run.evaluators, fresh()))
-            sinks.log(rec)
-            history.append(rec)
-            bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}
-                            | {"tok/s": f"{rec['tokens_per_s']:.0f}"})
-            if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
-                save_checkpoint(fresh(), run_path / "checkpoints", it, hooks)
+        trained = start_it - 1  # the last iteration whose update is done
+        try:
+            started = sampler.start(start_it) if one_step else None
+            for it in bar:
+                t_it = time.perf_counter()
+                if one_step:  # this iteration's rollout is done or under way; start the next before updating
+                    res, batches, metrics = sampler.finish(started)
+                    started = sampler.start(it + 1) if it < cfg.run.iterations else None
+                else:
+                    res, batches, metrics = sampler.sample(it)
+                if res.errors and main:
+                    _log_game_errors(run_path, it, res.errors, bar)
+                if main and transcripts_due(it, cfg.run.transcripts_every, cfg.run.iterations):
+                    sinks.transcripts(_transcripts(cfg, res, it, len(run.games)))
+                if pool is not None:
+                    metrics.update(_staleness(run, batches, cfg.ray.max_staleness))
+                rec = {"iteration": it, **metrics, **_update(run, batches, main)}
+                trained = it
+                if pool is not None:  # the new weights reach every worker before it samples with them
+                    rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
+                rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
+                if any(hook.reads_policies(it) for hook in hooks):
+                    fresh()  # e.g. a league snapshots the driver's policy: the learner actors' newest weights
+                for hook in hooks:
+                    hook.after_update(it)
+                if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
+                    rec.update(evaluate(run.evaluators, fresh()))
+                sinks.log(rec)
+                history.append(rec)
+                bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}
+                                | {"tok/s": f"{rec['tokens_per_s']:.0f}"})
+                if cfg.run.checkpoint_every and it % cfg.run.checkpoint_every == 0:
+                    save_checkpoint(fresh(), run_path / "checkpoints", it, hooks)
+        except GameStepError as exc:
+            raise _stopped(exc, run_path, trained, start_it, fresh, hooks) from exc
         bar.close()
         missed = not (run_path / "checkpoints" / f"step_{cfg.run.iterations:06d}").is_dir()
         if cfg.run.checkpoint_every and dist.broadcast_object(missed):
@@ -235,6 +253,39 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         if main:
             (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:
+    """The transcript rows of the first run.transcripts_games games of an iteration's rollout (runners/transcripts.py)."""
+    k = cfg.game.group_size
+    seeds = grouped(iteration_seeds(cfg.run.seed, iteration, n_games // k), k)  # those Sampler.start reset the games with
+    return train_rows(res, iteration, seeds, cfg.run.transcripts_games)
+
+
+def _log_game_errors(run_path: Path, iteration: int, errors: list[dict], bar) -> None:
+    """Games skipped for raising (game.on_error: skip): one line on the console, each in game_errors.jsonl."""
+    with open(run_path / "game_errors.jsonl", "a") as f:
+        for e in errors:
+            f.write(json.dumps({"iteration": iteration, **e}, default=str) + "\n")
+    first = errors[0]
+    bar.write(f"iteration {iteration}: skipped {len(errors)} game(s) that raised, e.g. {first['game']} seed {first['seed']} "
+              f"seat {first['seat']}: {first['error'][:120]} (all in {run_path / 'game_errors.jsonl'})", file=sys.stderr)
+
+
+def _stopped(exc: GameStepError, run_path: Path, trained: int, start_it: int, fresh, hooks) -> GameStepError:
+    """The report of a game that stopped the run, with how to go on: the state after the last finished
+    update is checkpointed (one process; with data parallel the other ranks are still in the rollout)."""
+    if trained >= start_it and dist.world_size() == 1:
+        if not (run_path / "checkpoints" / f"step_{trained:06d}").is_dir():
+            save_checkpoint(fresh(), run_path / "checkpoints", trained, hooks)
+        note = (f"The run stopped after iteration {trained}, whose state is checkpointed: `cogym train --resume "
+                f"{run_path}` goes on from it (add game.on_error=skip to skip games that raise).")
+    elif trained >= 1:
+        note = (f"The run stopped after iteration {trained}: `cogym train --resume {run_path}` goes on from its last "
+                "checkpoint (add game.on_error=skip to skip games that raise).")
+    else:
+        note = "The run stopped in its first iteration, before any update: fix the game (or set game.on_error=skip) and start again."
+    return GameStepError(f"{exc}\n{note}", exc.record)
 
 
 def _evaluate_before(run: Run, sinks: Sinks, start_it: int, main: bool) -> dict:
@@ -257,3 +308,4 @@ def _evaluate_after(run: Run, sinks: Sinks, main: bool) -> dict:
     if after:
         sinks.log({"iteration": run.cfg.run.iterations, **after})
     return {f"{k}_after": v for k, v in after.items()}
+

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cogym.envs import register
+from cogym.envs.base import CogymEnv as CogymEnvBase
 from cogym.envs.checks import check_game
 from cogym.envs.proposer_solver import SCRIPTED, ProposerSolverEnv
 
@@ -64,6 +65,21 @@ class Crashy(ProposerSolverEnv):
         super().step(action)
 
 
+class StuckSolver(ProposerSolverEnv):
+    def ready_agents(self) -> list[str]:
+        return super().ready_agents()[:1]
+
+    def step(self, action) -> None:
+        if self._phase == 2 and not self.terminations.get(self.agent_selection, True):
+            self._begin_turn(action)  # the bug: the answer is dropped, so the same solver is asked again and again
+            return
+        super().step(action)
+
+
+class NoRenderText(ProposerSolverEnv):
+    _render_text = CogymEnvBase._render_text  # the bug: the base's, which raises NotImplementedError
+
+
 class Unexplained(ProposerSolverEnv):
     def _propose(self, proposal: str) -> None:
         super()._propose(proposal)
@@ -82,6 +98,9 @@ class Unexplained(ProposerSolverEnv):
         (WrongReadyOrder, {}, "must list distinct seats starting at agent_selection"),
         (Crashy, {}, "the game raised RuntimeError: cannot handle parentheses"),
         (Unexplained, {}, r"invalid move must be explained"),
+        (StuckSolver, {}, r"did not end within .* seat 'solver_0' was asked again and again: after a seat's step, "
+                          r"agent_selection must move on"),
+        (NoRenderText, {}, r"render\(\) with render_mode='ansi' raised NotImplementedError; implement _render_text"),
     ],
 )
 def test_check_game_catches(scratch_registry, heldout_path: str, cls: type, kwargs: dict, message: str) -> None:

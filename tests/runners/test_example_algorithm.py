@@ -48,8 +48,8 @@ def test_cogym_train_trains_the_example_algorithm(private_registry, tmp_path, ca
                  "run.tensorboard=false", "run.plot=false", "eval.heldout=false", "game.num_games=4"])
     assert code == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    trained = [r for r in rows if "solver/solver/median_singleton_groups" in r]
-    assert len(trained) == 3 and all(r["solver/solver/median_singleton_groups"] == 0.0 for r in trained)
+    trained = [r for r in rows if "solver/median_singleton_groups" in r]
+    assert len(trained) == 3 and all(r["solver/median_singleton_groups"] == 0.0 for r in trained)
     assert any(r.get("solver/adv_abs_mean", 0) > 0 for r in trained)
     start = load_file(str(next((ROOT / "agents" / "tiny").glob("*.safetensors"))))
     final = load_file(str(next((run_dir / "checkpoints").glob("step_*/policies/solver/*.safetensors"))))

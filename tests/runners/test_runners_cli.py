@@ -200,10 +200,15 @@ def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
 
     monkeypatch.setenv("COLUMNS", "200")
     print_summary({"chooser_reward_first5": -0.5, "chooser_reward_last5": 0.25, "judge_reward_first5": None,
-                   "judge_reward_last5": 0.75, "engines": ["torch"], "iterations": 3, "wall_s": 1.0, "run_dir": "runs/x"})
+                   "judge_reward_last5": 0.75, "engines": ["torch"], "iterations": 12, "wall_s": 1.0, "run_dir": "runs/x"})
     out = capsys.readouterr().out
-    assert "chooser reward" in out and "-0.500 -> 0.250" in out
-    assert "judge reward" in out and "0.750" in out
+    assert "chooser reward (iterations 1-5 -> 8-12)" in out and "-0.500 -> 0.250" in out
+    assert "judge reward (mean of iterations 8-12)" in out and "0.750" in out
+    # A run of at most 5 iterations has one window: one mean, not "first 5 -> last 5" of the same iterations.
+    print_summary({"chooser_reward_first5": 0.5, "chooser_reward_last5": 0.5, "engines": ["torch"], "iterations": 3,
+                   "wall_s": 1.0, "run_dir": "runs/x"})
+    out = capsys.readouterr().out
+    assert "chooser reward (mean of iterations 1-3)" in out and "->" not in out
 
 
 def test_overrides_may_follow_options(monkeypatch, tmp_path):

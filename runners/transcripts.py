@@ -1,0 +1,316 @@
+"""Transcripts: what the models wrote, game by game, kept by ``cogym train`` and ``cogym tournament``
+and shown by ``cogym show``.
+
+A transcript is one game's every move in order of play (scripted seats too), taken from a rollout's
+:attr:`~cogym.runners.core.RolloutResult.moves`, with each seat's total reward. Both sources write
+the same row format, one JSON object per line of ``transcripts.jsonl`` in the run (or tournament)
+directory::
+
+    {"source": "train" | "tournament",
+     "iteration": int | null,      # train: the iteration whose rollout played the game
+     "pairing": [a, b] | null,     # tournament: the two players
+     "game": int | str,            # train: the game's place in the iteration's list (0, 1, ...);
+                                   # tournament: the game's id in results.jsonl
+     "seed": int,                  # the seed the game was reset with
+     "episode": str,               # the episode id of the game's Turns (e.g. "it10-0")
+     "max_chars": int,             # the bound on a stored message (MAX_CHARS)
+     "moves": [{"seat": str, "role": str, "policy": str, "text": str,
+                "chars": int}],    # "chars" only on a message cut at max_chars: its full length
+     "returns": {seat: float}}     # each seat's total reward in the game
+
+``policy`` is the policy id behind the seat in training (``scripted:<twin>`` for a scripted seat, a
+league member's id for a league opponent) and the player's name in a tournament (or the fixed
+agent of a seat outside the two sides).
+
+Which games: training keeps the first ``run.transcripts_games`` games of iteration 1, of every
+``run.transcripts_every``-th iteration and of the last (0: none); a resumed run drops the rows of the
+iterations it replays. A tournament (``--transcripts K``) keeps the first K games of each pairing
+(seed index k, seat order o: game ``2k + o``); games already in ``results.jsonl`` are not played
+again, so only games played with the option have transcripts. Only rank 0 (and the tournament
+driver) writes. Messages are model output of any length: each is cut at ``MAX_CHARS`` characters.
+
+This module reads and formats without torch (``cogym show`` starts fast).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Iterable, Sequence
+
+TRANSCRIPTS_FILE = "transcripts.jsonl"
+MAX_CHARS = 4000  # a stored message is cut at this many characters
+SHOWN_LINES = 6  # `cogym show` without --full: at most this many lines of a message
+
+
+# ------------------------------------------------------------------------------------------- rows
+def bound_moves(moves: Sequence[dict], max_chars: int = MAX_CHARS) -> list[dict]:
+    """The moves as stored: the four fields, each message cut at ``max_chars`` (``chars``: its length)."""
+    out = []
+    for m in moves:
+        text = str(m.get("text", ""))
+        row = {"seat": m["seat"], "role": m.get("role", ""), "policy": m.get("policy", ""), "text": text[:max_chars]}
+        if len(text) > max_chars:
+            row["chars"] = len(text)
+        out.append(row)
+    return out
+
+
+def transcript_row(source: str, moves: Sequence[dict], returns: dict, seed: int, episode: str, game,
+                   iteration: int | None = None, pairing: Sequence[str] | None = None,
+                   max_chars: int = MAX_CHARS) -> dict:
+    """One game's transcript row (the format of the module docstring)."""
+    return {"source": source, "iteration": iteration, "pairing": list(pairing) if pairing is not None else None,
+            "game": game, "seed": int(seed), "episode": episode, "max_chars": max_chars,
+            "moves": bound_moves(moves, max_chars), "returns": {s: float(r) for s, r in returns.items()}}
+
+
+def transcripts_due(iteration: int, every: int, last: int) -> bool:
+    """Whether training keeps transcripts of ``iteration``: never when ``every`` is 0, else at the
+    first iteration, every ``every``-th and the last."""
+    return every > 0 and (iteration == 1 or iteration % every == 0 or iteration == last)
+
+
+def train_rows(res, iteration: int, seeds: Sequence[int], games: int, episode_prefix: str | None = None) -> list[dict]:
+    """Rows of the first ``games`` games of a training rollout (``res``: its RolloutResult; ``seeds``:
+    the seeds the iteration's games were reset with, in game order)."""
+    prefix = episode_prefix or f"it{iteration}"
+    n = min(games, len(res.moves))
+    return [transcript_row("train", res.moves[g], res.returns[g], seeds[g], f"{prefix}-{g}", g, iteration=iteration)
+            for g in range(n)]
+
+
+def tournament_keeps(k: int, order: int, keep: int) -> bool:
+    """Whether a tournament game (seed index ``k``, seat ``order``) is one of its pairing's first ``keep``."""
+    return 2 * k + order < keep
+
+
+def split_transcripts(rows: Iterable[dict], key: str = "transcript") -> tuple[list[dict], list[dict]]:
+    """(result rows without their ``key`` entry, the transcript rows they carried): a tournament
+    worker returns a game's transcript inside its result row; results.jsonl does not keep it."""
+    results, transcripts = [], []
+    for row in rows:
+        t = row.pop(key, None)
+        if t is not None:
+            transcripts.append(t)
+        results.append(row)
+    return results, transcripts
+
+
+# ------------------------------------------------------------------------------------ the writer
+class TranscriptWriter:
+    """Appends rows to ``transcripts.jsonl``, flushed per call. With ``start_iteration`` > 1 (a
+    resumed run) the training rows of iterations from ``start_iteration`` on are dropped first."""
+
+    def __init__(self, path: Path, start_iteration: int = 1) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if start_iteration > 1 and self.path.is_file():
+            keep = [row for row in _load(self.path) if (row.get("iteration") or 0) < start_iteration]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        self.file = None
+
+    def write(self, rows: Sequence[dict]) -> None:
+        if not rows:
+            return
+        if self.file is None:
+            self.file = open(self.path, "a")
+        self.file.write("".join(json.dumps(r) + "\n" for r in rows))
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def append_transcripts(path: Path, rows: Sequence[dict]) -> None:
+    """Append rows to a transcripts file (a tournament's, batch by batch)."""
+    writer = TranscriptWriter(path)
+    try:
+        writer.write(rows)
+    finally:
+        writer.close()
+
+
+# ------------------------------------------------------------------------------------ the reader
+def _load(path: Path) -> list[dict]:
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill mid-write
+    return rows
+
+
+def transcripts_path(where: str | Path) -> Path:
+    """The transcripts file of a run or tournament directory (or the file itself); a clear
+    FileNotFoundError, saying how to get transcripts, when there is none."""
+    where = Path(where)
+    if where.is_file():
+        return where
+    if not where.is_dir():
+        raise FileNotFoundError(f"{where}: no such run or tournament directory")
+    path = where / TRANSCRIPTS_FILE
+    if path.is_file() and path.stat().st_size:
+        return path
+    if (where / "results.jsonl").is_file() or (where / "tournament.json").is_file():
+        how = ("play the tournament with --transcripts K (the first K games of each pairing) into a new --out: "
+               "games already in results.jsonl are not played again")
+    elif (where / "metrics.jsonl").is_file() or (where / "config.yaml").is_file():
+        how = ("train with run.transcripts_every=N (e.g. 10; 0 turns them off) and run.transcripts_games=K; "
+               "a run writes them from iteration 1")
+    else:
+        how = ("give a directory made by cogym train (run.transcripts_every=N) or by cogym tournament "
+               "(--transcripts K)")
+    raise FileNotFoundError(f"{where} has no transcripts ({TRANSCRIPTS_FILE}); {how}")
+
+
+def read_transcripts(where: str | Path) -> list[dict]:
+    """Every transcript row of a run or tournament directory (or a transcripts file), in the order
+    written; a game written twice (a tournament batch replayed after a kill) appears once, at its
+    last place."""
+    rows = _load(transcripts_path(where))
+    last = {}
+    for i, row in enumerate(rows):
+        last[_identity(row)] = i
+    return [row for i, row in enumerate(rows) if last[_identity(row)] == i]
+
+
+def _identity(row: dict) -> str:
+    return json.dumps([row.get("source"), row.get("iteration"), row.get("pairing"), row.get("game")])
+
+
+def select(rows: Sequence[dict], iteration: int | None = None, player: str | None = None, last: int | None = None,
+           seat: str | None = None, role: str | None = None) -> list[dict]:
+    """The rows of ``iteration`` (train), of games ``player`` played in (a pairing's player, or a
+    move's policy), with only the moves of ``seat`` / ``role``, then the last ``last`` of them. Games
+    left with no move are dropped. A filter that leaves nothing raises ValueError naming what exists."""
+    out = list(rows)
+    if iteration is not None:
+        out = [r for r in out if r.get("iteration") == iteration]
+        if not out:
+            its = sorted({r["iteration"] for r in rows if r.get("iteration") is not None})
+            raise ValueError(f"no transcripts of iteration {iteration} (iterations with transcripts: "
+                             f"{', '.join(map(str, its)) or 'none'})")
+    if player is not None:
+        out = [r for r in out if player in (r.get("pairing") or []) or any(m.get("policy") == player for m in r["moves"])]
+        if not out:
+            names = sorted({p for r in rows for p in (r.get("pairing") or [])} | {m.get("policy", "") for r in rows
+                                                                                   for m in r["moves"]})
+            raise ValueError(f"no transcripts with player {player!r} (players: {', '.join(names)})")
+    if seat is not None or role is not None:
+        kept = []
+        for r in out:
+            moves = [m for m in r["moves"] if (seat is None or m["seat"] == seat) and (role is None or m["role"] == role)]
+            if moves:
+                kept.append({**r, "moves": moves})
+        if not kept:
+            seats = sorted({m["seat"] for r in out for m in r["moves"]})
+            roles = sorted({m["role"] for r in out for m in r["moves"]})
+            what = " and ".join(f"{k} {v!r}" for k, v in (("seat", seat), ("role", role)) if v is not None)
+            raise ValueError(f"no moves of {what} (seats: {', '.join(seats)}; roles: {', '.join(roles)})")
+        out = kept
+    if last is not None:
+        out = out[-last:] if last > 0 else []
+    return out
+
+
+# ---------------------------------------------------------------------------------- the printer
+def printable(text: str) -> str:
+    """Model output made safe for a terminal: control characters (an escape sequence, a carriage
+    return) shown as escapes; newlines and tabs kept."""
+    if all(ch.isprintable() or ch in "\n\t" for ch in text):
+        return text
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text)
+
+
+def _number(x: float) -> str:
+    return f"{x:+.3f}".rstrip("0").rstrip(".") if x else "0"
+
+
+def header_parts(row: dict) -> tuple[str, str]:
+    """(where the game comes from: source and iteration or pairing, which game: id, seed, episode)."""
+    game = f"game {row.get('game')}"
+    if row.get("source") == "tournament" and row.get("pairing"):
+        where = f"tournament  {row['pairing'][0]} vs {row['pairing'][1]}"
+        try:  # a tournament game's id: [a, b, seed index, seat order(, round)]
+            key = json.loads(row["game"])
+            game = f"seed index {key[2]}, seat order {key[3]}" + (f", round {key[4]}" if len(key) > 4 else "")
+        except (TypeError, ValueError, IndexError, KeyError):
+            pass
+    elif row.get("iteration") is not None:
+        where = f"{row.get('source', 'train')}  iteration {row['iteration']}"
+    else:
+        where = str(row.get("source", "?"))
+    return where, f"{game}  seed {row.get('seed')}  episode {row.get('episode')}"
+
+
+def header(row: dict) -> str:
+    """One line naming a game: its source, iteration or pairing, id, seed and episode."""
+    return "  ".join(header_parts(row))
+
+
+def message_lines(text: str, width: int, full: bool = False, max_lines: int = SHOWN_LINES) -> list[str]:
+    """A message wrapped to ``width`` (its own line breaks kept); without ``full`` at most
+    ``max_lines`` lines, the last saying how much more there is."""
+    text = printable(text)
+    if not text.strip():
+        return ["(empty message)"]
+    lines: list[str] = []
+    for para in text.replace("\t", "    ").split("\n"):
+        lead = para[: len(para) - len(para.lstrip(" "))][: width // 2]  # a line's indent (code, lists) is kept
+        lines.extend(textwrap.wrap(para.strip(" "), width, initial_indent=lead, subsequent_indent=lead,
+                                   break_on_hyphens=False) or [""])
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if full or len(lines) <= max_lines:
+        return lines
+    rest = len(lines) - (max_lines - 1)
+    return lines[: max_lines - 1] + [f"... {rest} more lines ({len(text)} characters; --full shows all)"]
+
+
+def _body(row: dict, width: int, full: bool) -> list[str]:
+    """A game's moves (who, then the message indented) and its rewards."""
+    out = []
+    for n, m in enumerate(row["moves"], 1):
+        who = f"{n:>3}  {m['seat']}"
+        if m.get("role") and m["role"] != m["seat"]:
+            who += f"  role {m['role']}"
+        if m.get("policy"):
+            who += f"  policy {m['policy']}"
+        out.extend(textwrap.wrap(who, width, subsequent_indent="       ", break_on_hyphens=False) or [who])
+        out.extend("       " + line for line in message_lines(m["text"], width - 7, full))
+        if "chars" in m:
+            out.append(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]")
+    returns = row.get("returns") or {}
+    if returns:
+        text = "rewards: " + ", ".join(f"{seat} {_number(r)}" for seat, r in returns.items())
+        out.extend(textwrap.wrap(text, width, subsequent_indent="         ", break_on_hyphens=False))
+    return out
+
+
+def format_transcript(row: dict, width: int = 80, full: bool = False) -> str:
+    """One game as text at most ``width`` columns wide (a word longer than a line is broken)."""
+    width = max(30, width)
+    top = f"== {header(row)} "
+    if len(top) <= width:
+        out = [top.ljust(width, "=")]
+    else:  # a long header (tournament players' paths) wraps between rules
+        out = ["=" * width] + [line for part in header_parts(row)
+                               for line in textwrap.wrap(part, width, break_on_hyphens=False)] + ["-" * width]
+    return "\n".join(out + _body(row, width, full))
+
+
+def format_transcripts(rows: Sequence[dict], width: int = 80, full: bool = False, title: str = "") -> str:
+    """Games one after another, a blank line between them, under ``title``."""
+    blocks = ["\n".join(textwrap.wrap(title, max(30, width), break_on_hyphens=False))] if title else []
+    blocks += [format_transcript(r, width, full) for r in rows]
+    return "\n\n".join(blocks)
+
+
+def markdown(row: dict) -> str:
+    """One game for TensorBoard's text tab (markdown): the header, then the text as a code block."""
+    return f"**{header(row)}**\n\n" + "\n".join("    " + line for line in _body(row, 100, True))
