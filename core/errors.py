@@ -38,3 +38,6 @@ class GameStepError(CogymError, RuntimeError):
     def __init__(self, message: str, record: dict) -> None:
         super().__init__(message)
         self.record = record
+
+    def __reduce__(self):  # pickled whole (a Ray worker's or another rank's error reaches the driver as itself)
+        return (type(self), (self.args[0], self.record))

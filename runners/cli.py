@@ -71,13 +71,15 @@ def print_summary(summary: dict) -> None:
         if key.endswith("_reward_last5"):
             role = key[: -len("_reward_last5")]
             first, last = summary.get(f"{role}_reward_first5"), summary[key]
-            n = int(summary.get("iterations") or 0)  # the means are over the first and the last 5 iterations
-            if n <= 5:  # one window: both means are the same one
-                table.add_row(f"{role} reward (mean of iterations 1-{n})" if n > 1 else f"{role} reward", f"{last:.3f}")
+            # The means are over the first and the last 5 iterations this process ran (a resumed run: from
+            # the iteration it resumed at).
+            n, a = int(summary.get("iterations") or 0), int(summary.get("first_iteration") or 1)
+            if n - a + 1 <= 5:  # one window: both means are the same one
+                table.add_row(f"{role} reward (mean of iterations {a}-{n})" if n > a else f"{role} reward", f"{last:.3f}")
             elif first is None:  # the role had no reward in the first 5 iterations
                 table.add_row(f"{role} reward (mean of iterations {n - 4}-{n})", f"{last:.3f}")
             else:
-                table.add_row(f"{role} reward (iterations 1-5 -> {n - 4}-{n})", f"{first:.3f} -> {last:.3f}")
+                table.add_row(f"{role} reward (iterations {a}-{a + 4} -> {n - 4}-{n})", f"{first:.3f} -> {last:.3f}")
     if summary.get("tokens_per_s"):
         table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
     table.add_row("engine", ", ".join(summary.get("engines", [])))

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
+import numpy as np
+
 from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
@@ -40,8 +42,10 @@ class RolloutResult:
     # per game: every move in order of play, {"seat", "role", "policy", "text"} (scripted seats too):
     # what transcripts show
     moves: list[list[dict]] = field(default_factory=list)
-    # games that raised and were skipped (game.on_error: skip): GameStepError.record of each
+    # games that raised and were skipped (game.on_error: skip): GameStepError.record of each, and the
+    # games' places in this result's lists (their returns and infos are empty: no game result to rate)
     errors: list[dict] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
 
 
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
@@ -163,7 +167,10 @@ class Episodes:
         self.returns[g], self.infos[g] = {}, {}
 
     def skip_dead(self, g: int) -> None:
-        skip_dead(self.games[g], self.returns[g], self.infos[g])
+        try:  # steps finished seats with None: the game's code runs
+            skip_dead(self.games[g], self.returns[g], self.infos[g])
+        except Exception as exc:  # noqa: BLE001 - the game's own code failed
+            self.game_failed(g, self.games[g].agent_selection, None, "", None, exc)
 
     def collect(self, g: int) -> None:
         collect(self.games[g], self.returns[g], self.infos[g])
@@ -198,7 +205,8 @@ class Episodes:
             stats = {**stats, "game_errors": len(self.errors)}
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
                              infos=self.infos, generated_tokens=generated_tokens, generate_seconds=generate_seconds,
-                             seconds=time.perf_counter() - t0, stats=stats, moves=self.log, errors=self.errors)
+                             seconds=time.perf_counter() - t0, stats=stats, moves=self.log, errors=self.errors,
+                             failed=sorted(self.failed))
 
 
 class Mover(Protocol):
@@ -250,6 +258,7 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
             for g, seats in pending.items():  # step every game with its moves, in the order it declared
                 env = games[g]
                 for s in seats:
+                    _check_move(env, s, moves[(g, s.k)])  # an agent's bug is not the game's
                     try:
                         if env.agent_selection != s.seat:
                             raise RuntimeError(f"ready_agents() listed {s.seat!r}, but after the moves before it "
@@ -263,7 +272,9 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
                     ep.collect(g)
                     mover.after_step(ep, s)
                     ep.skip_dead(g)
-                    if not env.agents:
+                    if not env.agents or g in ep.failed:
+                        if g in ep.failed:
+                            mover.drop(g)
                         break
     finally:
         mover.abort()  # an agent keeps no state of a rollout that ended (or failed)
@@ -318,6 +329,24 @@ def _ready_seats(ep: Episodes, g: int, seat_map: SeatMap | Sequence[SeatMap], sy
     return seats
 
 
+def _check_move(env: Any, s: Seat, move: Any) -> None:
+    """A move of the type the game takes (a str message; at token level an id of the vocabulary), else
+    a TypeError naming the agent: a bad move is the agent's bug, not the game's."""
+    space = getattr(env, "action_spaces", {}).get(s.seat)
+    if hasattr(space, "n"):  # token level: Discrete(vocab)
+        ok = isinstance(move, (int, np.integer)) and not isinstance(move, bool) and 0 <= int(move) < int(space.n)
+    else:
+        ok = isinstance(move, str)
+    if not ok:
+        raise TypeError(f"agent {getattr(s.agent, 'name', type(s.agent).__name__)!r} (policy {s.policy_id!r}) gave seat "
+                        f"{s.seat!r} the move {move!r:.80}, not a {'token id of the vocabulary' if hasattr(space, 'n') else 'str'}")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped (a report may hold model output)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | None, policy_id: str, action: Any,
                  exc: BaseException) -> GameStepError:
     """The one-block report of a game that raised: game and version, seed, seat, role, policy, the move
@@ -328,7 +357,7 @@ def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | 
     shown = _move_text(env, seat, action)
     at = _raised_at(exc, game)
     record = {"game": game_id, "kwargs": kwargs, "seed": seed, "where": where, "seat": seat, "role": role,
-              "policy": policy_id, "action": shown, "error": f"{type(exc).__name__}: {exc}"[:500], "at": at}
+              "policy": policy_id, "action": shown, "error": _printable(f"{type(exc).__name__}: {exc}"[:500]), "at": at}
     who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
     lines = [f"game {game_id} raised during play ({where}, seed {seed}):",
              f"  {who}",

@@ -260,7 +260,8 @@ class LeagueHook(TrainHook):
         return self.league.assign(seat_map, iteration, n_games, group_size, round_)
 
     def after_rollout(self, result, context, iteration: int) -> dict[str, float]:
-        return self.league.record(result.returns, context, iteration)
+        failed = set(result.failed)  # games that raised and were skipped have no result to rate
+        return self.league.record(result.returns, [None if g in failed else o for g, o in enumerate(context)], iteration)
 
     def after_update(self, iteration: int) -> None:
         self.league.after_update(iteration)  # a snapshot every league.every iterations

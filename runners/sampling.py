@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from cogym.agents.sampling import derive_key
+from cogym.core.errors import GameStepError
 from cogym.learners import torch_dist as dist
 
 from .build import Run
@@ -62,11 +63,15 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
     returns: list = [None] * n
     infos: list = [None] * n
     moves: list = [[] for _ in range(n)]
+    errors: list = []
+    failed: list[int] = []
     for part, ix in zip(parts, indices):
         for local, g in enumerate(ix):
             returns[g], infos[g] = part.returns[local], part.infos[local]
             if part.moves:
                 moves[g] = part.moves[local]
+        errors += part.errors
+        failed += [ix[local] for local in part.failed]
     turns = sorted((t for part in parts for t in part.turns), key=lambda t: t.game_index)  # stable
     stats: dict = {}
     for part in parts:
@@ -75,7 +80,8 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
     return RolloutResult(turns=turns, returns=returns, infos=infos,
                          generated_tokens=sum(p.generated_tokens for p in parts),
                          generate_seconds=max(p.generate_seconds for p in parts),
-                         seconds=max(p.seconds for p in parts), stats=stats, moves=moves)
+                         seconds=max(p.seconds for p in parts), stats=stats, moves=moves, errors=errors,
+                         failed=sorted(failed))
 
 
 def data_parallel(play: Callable) -> Callable:
@@ -90,8 +96,15 @@ def data_parallel(play: Callable) -> Callable:
         shares = [list(range(r, len(games), world)) for r in range(world)]
         mine = shares[rank]
         maps = seat_map if callable(seat_map) else [seat_map[g] for g in mine]  # one map per game (a league)
-        res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
-        return gather_rollouts(dist.all_gather_objects(res), shares)
+        try:
+            res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
+        except GameStepError as exc:  # every rank learns of it (the others would wait in the gather for ever)
+            res = exc
+        parts = dist.all_gather_objects(res)
+        failed = [p for p in parts if isinstance(p, GameStepError)]
+        if failed:
+            raise failed[0]
+        return gather_rollouts(parts, shares)
 
     return play_shard
 

@@ -315,8 +315,11 @@ def game_score(returns: dict[str, float], side_a: Sequence[str], side_b: Sequenc
 
 def game_index(key: GameKey) -> int:
     """A game's number in the rollout that plays it (63 bits of a hash of its id): its draws derive
-    from it and the tournament seed, so they do not depend on the batch or worker it lands in."""
-    return int.from_bytes(hashlib.blake2b(key.id.encode(), digest_size=8).digest(), "little") >> 1
+    from it and the tournament seed, so they do not depend on the batch or worker it lands in. A paired
+    game's number leaves the player out: every player's game on a seed draws the same numbers, so the
+    fixed partners (a random twin, a sampled model) play alike for each of them."""
+    ident = json.dumps(["paired", key.k, key.round]) if isinstance(key, SoloKey) else key.id
+    return int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little") >> 1
 
 
 def game_seeds(seed: int, n: int) -> list[int]:

@@ -201,6 +201,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
         trained = start_it - 1  # the last iteration whose update is done
+        if main and start_it > 1:
+            _trim_game_errors(run_path, start_it)  # the iterations a resumed run replays log theirs again
         try:
             started = sampler.start(start_it) if one_step else None
             for it in bar:
@@ -242,6 +244,7 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         summary.update(_evaluate_after(fresh(), sinks, main))
         summary.update(reward_summary(history, run.roles))
         summary["iterations"] = cfg.run.iterations
+        summary["first_iteration"] = start_it  # of this process's history: a resumed run's reward windows start here
         summary["tokens_per_s"] = mean_last(history, "tokens_per_s", k=len(history) or 1)
         for hook in hooks:
             summary.update(hook.summary())
@@ -260,6 +263,14 @@ def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:
     k = cfg.game.group_size
     seeds = grouped(iteration_seeds(cfg.run.seed, iteration, n_games // k), k)  # those Sampler.start reset the games with
     return train_rows(res, iteration, seeds, cfg.run.transcripts_games)
+
+
+def _trim_game_errors(run_path: Path, start_it: int) -> None:
+    path = run_path / "game_errors.jsonl"
+    if path.is_file():
+        keep = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("iteration", 0) < start_it]
+        path.write_text("".join(f"{line}\n" for line in keep))
 
 
 def _log_game_errors(run_path: Path, iteration: int, errors: list[dict], bar) -> None:

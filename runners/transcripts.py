@@ -235,17 +235,21 @@ def header_parts(row: dict) -> tuple[str, str]:
     """(where the game comes from: source and iteration or pairing, which game: id, seed, episode)."""
     game = f"game {row.get('game')}"
     if row.get("source") == "tournament" and row.get("pairing"):
-        where = f"tournament  {row['pairing'][0]} vs {row['pairing'][1]}"
-        try:  # a tournament game's id: [a, b, seed index, seat order(, round)]
+        a, b = row["pairing"][0], row["pairing"][1]
+        where = f"tournament  {a} vs {b}" if a != b else f"tournament (paired)  {a}"
+        try:  # a tournament game's id: [a, b, seed index, seat order(, round)] or ["paired", player, seed index(, round)]
             key = json.loads(row["game"])
-            game = f"seed index {key[2]}, seat order {key[3]}" + (f", round {key[4]}" if len(key) > 4 else "")
+            if key[0] == "paired":
+                game = f"seed index {key[2]}" + (f", round {key[3]}" if len(key) > 3 else "")
+            else:
+                game = f"seed index {key[2]}, seat order {key[3]}" + (f", round {key[4]}" if len(key) > 4 else "")
         except (TypeError, ValueError, IndexError, KeyError):
             pass
     elif row.get("iteration") is not None:
         where = f"{row.get('source', 'train')}  iteration {row['iteration']}"
     else:
         where = str(row.get("source", "?"))
-    return where, f"{game}  seed {row.get('seed')}  episode {row.get('episode')}"
+    return printable(where), printable(f"{game}  seed {row.get('seed')}  episode {row.get('episode')}")
 
 
 def header(row: dict) -> str:
@@ -281,13 +285,14 @@ def _body(row: dict, width: int, full: bool) -> list[str]:
             who += f"  role {m['role']}"
         if m.get("policy"):
             who += f"  policy {m['policy']}"
+        who = printable(who)  # seat and policy names come from configs and checkpoints: escaped too
         out.extend(textwrap.wrap(who, width, subsequent_indent="       ", break_on_hyphens=False) or [who])
         out.extend("       " + line for line in message_lines(m["text"], width - 7, full))
         if "chars" in m:
             out.append(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]")
     returns = row.get("returns") or {}
     if returns:
-        text = "rewards: " + ", ".join(f"{seat} {_number(r)}" for seat, r in returns.items())
+        text = printable("rewards: " + ", ".join(f"{seat} {_number(r)}" for seat, r in returns.items()))
         out.extend(textwrap.wrap(text, width, subsequent_indent="         ", break_on_hyphens=False))
     return out
 

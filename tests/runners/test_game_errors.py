@@ -182,3 +182,47 @@ def test_a_game_that_raises_in_a_tournament_is_reported_in_one_block(monkeypatch
     assert code == 2 and err.startswith("cogym tournament: error: game crashy_kuhn-v0 raised during play")
     assert "move: 'bet'" in err and "error: KeyError: 'bet'" in err and "in step" in err
     assert "check_game('crashy_kuhn-v0', {})" in err and "Traceback" not in err
+
+
+def test_the_error_pickles_whole_and_gathers_across_ranks(fragile, policy) -> None:
+    """A Ray worker's or another rank's GameStepError reaches the driver as itself, with its record; the
+    gathered result of several shares keeps every share's skipped games."""
+    import pickle
+
+    from cogym.runners.sampling import gather_rollouts
+
+    err = GameStepError("game x raised", {"seed": 3})
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, GameStepError) and str(back) == "game x raised" and back.record == {"seed": 3}
+    parts = [rollout([make(GAME, break_on=[1, 3]) for _ in range(2)], _seat_map(policy), {}, seeds=seeds,
+                     sampling_key=5, on_error="skip", game_indices=ix) for seeds, ix in (([0, 2], [0, 2]), ([1, 3], [1, 3]))]
+    whole = gather_rollouts(parts, [[0, 2], [1, 3]])
+    assert whole.failed == [1, 3] and [e["seed"] for e in whole.errors] == [1, 3]
+
+
+def test_an_agent_s_bad_move_is_not_blamed_on_the_game(fragile) -> None:
+    class Broken:
+        name = "broken"
+
+        def act(self, requests):
+            from cogym.agents.types import Action
+            return [Action(text=None) for _ in requests]
+
+    agent = Broken()
+    with pytest.raises(TypeError, match="agent 'broken' .* gave seat 'talker' the move None, not a str"):
+        rollout([make(GAME)], lambda seat, role: ("talker", agent), {}, seeds=[0], on_error="skip")
+
+
+class DeadStepBug(Fragile):
+    """Raises when a finished seat is stepped with None (its step reads the action first)."""
+
+    def step(self, action) -> None:
+        action.strip()
+        super().step(action)
+
+
+def test_a_game_that_fails_stepping_a_finished_seat_is_skipped_too(monkeypatch, policy) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("dead_step-v0", DeadStepBug, scripted={"talker": {"say": lambda text, rng: "hi"}})
+    res = rollout([make("dead_step-v0") for _ in range(2)], _seat_map(policy), {}, seeds=[0, 1], on_error="skip")
+    assert res.failed == [0, 1] and all("AttributeError" in e["error"] for e in res.errors)

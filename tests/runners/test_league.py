@@ -268,3 +268,16 @@ def test_a_league_reads_the_policies_only_when_it_snapshots() -> None:
     hook = LeagueHook(SimpleNamespace(cfg=SimpleNamespace(every=3)))
     assert [hook.reads_policies(it) for it in range(1, 7)] == [False, False, True, False, False, True]
     assert TrainHook().reads_policies(1)
+
+
+def test_a_game_skipped_for_raising_is_not_rated() -> None:
+    """game.on_error: skip leaves a failed game with no returns: the league must not score it a draw."""
+    from cogym.runners.core import RolloutResult
+    from cogym.runners.league import LeagueHook
+
+    league = _bare_league()
+    before = dict(league.games)
+    res = RolloutResult(turns=[], returns=[{}, {"player_0": 1.0, "player_1": -1.0}], infos=[{}, {}], failed=[0])
+    m = LeagueHook(league).after_rollout(res, ["it0", "it1"], iteration=4)
+    assert league.games["it0"] == before["it0"] and league.games["it1"] == before["it1"] + 1
+    assert m["league/games"] == 1.0 and m["league/win_rate"] == 1.0

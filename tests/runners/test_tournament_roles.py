@@ -481,3 +481,13 @@ def test_the_example_config_trains_and_its_checkpoints_are_rated_per_role(game, 
         assert all(board[0]["lo"] > other["hi"] for other in board[1:]), board
         info = json.loads((tmp_path / role / "tournament.json").read_text())["players"]
         assert info["tiny"]["prompts"] == {role: cfg.prompts[role].system}  # the run's prompt, shared
+
+
+def test_paired_games_of_one_seed_draw_alike_for_every_player() -> None:
+    """The fixed partners of a paired game (a random twin, a sampled model) draw from the game's number,
+    which leaves the rated player out: each player meets the same partner moves on a seed."""
+    from cogym.runners.tournament import SoloKey, game_index
+
+    assert game_index(SoloKey("a", 3)) == game_index(SoloKey("b", 3)) != game_index(SoloKey("a", 4))
+    assert game_index(SoloKey("a", 3, round=1)) != game_index(SoloKey("a", 3, round=2))
+    assert SoloKey("a", 3).id != SoloKey("b", 3).id  # results stay the player's own

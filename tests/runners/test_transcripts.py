@@ -377,3 +377,14 @@ def test_show_has_help_and_is_listed(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "show" in capsys.readouterr().out
+
+
+def test_headers_seats_and_policies_are_escaped_and_paired_games_are_labelled():
+    from cogym.runners.transcripts import format_transcript
+
+    row = {"source": "tournament", "pairing": ["runs/x\x1b]0;pwned\x07", "runs/x\x1b]0;pwned\x07"],
+           "game": json.dumps(["paired", "runs/x", 3]), "seed": 1, "episode": "t0-1",
+           "moves": [{"seat": "s\x1b[2J", "role": "r", "policy": "p\x07", "text": "hi"}], "returns": {"s\x1b[2J": 1.0}}
+    out = format_transcript(row)
+    assert "\x1b" not in out and "\x07" not in out
+    assert "tournament (paired)" in out and "seed index 3" in out and " vs " not in out
