@@ -228,7 +228,11 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
                 for hook in hooks:
                     hook.after_update(it)
                 if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
-                    rec.update(evaluate(run.evaluators, fresh()))
+                    try:
+                        rec.update(evaluate(run.evaluators, fresh()))
+                    except GameStepError:
+                        sinks.log(rec)  # the update is done and will be checkpointed: its row must not be lost
+                        raise
                 sinks.log(rec)
                 history.append(rec)
                 bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}

@@ -226,3 +226,20 @@ def test_a_game_that_fails_stepping_a_finished_seat_is_skipped_too(monkeypatch, 
     registry.register("dead_step-v0", DeadStepBug, scripted={"talker": {"say": lambda text, rng: "hi"}})
     res = rollout([make("dead_step-v0") for _ in range(2)], _seat_map(policy), {}, seeds=[0, 1], on_error="skip")
     assert res.failed == [0, 1] and all("AttributeError" in e["error"] for e in res.errors)
+
+
+def test_an_evaluation_that_raises_keeps_the_updated_iteration_s_row(fragile, tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """A game error in a held-out evaluation comes after the iteration's update: that iteration is
+    checkpointed, so its metrics row must be written before the run stops (a resume starts after it)."""
+    from cogym.runners import train as train_module
+
+    def evaluate(*args, **kwargs):
+        raise GameStepError("game fragile-v0 raised during play (evaluation)", {"seed": 0})
+
+    monkeypatch.setattr(train_module, "evaluate", evaluate)
+    cfg = load_config(_config(tmp_path, tiny_model_dir), ["run.eval_every=1"])
+    with pytest.raises(GameStepError, match="The run stopped after iteration 1, whose state is checkpointed"):
+        train(cfg, run_path=tmp_path / "run", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows if "rollout_s" in r] == [1]
+    assert (tmp_path / "run" / "checkpoints" / "step_000001").is_dir()
