@@ -223,10 +223,11 @@ def test_a_fresh_context_role_is_asked_anew_each_move(policy) -> None:
     assert len(res.turns) == 3 and not any(t.conversation for t in res.turns)
     assert continuity_breaks(res.turns) == (0, 0) and len(join_turns(res.turns)) == 3
     assert res.turns[1].prompt_ids == policy.render([{"role": "system", "content": "Talk."},
-                                                     {"role": "user", "content": ThreeMovesText(res.turns[0].text)}])
+                                                     {"role": "user", "content": _after_one_move(res.turns[0].text)}])
 
 
-def ThreeMovesText(first: str) -> str:  # noqa: N802 - the fresh observation after one move
+def _after_one_move(first: str) -> str:
+    """ThreeMoves' whole observation text after one move: what a fresh-context seat is asked."""
     return f"move 0: {first[:40]!r}\nmove 1?"
 
 
