@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from cogym.agents.types import Turn
 
+from . import packing as packing_mod
 from . import torch_dist as dist
 from .losses import entropy_from_logits
 
@@ -101,40 +102,93 @@ def training_forward(module: torch.nn.Module):
             m.training = False
 
 
-def response_logp(model: torch.nn.Module, b: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+def response_logp(model: torch.nn.Module, b: TokenBatch, temperature: float = 1.0,
+                  packing: str = "auto") -> torch.Tensor:
     """Log-probs (N, L) of the response tokens under ``model`` at ``temperature`` (the distribution the
-    rollout sampled from), 0 where ``b.mask`` is 0. Differentiable when grad is enabled."""
-    return _response_scores(model, b, temperature, entropy=False)[0]
+    rollout sampled from), 0 where ``b.mask`` is 0. Differentiable when grad is enabled. ``packing``
+    (auto | on | off): whether the forward may lay the rows out packed, prompts shared
+    (:mod:`~cogym.learners.packing`; ``LearnerConfig.packing``)."""
+    return _response_scores(model, b, temperature, entropy=False, packing=packing)[0]
 
 
-def response_logp_entropy(model: torch.nn.Module, b: TokenBatch,
-                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logp_entropy(model: torch.nn.Module, b: TokenBatch, temperature: float = 1.0,
+                          packing: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, entropy)``, both (N, L) and 0 where ``b.mask`` is 0: the response tokens' log-probs and
     the entropy of the next-token distribution (softmax of logits / temperature) at each of them."""
-    return _response_scores(model, b, temperature, entropy=True)
+    return _response_scores(model, b, temperature, entropy=True, packing=packing)
 
 
 def _response_scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
-                     entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The training forward. The network runs over prompt + response; the output layer runs only at
-    the positions that predict a response token under the mask, a chunk of tokens at a time, and
-    under grad each chunk is recomputed in the backward instead of kept. So no (N, L, V) or (N, W, V)
-    tensor ever exists: the logits' memory is one chunk's, whatever the vocabulary or batch."""
+                     entropy: bool, packing: str = "auto") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training forward. The network runs over prompt + response (plain: right-padded rows;
+    packed: :mod:`~cogym.learners.packing`); the output layer runs only at the positions that predict
+    a response token under the mask, a chunk of tokens at a time, and under grad each chunk is
+    recomputed in the backward instead of kept. So no (N, L, V) or (N, W, V) tensor ever exists: the
+    logits' memory is one chunk's, whatever the vocabulary or batch."""
+    if packing not in packing_mod.PACKING:
+        raise ValueError(f"packing must be one of {', '.join(packing_mod.PACKING)}, got {packing!r}")
     inner = _unwrap(model)
     # A LoRA policy's view activates its adapter around its own forward only: the head calls below
     # (an adapted output layer included) must see the same adapter.
     with inner.active() if hasattr(inner, "active") and hasattr(inner, "hf_model") else contextlib.nullcontext():
-        return _scores(model, b, temperature, entropy)
+        layout = _packed_layout(model, b, packing)
+        if layout is None:
+            return _scores(model, b, temperature, entropy, None)
+        base = _transformers_model(model)
+        if packing == "auto" and packing_mod.checked(base) is None:  # the one-time check (see packing)
+            with torch.no_grad():
+                plain = _scores(model, b, temperature, False, None)[0]
+                packed = _scores(model, b, temperature, False, layout)[0]
+            if not packing_mod.record_check(base, plain, packed, b.mask > 0, packing_mod.tolerance(_dtype(base))):
+                return _scores(model, b, temperature, entropy, None)
+        return _scores(model, b, temperature, entropy, layout)
 
 
-def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
-            entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    width = int(b.attention_mask.sum(1).max())
-    ids, attn = b.input_ids[:, :width], b.attention_mask[:, :width]
+def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
+    """The packed layout of this batch's forward, or None for the plain one."""
+    if packing == "off" or not b.turns or len(b.turns) != b.input_ids.shape[0]:
+        return None
+    base = _transformers_model(model)
+    why = packing_mod.model_allows(base)
+    if why is not None:
+        if packing == "on":
+            raise ValueError(f"packing: on, but {type(base).__name__} cannot take a packed forward: {why} "
+                             "(set packing: auto or off)")
+        return None
+    if packing == "auto" and packing_mod.checked(base) is False:
+        return None
+    lengths = b.attention_mask.sum(1).tolist()
+    prompts, responses = [], []
+    for i, t in enumerate(b.turns):
+        p = len(t.prompt_ids)
+        if p == 0 or p + len(t.response_ids) != lengths[i]:  # rows not built from these turns: keep them plain
+            return None
+        row = b.input_ids[i, :lengths[i]].tolist()
+        prompts.append(row[:p])
+        responses.append(row[p:])
+    hidden = int(getattr(base.config, "hidden_size", 0) or 0)
+    return packing_mod.plan(prompts, responses, hidden, force=packing == "on")
+
+
+def _dtype(base: torch.nn.Module) -> torch.dtype:
+    return next((p.dtype for p in base.parameters() if p.is_floating_point()), torch.float32)
+
+
+def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: bool,
+            layout: "packing_mod.PackedLayout | None") -> tuple[torch.Tensor, torch.Tensor | None]:
     rows, cols = b.mask.nonzero(as_tuple=True)
+    if layout is None:
+        width = int(b.attention_mask.sum(1).max())
+        inputs = dict(input_ids=b.input_ids[:, :width], attention_mask=b.attention_mask[:, :width])
+        at = (rows, b.resp_index[rows, cols])
+    else:
+        device = b.input_ids.device
+        inputs = dict(input_ids=layout.input_ids.to(device), position_ids=layout.position_ids.to(device),
+                      attention_mask=layout.additive_mask(_dtype(_transformers_model(model)), device))
+        at = (layout.score_row.to(device)[rows, cols], layout.score_col.to(device)[rows, cols])
     parts = _decoder_and_head(model)
     if parts is None:  # a model without the standard decoder/head split: full logits, then select
-        hidden, head = model(input_ids=ids, attention_mask=attn).logits[rows, b.resp_index[rows, cols]], None
+        hidden, head = model(**inputs).logits[at], None
         vocab = hidden.shape[-1]
     else:
         decoder, head, vocab = parts
@@ -142,10 +196,10 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
         hook = decoder.register_forward_hook(lambda _m, _a, out: seen.append(
             out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
         try:  # through the model's own forward (engine hooks run); its head only at the last position
-            model(input_ids=ids, attention_mask=attn, logits_to_keep=1, use_cache=False)
+            model(**inputs, logits_to_keep=1, use_cache=False)
         finally:
             hook.remove()
-        hidden = seen[-1][rows, b.resp_index[rows, cols]]  # (K, H): the K scored positions
+        hidden = seen[-1][at]  # (K, H): the K scored positions
     targets = b.resp_ids[rows, cols]
     step = max(1, HEAD_CHUNK_ELEMENTS // max(1, vocab))
     pieces = []

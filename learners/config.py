@@ -63,6 +63,11 @@ class LearnerConfig:
     # A conversation role's moves of one game (cogym.agents.conversation): "joined" trains them as one
     # sequence whose loss covers only the ids the model wrote; "turns" trains each move as a row of its own.
     multi_turn: str = "joined"
+    # The training forward's layout (cogym.learners.packing): rows packed end to end and the rows of a
+    # group that share a prompt reading one copy of it. auto: where the cost model says it pays, after a
+    # one-time check that the model's packed log-probs equal its plain ones (else plain, with a
+    # warning); on: always (an error for a model that cannot take it); off: plain right-padded rows.
+    packing: str = "auto"
     zero_stage: int = 0
     offload_optimizer: bool = False
     offload_params: bool = False
@@ -91,6 +96,9 @@ class LearnerConfig:
         if self.multi_turn not in MULTI_TURN:
             raise ValueError(f"multi_turn must be one of {', '.join(MULTI_TURN)}, got {self.multi_turn!r}: 'joined' trains a "
                              "seat's conversation moves of one game as one sequence, 'turns' each move as its own row")
+        if self.packing not in PACKING:
+            raise ValueError(f"packing must be one of {', '.join(PACKING)}, got {self.packing!r}: 'auto' packs the "
+                             "training forward where it pays and is exact, 'on' always, 'off' never")
         for role, name in self.role_algorithms.items():
             if not get(name).per_role:
                 raise ValueError(f"role_algorithms.{role}: {name} trains a whole policy with its own loss and cannot "
@@ -118,6 +126,7 @@ class LearnerConfig:
 
 
 MULTI_TURN = ("joined", "turns")
+PACKING = ("auto", "on", "off")  # as cogym.learners.packing.PACKING
 FROZEN = "frozen"  # not an algorithm: the policy plays and never learns
 
 

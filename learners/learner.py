@@ -178,14 +178,14 @@ class Learner:
         if len(ix) == 0:
             # No row of this rank at this micro-step: take part with a zero loss all the same
             # (ZeRO-2 reduces gradients at every micro-step, a collective every rank must join).
-            logp = response_logp(model, data.batch.rows(torch.arange(1)), self.temperature)
+            logp = response_logp(model, data.batch.rows(torch.arange(1)), self.temperature, packing="off")
             self.engine.backward(logp.sum() * 0.0, last=last)
             return
         mb = data.batch.rows(ix)
         if self.cfg.entropy_coef > 0:
-            logp, entropy = response_logp_entropy(model, mb, self.temperature)
+            logp, entropy = response_logp_entropy(model, mb, self.temperature, self.cfg.packing)
         else:
-            logp, entropy = response_logp(model, mb, self.temperature), None
+            logp, entropy = response_logp(model, mb, self.temperature, self.cfg.packing), None
         rows = {key: (value[ix] if value is not None else None) for key, value in data.rows.items()}
         loss, step_metrics = self.algorithm.loss(MicroStep(mb, logp, entropy, rows, k, data.num_tokens, data.num_seqs))
         world = dist.world_size()

@@ -88,7 +88,8 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
     if learner.ref_model is not None:
         chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch)
         with torch.no_grad():
-            ref_logp = torch.cat([response_logp(learner.ref_model, b.rows(ix), learner.temperature) for ix in chunks])
+            ref_logp = torch.cat([response_logp(learner.ref_model, b.rows(ix), learner.temperature, cfg.packing)
+                                  for ix in chunks])
     adv, keep, adv_metrics, carry = role_advantages(learner, b, ref_logp)
     metrics.update(adv_metrics)
     keep &= b.mask.sum(1) > 0  # rows with nothing to train on (filtered, truncated) cost no forward

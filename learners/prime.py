@@ -83,8 +83,8 @@ class PrimeRewardModel:
     def _logps(self, mb: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(log pi_phi with grad if enabled, log pi_ref without) of ``mb``'s response tokens."""
         with torch.no_grad():
-            ref = response_logp(self.ref_model, mb, self.temperature)
-        return response_logp(self.engine.train_module, mb, self.temperature), ref
+            ref = response_logp(self.ref_model, mb, self.temperature, self.cfg.packing)
+        return response_logp(self.engine.train_module, mb, self.temperature, self.cfg.packing), ref
 
     @torch.no_grad()
     def q(self, b: TokenBatch, micro_batch_size: int) -> torch.Tensor:

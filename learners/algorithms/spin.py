@@ -174,7 +174,8 @@ class Spin(Algorithm):
         chunks = [torch.cat([ix, ix + n]) for ix in (torch.tensor(run) for run in runs)]
         opponent = torch.zeros(2 * n, device=b.mask.device)
         for ix in chunks:
-            opponent[ix.to(b.mask.device)] = response_logp(self.opponent, b.rows(ix), self.ctx.temperature).sum(1)
+            opponent[ix.to(b.mask.device)] = response_logp(self.opponent, b.rows(ix), self.ctx.temperature,
+                                                          cfg.packing).sum(1)
         return TrainBatch(b, {}, rows={"opponent_logp": opponent}, chunks=chunks, num_tokens=float(b.mask.sum()),
                           num_seqs=float(n), extra={"pairs": n})
 

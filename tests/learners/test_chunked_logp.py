@@ -72,7 +72,7 @@ def test_output_layer_sees_only_response_positions_in_chunks(qwen_policy, monkey
     hook = qwen_policy.model.get_output_embeddings().register_forward_hook(
         lambda _m, args, _o: rows_seen.append(args[0].reshape(-1, args[0].shape[-1]).shape[0]))
     try:
-        response_logp(qwen_policy.model, b).sum().backward()
+        response_logp(qwen_policy.model, b, packing="off").sum().backward()  # the plain layout's calls
     finally:
         hook.remove()
     k = int(b.mask.sum())

@@ -1,0 +1,245 @@
+"""Packed training forwards: rows laid end to end in a few long rows, and the rows of a group that
+share a prompt reading one copy of it.
+
+A plain training forward pads N rows (prompt + response) to the widest and runs every prompt once
+per row. In group sampling the G rows of a prompt carry the same prompt G times, and short rows
+carry padding. A *packed layout* instead lays out, in each of a few packed rows:
+
+* a **shared unit**: one copy of a prompt, then the responses of the rows that share it, each
+  response attending to the prompt and to its own earlier tokens only, at the positions it has in
+  its own row (the prompt's length onwards);
+* a **plain unit**: one row (prompt + response) that shares its prompt with no other row of the batch.
+
+Units are placed first-fit by length into packed rows of a budgeted width; padding is left only at
+the ends of packed rows. The model sees one 4-D attention mask (who may attend to whom) and the
+per-token positions, so every token's keys, values and hidden state are those of the plain forward:
+log-probs, losses and gradients equal the plain forward's to float tolerance (the gradient of a
+shared prompt is the sum over its responses, as over separate copies). A row's last token predicts
+nothing and is not fed.
+
+:func:`plan` picks, per micro-batch, the budget whose layout costs least under a simple cost model
+(tokens fed, plus the attention's quadratic term) and returns None when packing saves too little
+over the plain forward. :func:`check_exact` is the one-time check that a model really computes the
+same thing through a packed layout (a model with sliding windows or position-free attention would
+not); see ``LearnerConfig.packing``.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+PACKING = ("auto", "on", "off")
+MAX_PACKED_WIDTH = 2048  # a packed row is at most this wide: its mask is width^2 (rows wider: no packing)
+MIN_SAVING = 0.9  # pack only when the packed cost is at most this fraction of the plain cost
+
+
+@dataclass
+class PackedLayout:
+    """A packed forward of N rows: ``input_ids``/``position_ids`` (B, T) and ``allowed`` (B, T, T) bool
+    (query, key); ``score_row``/``score_col`` (N, L): the packed row and slot whose output predicts
+    response token ``c`` of row ``i`` (0 past a row's response)."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    allowed: torch.Tensor
+    score_row: torch.Tensor
+    score_col: torch.Tensor
+    shared_rows: int  # rows that read a prompt shared with other rows
+
+    def additive_mask(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """The (B, 1, T, T) additive mask transformers takes as ``attention_mask``: 0 where allowed."""
+        mask = torch.zeros(self.allowed.shape, dtype=dtype, device=device)
+        mask.masked_fill_(~self.allowed.to(device), torch.finfo(dtype).min)
+        return mask[:, None]
+
+
+@dataclass
+class _Unit:
+    """Rows laid out together: ``prompt`` (shared; empty for a plain unit) then one segment per row."""
+
+    prompt: list[int]
+    rows: list[int]
+    segments: list[list[int]]  # per row: the ids fed after the prompt
+
+    @property
+    def width(self) -> int:
+        return len(self.prompt) + sum(len(s) for s in self.segments)
+
+
+def _units(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], share: bool,
+           budget: int) -> list[_Unit]:
+    """The units of these rows: each group of >= 2 rows with the same prompt one shared unit (split
+    into several, each with its own prompt copy, where one would be wider than ``budget``), every
+    other row a plain unit. A row's last token is not fed (nothing is scored from its output)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p) if share and len(p) > 0 else ("row", i), []).append(i)
+    units = []
+    for key, rows in groups.items():
+        if len(rows) == 1 or key[:1] == ("row",):
+            for i in rows:
+                full = list(prompts[i]) + list(responses[i])
+                units.append(_Unit([], [i], [full[:max(1, len(full) - 1)]]))
+            continue
+        prompt = list(prompts[rows[0]])
+        unit = _Unit(prompt, [], [])
+        for i in rows:
+            seg = list(responses[i])[:-1]  # the prompt's last token predicts the first response token
+            if unit.rows and unit.width + len(seg) > budget:
+                units.append(unit)
+                unit = _Unit(prompt, [], [])
+            unit.rows.append(i)
+            unit.segments.append(seg)
+        units.append(unit)
+    return units
+
+
+def _bins(units: list[_Unit], budget: int) -> list[list[_Unit]]:
+    """First-fit decreasing: units into packed rows of at most ``budget`` ids (a wider unit alone)."""
+    bins: list[list[_Unit]] = []
+    room: list[int] = []
+    for unit in sorted(units, key=lambda u: -u.width):
+        for k, free in enumerate(room):
+            if unit.width <= free:
+                bins[k].append(unit)
+                room[k] -= unit.width
+                break
+        else:
+            bins.append([unit])
+            room.append(budget - unit.width)
+    return bins
+
+
+def _cost(widths: Sequence[int], rows: int, hidden: int) -> float:
+    """Relative cost of a forward over ``rows`` rows padded to ``max(widths)``: per token the layers'
+    matrix products (~24 d^2) plus attention over the row (~4 T d, dense whatever the mask)."""
+    t = max(widths) if widths else 0
+    return rows * t * (1.0 + t / (6.0 * max(1, hidden)))
+
+
+def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], hidden: int, share: bool = True,
+         force: bool = False) -> PackedLayout | None:
+    """The cheapest packed layout of these rows, or None when it costs more than :data:`MIN_SAVING`
+    of the plain right-padded forward (always a layout when ``force``). ``hidden``: the model's width."""
+    n = len(prompts)
+    if n == 0:
+        return None
+    full = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    plain = _cost([max(1, f - 1) for f in full], n, hidden)  # as if it too skipped each row's last id
+    widest = max(full)
+    if widest > MAX_PACKED_WIDTH and not force:
+        return None
+    best, best_cost = None, None
+    budget = widest
+    while True:
+        bins = _bins(_units(prompts, responses, share, budget), budget)
+        width = max(sum(u.width for u in b) for b in bins)
+        cost = _cost([width], len(bins), hidden)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = bins, cost
+        if budget >= MAX_PACKED_WIDTH or budget >= sum(full):
+            break
+        budget = min(2 * budget, MAX_PACKED_WIDTH)
+    if not force and best_cost > MIN_SAVING * plain:
+        return None
+    return _layout(best, prompts, responses)
+
+
+def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
+    n = len(prompts)
+    lmax = max((len(r) for r in responses), default=0)
+    width = max(sum(u.width for u in b) for b in bins)
+    ids = torch.zeros((len(bins), width), dtype=torch.long)
+    pos = torch.zeros((len(bins), width), dtype=torch.long)
+    seg = torch.full((len(bins), width), -1, dtype=torch.long)  # segment of each slot (-1: padding)
+    parents: list[int] = []  # per segment: the segment it also reads (its prompt), or -2
+    score_row = torch.zeros((n, max(1, lmax)), dtype=torch.long)
+    score_col = torch.zeros((n, max(1, lmax)), dtype=torch.long)
+    shared_rows = 0
+    for b, units in enumerate(bins):
+        at = 0
+        for unit in units:
+            parent = -2
+            if unit.prompt:
+                p = len(unit.prompt)
+                ids[b, at:at + p] = torch.tensor(unit.prompt)
+                pos[b, at:at + p] = torch.arange(p)
+                parent = len(parents)
+                seg[b, at:at + p] = parent
+                parents.append(-2)
+                last_prompt = at + p - 1
+                at += p
+                shared_rows += len(unit.rows)
+            for i, s in zip(unit.rows, unit.segments):
+                k = len(s)
+                start_pos = len(unit.prompt)
+                ids[b, at:at + k] = torch.tensor(s, dtype=torch.long)
+                pos[b, at:at + k] = torch.arange(start_pos, start_pos + k)
+                seg[b, at:at + k] = len(parents)
+                parents.append(parent)
+                r = len(responses[i])
+                if r:
+                    score_row[i, :r] = b
+                    if unit.prompt:  # token 0 from the prompt's last slot, token c from response slot c-1
+                        score_col[i, 0] = last_prompt
+                        score_col[i, 1:r] = torch.arange(at, at + r - 1)
+                    else:  # a plain row: response token c is predicted at prompt length - 1 + c
+                        p = len(prompts[i])
+                        score_col[i, :r] = torch.arange(at + p - 1, at + p - 1 + r)
+                at += k
+    parent_of = torch.tensor(parents + [-2], dtype=torch.long)  # index -1 (padding) -> -2: reads no prompt
+    up = parent_of[seg]  # (B, T) the prompt segment each slot's segment reads
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    allowed = causal & ((seg[:, :, None] == seg[:, None, :]) | (up[:, :, None] == seg[:, None, :]))
+    allowed &= (seg[:, None, :] >= 0) | torch.eye(width, dtype=torch.bool)  # padding is read by nothing but itself
+    return PackedLayout(ids, pos, allowed, score_row, score_col, shared_rows)
+
+
+# ---------------------------------------------------------------------------------------------- exactness
+
+_checked: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def model_allows(base: torch.nn.Module) -> str | None:
+    """Why this transformers model cannot take a packed layout (None: it can, pending the numeric check):
+    attention that takes no 4-D mask (flash-attention kernels) or masks of its own (sliding windows)."""
+    config = getattr(base, "config", None)
+    if config is None:
+        return "it has no transformers config"
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl not in ("sdpa", "eager"):
+        return f"its attention implementation {impl!r} takes no 4-D mask"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "it has sliding-window attention"
+    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
+        return "some of its layers use attention other than full attention"
+    return None
+
+
+def checked(base: torch.nn.Module) -> bool | None:
+    """The one-time check's verdict for this model (None: not checked yet)."""
+    return _checked.get(base)
+
+
+def record_check(base: torch.nn.Module, plain: torch.Tensor, packed: torch.Tensor, mask: torch.Tensor,
+                 tolerance: float) -> bool:
+    """Compare the packed forward's log-probs with the plain forward's on one micro-batch; remember
+    and return whether they agree (a disagreement warns once, and the model trains unpacked)."""
+    gap = float(((plain - packed).abs() * mask).max()) if mask.any() else 0.0
+    ok = gap <= tolerance
+    _checked[base] = ok
+    if not ok:
+        warnings.warn(f"packed training forward disagrees with the plain forward by {gap:.3g} in log-prob "
+                      f"(tolerance {tolerance:g}) on {type(base).__name__}: training unpacked "
+                      "(set packing: off to skip this check)", RuntimeWarning, stacklevel=3)
+    return ok
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    """How far a packed log-prob may be from the plain one: float rounding of the model's dtype."""
+    return 1e-4 if dtype == torch.float32 else (1e-9 if dtype == torch.float64 else 5e-2)
