@@ -22,6 +22,7 @@ inference engine) plug in here and receive the weights through ``load_weights``.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
@@ -67,8 +68,9 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, policy: "Policy") -> None:
+    def __init__(self, policy: "Policy", share_prompts: bool = True) -> None:
         self.policy = policy
+        self.share_prompts = share_prompts  # prefill each distinct prompt once (see shared_prefill)
         self._version = 0
 
     @property
@@ -120,15 +122,19 @@ class HFBackend:
         was_training = model.training
         model.eval()
         steps = _StepLogprobs(1.0 if sampling.greedy else sampling.temperature)
-        hook = getattr(model, "hf_model", model).register_forward_hook(steps, with_kwargs=True)
         try:
             with policy.gather():
-                out = model.generate(input_ids=input_ids.to(policy.device), attention_mask=attention.to(policy.device),
-                                     **kwargs)
+                input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
+                if self.share_prompts:
+                    kwargs.update(shared_prefill(model, input_ids, attention))
+                hook = getattr(model, "hf_model", model).register_forward_hook(steps, with_kwargs=True)
+                try:
+                    out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+                finally:
+                    hook.remove()
         finally:
-            hook.remove()
-        if was_training:
-            model.train()
+            if was_training:
+                model.train()
         new = out.sequences[:, width:].cpu()  # (B, T)
         logp = steps.finish(new)  # (B, T)
         eos = torch.zeros_like(new, dtype=torch.bool)
@@ -142,6 +148,40 @@ class HFBackend:
             results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
                                       text=policy.decode(ids), finished=bool(len(hits)), version=self._version))
         return results
+
+
+def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: torch.Tensor) -> dict:
+    """Prefill every distinct prompt of a left-padded batch once and fan its KV cache out to the rows
+    that hold it: ``generate``'s extra keyword arguments (the cache), or ``{}`` for a model that takes no
+    cache this way.
+
+    The cache holds all but each row's last prompt id; ``generate`` then feeds that last id of every
+    row, so the first sampling step is the usual one. In group sampling (the k solvers of one problem,
+    ``game.group_size`` seeds) the rows of a group hold one prompt, so the prefill runs on the
+    distinct prompts only. Every batch takes this path, shared prompts or not, so a row's logits do not
+    depend on whether its prompt has twins in its batch."""
+    from transformers.cache_utils import DynamicCache
+
+    base = getattr(model, "hf_model", model)
+    if input_ids.shape[1] < 2 or "position_ids" not in inspect.signature(base.forward).parameters:
+        return {}
+    arg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    index: dict[tuple, int] = {}  # prompt -> its place among the distinct prompts
+    lead: list[int] = []  # per distinct prompt, the first row that holds it
+    owner: list[int] = []  # per row, its distinct prompt
+    for i, row in enumerate(map(tuple, input_ids.tolist())):
+        if row not in index:
+            index[row] = len(lead)
+            lead.append(i)
+        owner.append(index[row])
+    distinct = torch.tensor(lead, device=input_ids.device)
+    head_ids, head_mask = input_ids[distinct, :-1], attention[distinct, :-1]
+    positions = (head_mask.long().cumsum(-1) - 1).masked_fill(head_mask == 0, 0)  # as generate makes them
+    cache = DynamicCache(config=getattr(base, "config", None))
+    model(input_ids=head_ids, attention_mask=head_mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+          **{arg: cache})
+    cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
+    return {arg: cache}
 
 
 class _KeyedDraw:

@@ -101,3 +101,46 @@ def test_a_resumed_run_generates_with_the_checkpoints_version(tmp_path, monkeypa
                         or update(self, turns))
     train(load_config(run / "config.yaml", ["run.iterations=3"]), run_path=run, resume=True, progress=False)
     assert seen == [{2}, {2}]  # iteration 3: both policies' turns from the checkpoint's weights, version 2
+
+
+def _group_prompts(policy, problems=("12+5", "7*8", "100-1", "3+3")) -> list[list[int]]:
+    return [policy.render([{"role": "system", "content": "Solve."}, {"role": "user", "content": p}]) for p in problems]
+
+
+def test_shared_prompts_are_prefilled_once_each(any_policy):
+    """Four prompts, eight rows each: the prefill forward sees 4 rows, the sampling steps all 32."""
+    from tests.model_helpers import full_logp
+
+    prompts = [p for p in _group_prompts(any_policy) for _ in range(8)]
+    seen: list[tuple[int, int]] = []
+    base = getattr(any_policy.model, "hf_model", any_policy.model)
+    hook = base.register_forward_hook(lambda _m, _a, kw, _o: seen.append(tuple(kw["input_ids"].shape)),
+                                      with_kwargs=True)
+    try:
+        out = any_policy.backend.generate(prompts, SamplingParams(max_new_tokens=5), keys=list(range(32)))
+    finally:
+        hook.remove()
+    assert seen[0][0] == 4 and all(rows == 32 and width == 1 for rows, width in seen[1:])
+    for g in out[::7]:  # the behaviour log-probs are those of a full forward over prompt + response
+        assert g.logprobs == pytest.approx(full_logp(any_policy, g.prompt_ids, g.response_ids, 1.0), abs=1e-4)
+
+
+def test_a_prompt_gets_the_same_response_with_or_without_twins_in_its_batch(policy):
+    """The prefill of a shared prompt is the prefill of a lone one: a row's draws do not depend on how
+    many rows of its batch hold its prompt."""
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
+    a, b, c, d = _group_prompts(policy)
+    lone = policy.backend.generate([a, b, c, d] * 4, sampling, keys=list(range(100, 116)))
+    twins = policy.backend.generate([a] * 13 + [b, c, d], sampling, keys=[100] + list(range(200, 212)) + [101, 102, 103])
+    assert twins[0] == lone[0] and twins[13:] == lone[1:4]
+
+
+def test_shared_prefill_can_be_switched_off(policy):
+    """``HFBackend(share_prompts=False)``: every row prefilled (the log-probs agree to float rounding)."""
+    prompts = [p for p in _group_prompts(policy) for _ in range(4)]
+    sampling = SamplingParams(max_new_tokens=6, temperature=0.0)
+    shared = HFBackend(policy).generate(prompts, sampling)
+    plain = HFBackend(policy, share_prompts=False).generate(prompts, sampling)
+    assert [g.response_ids for g in shared] == [g.response_ids for g in plain]
+    for s, p in zip(shared, plain):
+        assert s.logprobs == pytest.approx(p.logprobs, abs=1e-4)
