@@ -6,6 +6,11 @@ two players' calls) and a scripted twin, round-robin on ``kuhn_poker-v0``. The s
 seeds) are played with ``batch_games`` = ``--batch`` and with ``batch_games`` = 1; the printed ratio
 is games/s batched over games/s one at a time.
 
+A keyed generate call of fewer than 16 prompts is filled up to 16 rows (``HFBackend``'s
+``MIN_ROWS``, for batch-independent draws), so one game at a time pays for 16 rows a call. The
+script also plays one at a time with that fill off and prints the speedup over it
+(``speedup_vs_unfilled``), the ratio over the cheapest one-at-a-time play.
+
     python benchmarks/tournament_batching.py [--games-per-pairing 64] [--batch 256]
 """
 
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from cogym.agents import backends
 from cogym.agents.policy import tiny_model_path
 from cogym.runners.tournament import TournamentSpec, resolve_players, run_tournament
 
@@ -46,9 +52,16 @@ def main() -> None:
         _play(players, 2, args.batch, tmp / "warmup")  # load the models and warm the kernels
         batched_s, n = _play(players, args.games_per_pairing, args.batch, tmp / "batched")
         single_s, n1 = _play(players, args.games_per_pairing, 1, tmp / "single")
-    assert n == n1
+        fill, backends.MIN_ROWS = backends.MIN_ROWS, 1
+        try:
+            unfilled_s, n2 = _play(players, args.games_per_pairing, 1, tmp / "unfilled")
+        finally:
+            backends.MIN_ROWS = fill
+    assert n == n1 == n2
     result = {"games": n, "batched_games_per_s": n / batched_s, "one_at_a_time_games_per_s": n1 / single_s,
-              "speedup": (n / batched_s) / (n1 / single_s), "batch_games": args.batch}
+              "speedup": (n / batched_s) / (n1 / single_s),
+              "one_at_a_time_unfilled_games_per_s": n2 / unfilled_s, "speedup_vs_unfilled": unfilled_s / batched_s,
+              "batch_games": args.batch}
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}, indent=1))
 
 
