@@ -108,11 +108,9 @@ class HFBackend:
             keys = list(keys) + [keys[0]] * (MIN_ROWS - asked)
         pad = policy.tokenizer.pad_token_id
         width = -(-max(len(p) for p in prompts) // PAD_MULTIPLE) * PAD_MULTIPLE
-        input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # (B, P), left-padded
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p):] = 1
+        # (B, P), left-padded: built as one list (a tensor per row costs more than the rest of this call)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], dtype=torch.long)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
         kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=pad, eos_token_id=policy.eos_ids,
                       return_dict_in_generate=True)
         # Greedy or not, generate takes the argmax: when sampling, of the one token _KeyedDraw leaves.
@@ -137,16 +135,17 @@ class HFBackend:
                 model.train()
         new = out.sequences[:, width:].cpu()  # (B, T)
         logp = steps.finish(new)  # (B, T)
-        eos = torch.zeros_like(new, dtype=torch.bool)
-        for e in policy.eos_ids:
-            eos |= new == e
+        new, logp = new[:asked], logp[:asked]
+        eos = torch.isin(new, torch.tensor(policy.eos_ids, dtype=new.dtype))
+        ended = eos.any(1)
+        lengths = torch.where(ended, eos.int().argmax(1) + 1, new.shape[1]).tolist()  # up to the first end token
+        new_rows, logp_rows, ended = new.tolist(), logp.tolist(), ended.tolist()
         results = []
         for i, p in enumerate(prompts[:asked]):
-            hits = eos[i].nonzero()
-            n = int(hits[0]) + 1 if len(hits) else new.shape[1]
-            ids = new[i, :n].tolist()
-            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp[i, :n].tolist(),
-                                      text=policy.decode(ids), finished=bool(len(hits)), version=self._version))
+            n = lengths[i]
+            ids = new_rows[i][:n]
+            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp_rows[i][:n],
+                                      text=policy.decode(ids), finished=ended[i], version=self._version))
         return results
 
 
