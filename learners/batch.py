@@ -131,17 +131,36 @@ def _response_scores(model: torch.nn.Module, b: TokenBatch, temperature: float,
     # A LoRA policy's view activates its adapter around its own forward only: the head calls below
     # (an adapted output layer included) must see the same adapter.
     with inner.active() if hasattr(inner, "active") and hasattr(inner, "hf_model") else contextlib.nullcontext():
-        layout = _packed_layout(model, b, packing)
-        if layout is None:
-            return _scores(model, b, temperature, entropy, None)
-        base = _transformers_model(model)
-        if packing == "auto" and packing_mod.checked(base) is None:  # the one-time check (see packing)
-            with torch.no_grad():
-                plain = _scores(model, b, temperature, False, None)[0]
-                packed = _scores(model, b, temperature, False, layout)[0]
-            if not packing_mod.record_check(base, plain, packed, b.mask > 0, packing_mod.tolerance(_dtype(base))):
-                return _scores(model, b, temperature, entropy, None)
-        return _scores(model, b, temperature, entropy, layout)
+        if packing == "auto":
+            _check_packing(model, b.input_ids.device)
+        return _scores(model, b, temperature, entropy, _packed_layout(model, b, packing))
+
+
+def _check_packing(model: torch.nn.Module, device: torch.device) -> None:
+    """The one-time check of ``packing: auto`` (:mod:`~cogym.learners.packing`), at a model's first scoring
+    call: a fixed batch of groups that share prompts, scored plain and packed without grad. Every call's
+    first forward does it, whatever its own batch, so every data-parallel rank runs the same forwards
+    (ZeRO-3 gathers parameters in each one) and reaches the same verdict."""
+    base = _transformers_model(model)
+    if packing_mod.checked(base) is not None or packing_mod.model_allows(base) is not None:
+        return
+    vocab = int(getattr(base.config, "vocab_size", 0) or 0)
+    if vocab < 8:
+        return
+    g = torch.Generator().manual_seed(0)
+    turns = []
+    for k, (p, r) in enumerate([(12, 5)] * 3 + [(9, 3)] * 3 + [(14, 6), (5, 2)]):
+        if k in (0, 3, 6, 7):  # a new prompt: two groups of three, then two rows of their own
+            prompt = torch.randint(4, vocab, (p,), generator=g).tolist()
+        response = torch.randint(4, vocab, (r,), generator=g).tolist()
+        turns.append(Turn(game_index=k, episode_id="check", seat="s", role="r", policy_id="p", prompt_ids=prompt,
+                          response_ids=response, logprobs=[0.0] * r, text="", finished=True))
+    b = TokenBatch.from_turns(turns, 0).to(device)
+    layout = _packed_layout(model, b, "on")
+    with torch.no_grad():
+        plain = _scores(model, b, 1.0, False, None)[0]
+        packed = _scores(model, b, 1.0, False, layout)[0]
+    packing_mod.record_check(base, plain, packed, b.mask > 0, packing_mod.tolerance(_dtype(base)))
 
 
 def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
@@ -155,7 +174,7 @@ def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
             raise ValueError(f"packing: on, but {type(base).__name__} cannot take a packed forward: {why} "
                              "(set packing: auto or off)")
         return None
-    if packing == "auto" and packing_mod.checked(base) is False:
+    if packing == "auto" and not packing_mod.checked(base):
         return None
     lengths = b.attention_mask.sum(1).tolist()
     prompts, responses = [], []

@@ -178,7 +178,7 @@ class Learner:
         if len(ix) == 0:
             # No row of this rank at this micro-step: take part with a zero loss all the same
             # (ZeRO-2 reduces gradients at every micro-step, a collective every rank must join).
-            logp = response_logp(model, data.batch.rows(torch.arange(1)), self.temperature, packing="off")
+            logp = response_logp(model, data.batch.rows(torch.arange(1)), self.temperature, self.cfg.packing)
             self.engine.backward(logp.sum() * 0.0, last=last)
             return
         mb = data.batch.rows(ix)

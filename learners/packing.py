@@ -19,9 +19,11 @@ nothing and is not fed.
 
 :func:`plan` picks, per micro-batch, the budget whose layout costs least under a simple cost model
 (tokens fed, plus the attention's quadratic term) and returns None when packing saves too little
-over the plain forward. :func:`check_exact` is the one-time check that a model really computes the
-same thing through a packed layout (a model with sliding windows or position-free attention would
-not); see ``LearnerConfig.packing``.
+over the plain forward. With ``LearnerConfig.packing: auto`` a model is packed only after a one-time
+check that it computes the same thing through a packed layout (a model with sliding windows or
+position-free attention would not): the training forward scores a fixed batch both ways at the
+model's first call and :func:`record_check` keeps the verdict; :func:`model_allows` rules out the
+models that cannot take a 4-D mask at all.
 """
 
 from __future__ import annotations

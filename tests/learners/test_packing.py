@@ -158,12 +158,22 @@ def test_auto_packing_falls_back_to_plain_with_a_warning_when_the_check_disagree
     assert torch.equal(first, plain) and torch.equal(again, plain)
 
 
-def test_auto_packing_passes_its_check_on_a_random_llama():
-    b = TokenBatch.from_turns(_group_turns(100), 0)
+def test_auto_packing_checks_at_a_models_first_call_whatever_its_batch():
+    """The check scores its own fixed batch at the first call, even one whose batch is never packed
+    (every data-parallel rank then runs the same forwards), and only once."""
     model = _random_llama()
-    assert packing_mod.checked(model) is None
-    response_logp(model, b, packing="auto")
-    assert packing_mod.checked(model) is True
+    one_row = TokenBatch.from_turns(_group_turns(100, groups=0, singles=1), 0)
+    assert packing_mod.checked(model) is None and _packed_layout(model, one_row, "auto") is None
+    seen: list[int] = []
+    hook = model.model.register_forward_hook(lambda *_: seen.append(1))
+    try:
+        response_logp(model, one_row, packing="auto")
+        assert packing_mod.checked(model) is True and len(seen) == 3  # plain + packed check, then the call
+        response_logp(model, one_row, packing="auto")
+        assert len(seen) == 4
+    finally:
+        hook.remove()
+    assert _packed_layout(model, TokenBatch.from_turns(_group_turns(100), 0), "auto") is not None
 
 
 def test_models_that_cannot_take_a_packed_layout_are_named():

@@ -127,7 +127,7 @@ def test_gradient_checkpointing_recomputes_layers_with_the_same_gradient(tiny_mo
         seen = []  # the layer's own hooks sit outside the checkpoint: count its attention's forwards
         hook = layer.self_attn.register_forward_hook(lambda *_: seen.append(1))
         with training_forward(policy.model):
-            response_logp(policy.model, b).sum().backward()
+            response_logp(policy.model, b, packing="off").sum().backward()  # (auto adds its one-time check's forwards)
         hook.remove()
         calls[gc] = len(seen)
         grads[gc] = [p.grad.clone() for p in policy.model.parameters()]
