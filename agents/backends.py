@@ -162,9 +162,13 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     from transformers.cache_utils import DynamicCache
 
     base = getattr(model, "hf_model", model)
-    if input_ids.shape[1] < 2 or "position_ids" not in inspect.signature(base.forward).parameters:
-        return {}
-    arg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    params = inspect.signature(base.forward).parameters
+    gen = getattr(base, "generation_config", None)
+    if (input_ids.shape[1] < 2 or not {"position_ids", "logits_to_keep"} <= set(params)
+            or getattr(gen, "cache_implementation", None) is not None or getattr(gen, "use_cache", True) is False
+            or not getattr(base, "_supports_default_dynamic_cache", lambda: True)()):
+        return {}  # a model that generates with a cache of its own kind, or none: generate prefills every row
+    arg = "cache" if "cache" in params else "past_key_values"
     index: dict[tuple, int] = {}  # prompt -> its place among the distinct prompts
     lead: list[int] = []  # per distinct prompt, the first row that holds it
     owner: list[int] = []  # per row, its distinct prompt
@@ -173,7 +177,10 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
             index[row] = len(lead)
             lead.append(i)
         owner.append(index[row])
-    distinct = torch.tensor(lead, device=input_ids.device)
+    # CPU matrix products round a row differently below 16 rows (see HFBackend): the prefill runs
+    # (distinct prompts) x (width - 1) rows, so a lone short prompt gets a copy that is thrown away
+    copies = -(-MIN_ROWS // (input_ids.shape[1] - 1))
+    distinct = torch.tensor(lead + [lead[0]] * max(0, copies - len(lead)), device=input_ids.device)
     head_ids, head_mask = input_ids[distinct, :-1], attention[distinct, :-1]
     positions = (head_mask.long().cumsum(-1) - 1).masked_fill(head_mask == 0, 0)  # as generate makes them
     cache = DynamicCache(config=getattr(base, "config", None))

@@ -144,7 +144,7 @@ def _check_packing(model: torch.nn.Module, device: torch.device) -> None:
     base = _transformers_model(model)
     if packing_mod.checked(base) is not None or packing_mod.model_allows(base) is not None:
         return
-    vocab = int(getattr(base.config, "vocab_size", 0) or 0)
+    vocab = int(getattr(base.config.get_text_config(), "vocab_size", 0) or 0)
     if vocab < 8:
         return
     g = torch.Generator().manual_seed(0)
@@ -156,10 +156,14 @@ def _check_packing(model: torch.nn.Module, device: torch.device) -> None:
         turns.append(Turn(game_index=k, episode_id="check", seat="s", role="r", policy_id="p", prompt_ids=prompt,
                           response_ids=response, logprobs=[0.0] * r, text="", finished=True))
     b = TokenBatch.from_turns(turns, 0).to(device)
-    layout = _packed_layout(model, b, "on")
-    with torch.no_grad():
-        plain = _scores(model, b, 1.0, False, None)[0]
-        packed = _scores(model, b, 1.0, False, layout)[0]
+    try:
+        layout = _packed_layout(model, b, "on")
+        with torch.no_grad():
+            plain = _scores(model, b, 1.0, False, None)[0]
+            packed = _scores(model, b, 1.0, False, layout)[0]
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run the packed forward trains plain
+        packing_mod.record_failure(base, exc)
+        return
     packing_mod.record_check(base, plain, packed, b.mask > 0, packing_mod.tolerance(_dtype(base)))
 
 
@@ -177,15 +181,15 @@ def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
     if packing == "auto" and not packing_mod.checked(base):
         return None
     lengths = b.attention_mask.sum(1).tolist()
+    ids = b.input_ids.tolist()  # one copy off the device, not one a row
     prompts, responses = [], []
     for i, t in enumerate(b.turns):
         p = len(t.prompt_ids)
         if p == 0 or p + len(t.response_ids) != lengths[i]:  # rows not built from these turns: keep them plain
             return None
-        row = b.input_ids[i, :lengths[i]].tolist()
-        prompts.append(row[:p])
-        responses.append(row[p:])
-    hidden = int(getattr(base.config, "hidden_size", 0) or 0)
+        prompts.append(ids[i][:p])
+        responses.append(ids[i][p:lengths[i]])
+    hidden = int(getattr(base.config.get_text_config(), "hidden_size", 0) or 0)
     return packing_mod.plan(prompts, responses, hidden, force=packing == "on")
 
 

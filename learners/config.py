@@ -66,7 +66,8 @@ class LearnerConfig:
     # The training forward's layout (cogym.learners.packing): rows packed end to end and the rows of a
     # group that share a prompt reading one copy of it. auto: where the cost model says it pays, after a
     # one-time check that the model's packed log-probs equal its plain ones (else plain, with a
-    # warning); on: always (an error for a model that cannot take it); off: plain right-padded rows.
+    # warning); on: whenever the rows fit a packed row (an error for a model that cannot take it); off:
+    # plain right-padded rows.
     packing: str = "auto"
     zero_stage: int = 0
     offload_optimizer: bool = False

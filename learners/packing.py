@@ -36,7 +36,7 @@ from typing import Sequence
 import torch
 
 PACKING = ("auto", "on", "off")
-MAX_PACKED_WIDTH = 2048  # a packed row is at most this wide: its mask is width^2 (rows wider: no packing)
+MAX_PACKED_WIDTH = 2048  # a packed row is at most this wide: its mask is width^2 (wider rows: plain, even with on)
 MIN_SAVING = 0.9  # pack only when the packed cost is at most this fraction of the plain cost
 
 
@@ -127,14 +127,15 @@ def _cost(widths: Sequence[int], rows: int, hidden: int) -> float:
 def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], hidden: int, share: bool = True,
          force: bool = False) -> PackedLayout | None:
     """The cheapest packed layout of these rows, or None when it costs more than :data:`MIN_SAVING`
-    of the plain right-padded forward (always a layout when ``force``). ``hidden``: the model's width."""
+    of the plain right-padded forward (with ``force``, whenever it costs more) or a row is wider than
+    :data:`MAX_PACKED_WIDTH`. ``hidden``: the model's width."""
     n = len(prompts)
     if n == 0:
         return None
     full = [len(p) + len(r) for p, r in zip(prompts, responses)]
     plain = _cost([max(1, f - 1) for f in full], n, hidden)  # as if it too skipped each row's last id
     widest = max(full)
-    if widest > MAX_PACKED_WIDTH and not force:
+    if widest > MAX_PACKED_WIDTH:  # its mask would be too large (also with packing: on)
         return None
     best, best_cost = None, None
     budget = widest
@@ -209,17 +210,28 @@ _checked: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDi
 
 def model_allows(base: torch.nn.Module) -> str | None:
     """Why this transformers model cannot take a packed layout (None: it can, pending the numeric check):
-    attention that takes no 4-D mask (flash-attention kernels) or masks of its own (sliding windows)."""
+    a forward without ``position_ids``, attention that takes no 4-D mask (flash-attention kernels, ALiBi
+    biases built from a 2-D mask) or that masks by itself (sliding windows, other layer types). The
+    text config is read (a multimodal model's top-level config does not say). These rules are the only
+    guard against masking longer than the check's short rows, which the numeric check cannot see."""
+    import inspect
+
     config = getattr(base, "config", None)
     if config is None:
         return "it has no transformers config"
-    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if "position_ids" not in inspect.signature(base.forward).parameters:
+        return "its forward takes no position_ids"
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    impl = getattr(config, "_attn_implementation", None) or getattr(text, "_attn_implementation", None) or "eager"
     if impl not in ("sdpa", "eager"):
         return f"its attention implementation {impl!r} takes no 4-D mask"
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return "it has sliding-window attention"
-    if any(t != "full_attention" for t in (getattr(config, "layer_types", None) or [])):
-        return "some of its layers use attention other than full attention"
+    for c in {id(config): config, id(text): text}.values():
+        if getattr(c, "alibi", False) or getattr(c, "model_type", "") in ("bloom", "mpt"):
+            return "it has ALiBi position biases"
+        if getattr(c, "sliding_window", None) and getattr(c, "use_sliding_window", True):
+            return "it has sliding-window attention"
+        if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])):
+            return "some of its layers use attention other than full attention"
     return None
 
 
@@ -240,6 +252,13 @@ def record_check(base: torch.nn.Module, plain: torch.Tensor, packed: torch.Tenso
                       f"(tolerance {tolerance:g}) on {type(base).__name__}: training unpacked "
                       "(set packing: off to skip this check)", RuntimeWarning, stacklevel=3)
     return ok
+
+
+def record_failure(base: torch.nn.Module, exc: Exception) -> None:
+    """The check's packed forward raised: remember that this model trains unpacked, and say why once."""
+    _checked[base] = False
+    warnings.warn(f"packed training forward failed on {type(base).__name__} ({type(exc).__name__}: {exc}): "
+                  "training unpacked (set packing: off to skip this check)", RuntimeWarning, stacklevel=3)
 
 
 def tolerance(dtype: torch.dtype) -> float:

@@ -144,3 +144,31 @@ def test_shared_prefill_can_be_switched_off(policy):
     assert [g.response_ids for g in shared] == [g.response_ids for g in plain]
     for s, p in zip(shared, plain):
         assert s.logprobs == pytest.approx(p.logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("length", [5, 14, 30])
+def test_a_short_prompt_alone_in_its_batch_draws_as_beside_another(policy, length):
+    """One distinct prompt of <= 16 ids prefills fewer than 16 matrix rows, which CPU kernels round
+    differently: the prefill then adds a copy, so the draws are those of a batch with two prompts."""
+    sampling = SamplingParams(max_new_tokens=6, temperature=1.0)
+    p, q = list(range(4, 4 + length)), list(range(40, 40 + length))
+    keys = list(range(500, 516))
+    alone = policy.backend.generate([p] * 16, sampling, keys=keys)
+    mixed = policy.backend.generate([p, q] * 8, sampling, keys=keys)
+    assert [g.logprobs for g in alone[::2]] == [g.logprobs for g in mixed[::2]]
+
+
+def test_a_model_that_generates_with_a_cache_of_its_own_is_prefilled_by_generate(policy):
+    """A generation config that names a cache kind (or turns the cache off): no shared prefill."""
+    from cogym.agents.backends import shared_prefill
+
+    ids, mask = torch.tensor([[5, 6, 7, 8]] * 2), torch.ones(2, 4, dtype=torch.long)
+    assert shared_prefill(policy.model, ids, mask)  # the tiny model: a dynamic cache, shared
+    gen = policy.model.generation_config
+    for key, value in [("cache_implementation", "static"), ("use_cache", False)]:
+        old = getattr(gen, key)
+        setattr(gen, key, value)
+        try:
+            assert shared_prefill(policy.model, ids, mask) == {}
+        finally:
+            setattr(gen, key, old)

@@ -180,12 +180,16 @@ def test_models_that_cannot_take_a_packed_layout_are_named():
     from types import SimpleNamespace
 
     def why(**config):
-        return packing_mod.model_allows(SimpleNamespace(config=SimpleNamespace(**config)))
+        return packing_mod.model_allows(SimpleNamespace(config=SimpleNamespace(**config),
+                                                        forward=lambda input_ids, position_ids=None: None))
 
     assert why(_attn_implementation="sdpa") is None
     assert "flash_attention_2" in why(_attn_implementation="flash_attention_2")
     assert "sliding" in why(_attn_implementation="sdpa", sliding_window=4096)
     assert "full attention" in why(_attn_implementation="sdpa", layer_types=["full_attention", "sliding_attention"])
+    # a multimodal model: its top-level config is silent, its text config has the window
+    windowed = SimpleNamespace(sliding_window=512, layer_types=["sliding_attention", "full_attention"])
+    assert "sliding" in why(_attn_implementation="sdpa", get_text_config=lambda: windowed)
 
 
 def test_packing_on_refuses_a_model_without_4d_masks(policy, monkeypatch):
@@ -218,3 +222,41 @@ def test_a_learner_update_is_the_same_packed_or_not(policy):
         assert torch.allclose(after["on"][name], w, atol=1e-6), name
         moved += int(not torch.equal(w, dict(policy.model.named_parameters())[name]))
     assert moved > 0  # the update did change the weights
+
+
+def test_models_that_take_no_positions_or_use_alibi_are_never_packed():
+    from types import SimpleNamespace
+
+    class NoPositions(torch.nn.Module):
+        config = SimpleNamespace(_attn_implementation="sdpa")
+
+        def forward(self, input_ids, attention_mask=None, **kwargs):
+            return input_ids
+
+    assert "position_ids" in packing_mod.model_allows(NoPositions())
+    bloom = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa", model_type="bloom"),
+                            forward=lambda input_ids, position_ids=None: None)
+    assert "ALiBi" in packing_mod.model_allows(bloom)
+
+
+def test_a_check_whose_packed_forward_raises_leaves_the_model_plain(monkeypatch):
+    """A model whose packed forward fails (an ALiBi model the rules missed, say) warns and trains plain."""
+    from cogym.learners import batch as batch_mod
+
+    model = _random_llama()
+    b = TokenBatch.from_turns(_group_turns(103), 0)
+    real = batch_mod._scores
+
+    def failing(m, tb, temperature, entropy, layout):
+        if layout is not None:
+            raise ValueError("too many values to unpack")
+        return real(m, tb, temperature, entropy, layout)
+
+    monkeypatch.setattr(batch_mod, "_scores", failing)
+    with pytest.warns(RuntimeWarning, match="packed training forward failed"):
+        out = response_logp(model, b, packing="auto")
+    assert packing_mod.checked(model) is False and out.shape == b.mask.shape
+
+
+def test_rows_wider_than_a_packed_row_run_plain_even_with_packing_on():
+    assert packing_mod.plan([[4] * 3000] * 2, [[7]] * 2, hidden=128, force=True) is None
