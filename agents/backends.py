@@ -63,6 +63,9 @@ class HFBackend:
     prompt, whose answers are dropped. Then a row's logits are bitwise those of any other batch
     (measured on CPU with fixed threads; GPU kernels promise less).
 
+    Each distinct prompt of a batch is prefilled once and its KV cache fanned out to the rows that
+    hold it (:func:`shared_prefill`; ``share_prompts=False`` prefills every row).
+
     It shares the model the learner trains, so after an update ``load_weights(None, version)`` only
     records the version; given a state dict, it loads it into the model (every key must be the model's)."""
 
