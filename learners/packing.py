@@ -127,8 +127,8 @@ def _cost(widths: Sequence[int], rows: int, hidden: int) -> float:
 def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], hidden: int, share: bool = True,
          force: bool = False) -> PackedLayout | None:
     """The cheapest packed layout of these rows, or None when it costs more than :data:`MIN_SAVING`
-    of the plain right-padded forward (with ``force``, whenever it costs more) or a row is wider than
-    :data:`MAX_PACKED_WIDTH`. ``hidden``: the model's width."""
+    of the plain right-padded forward (never, with ``force``) or when a row is wider than
+    :data:`MAX_PACKED_WIDTH` (with ``force`` too). ``hidden``: the model's width."""
     n = len(prompts)
     if n == 0:
         return None
