@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Build vLLM's CPU backend from source, for developing and testing cogym's vLLM generation backend on a
+# machine without a GPU. A developer tool: CI does not run it. On a GPU machine install the `vllm` extra
+# instead (pip install -e ".[vllm]"), which takes vLLM's CUDA wheel.
+#
+#   scripts/build_vllm_cpu.sh [DIR]        # default DIR: .vllm-cpu in the repository root
+#
+# It leaves DIR/venv: Python with torch 2.13.0 (CPU), vLLM 0.32.0 built for CPU (the newest release
+# whose build pins torch 2.13.0, the local CPU torch) and cogym installed editable with its test extra.
+# vLLM 0.32 wants transformers < 5.20, so this venv has its own transformers; cogym's main venv
+# keeps its own. Idempotent: each finished step leaves a marker under DIR and is skipped on a rerun.
+#
+# What it needs besides the package index:
+# - oneDNN's source at the tag vLLM's cmake names (v3.13). vLLM's build clones it from GitHub unless
+#   FETCHCONTENT_SOURCE_DIR_ONEDNN names a local tree. Give the script one of:
+#     ONEDNN_SRC=/path/to/oneDNN-source          a source tree at v3.13, or
+#     ONEDNN_GIT=/path/to/oneDNN.git             a clone holding the tag (the script exports it);
+#   with neither, it clones https://github.com/uxlfoundation/oneDNN at the tag.
+# - vLLM's optional Rust frontend needs crates from crates.io. Cargo runs offline here
+#   (CARGO_NET_OFFLINE=true), so that optional extension is skipped and the Python frontend is used.
+# - The triton-cpu wheel that vLLM's requirements/cpu.txt lists comes from GitHub; it is left out.
+#   vLLM's CPU platform then warns that Triton is missing and runs its other kernels.
+# - vLLM's cmake refuses gcc < 12.3 on x86. The development machine has Debian 12's gcc 12.2 and no
+#   newer one in its package index, so the script lowers that check to 12.2 in the unpacked source
+#   (GCC_MIN=12.3 keeps vLLM's own check). Whether 12.2 compiles every kernel is what the build shows.
+set -euo pipefail
+
+VLLM_VERSION=0.32.0
+VLLM_SHA256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad
+ONEDNN_TAG=v3.13
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+DIR="$(mkdir -p "${1:-$REPO/.vllm-cpu}" && cd "${1:-$REPO/.vllm-cpu}" && pwd)"
+PY="${PYTHON:-python3}"
+JOBS="${MAX_JOBS:-$(nproc)}"
+START=$(date +%s)
+
+say() { printf '[build_vllm_cpu %4ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
+done_step() { [ -f "$DIR/.done-$1" ]; }
+mark() { touch "$DIR/.done-$1"; }
+
+if ! done_step venv; then
+    say "virtual environment in $DIR/venv, torch 2.13.0 (CPU)"
+    "$PY" -m venv "$DIR/venv"
+    "$DIR/venv/bin/python" -m pip install -q --upgrade pip
+    "$DIR/venv/bin/python" -m pip install -q torch==2.13.0
+    mark venv
+fi
+. "$DIR/venv/bin/activate"
+
+SRC="$DIR/vllm-$VLLM_VERSION"
+if ! done_step source; then
+    say "vLLM $VLLM_VERSION source distribution from PyPI"
+    url=$(curl -fsSL https://pypi.org/simple/vllm/ | grep -o "https://[^\"#]*/vllm-$VLLM_VERSION\.tar\.gz" | head -1)
+    [ -n "$url" ] || { echo "no vllm-$VLLM_VERSION.tar.gz on https://pypi.org/simple/vllm/" >&2; exit 1; }
+    curl -fsSL -o "$DIR/vllm-$VLLM_VERSION.tar.gz" "$url"
+    echo "$VLLM_SHA256  $DIR/vllm-$VLLM_VERSION.tar.gz" | sha256sum -c - >/dev/null
+    rm -rf "$SRC" && tar -xzf "$DIR/vllm-$VLLM_VERSION.tar.gz" -C "$DIR"
+    mark source
+fi
+
+ONEDNN="$DIR/oneDNN-$ONEDNN_TAG"
+if ! done_step onednn; then
+    rm -rf "$ONEDNN"
+    if [ -n "${ONEDNN_SRC:-}" ]; then
+        say "oneDNN source from $ONEDNN_SRC"
+        cp -a "$ONEDNN_SRC" "$ONEDNN"
+    elif [ -n "${ONEDNN_GIT:-}" ]; then
+        say "oneDNN $ONEDNN_TAG exported from $ONEDNN_GIT"
+        mkdir -p "$ONEDNN" && git -C "$ONEDNN_GIT" archive "$ONEDNN_TAG" | tar -x -C "$ONEDNN"
+    else
+        say "oneDNN $ONEDNN_TAG cloned from GitHub"
+        git clone -q --depth 1 --branch "$ONEDNN_TAG" https://github.com/uxlfoundation/oneDNN "$ONEDNN"
+    fi
+    mark onednn
+fi
+
+GCC_MIN="${GCC_MIN:-12.2}"
+sed -i "s/CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12\.[0-9]*))/CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL $GCC_MIN))/" \
+    "$SRC/cmake/cpu_extension.cmake"
+
+if ! done_step deps; then
+    say "build and runtime requirements (requirements/common.txt, cpu.txt less torch and triton)"
+    grep -v -E '^(torch|torchaudio|torchvision|torchcodec|triton)\b|^triton @|^-r ' "$SRC/requirements/cpu.txt" \
+        > "$DIR/cpu-requirements.txt"
+    pip install -q "cmake>=3.26" ninja "setuptools==78.1.1" "setuptools-scm>=8" "setuptools-rust>=1.9" wheel \
+        packaging jinja2
+    pip install -q -r "$SRC/requirements/common.txt" -r "$DIR/cpu-requirements.txt"
+    mark deps
+fi
+
+if ! done_step build; then
+    say "building vLLM for CPU with $JOBS jobs (the long step)"
+    (cd "$SRC" && VLLM_TARGET_DEVICE=cpu MAX_JOBS="$JOBS" FETCHCONTENT_SOURCE_DIR_ONEDNN="$ONEDNN" \
+        CARGO_NET_OFFLINE="${CARGO_NET_OFFLINE:-true}" \
+        SETUPTOOLS_SCM_PRETEND_VERSION="$VLLM_VERSION" \
+        pip wheel -v --no-build-isolation --no-deps . -w "$DIR/wheels" > "$DIR/build.log" 2>&1) \
+        || { tail -40 "$DIR/build.log" >&2; echo "build failed: the whole log is $DIR/build.log" >&2; exit 1; }
+    mark build
+fi
+
+if ! done_step install; then
+    say "installing the wheel and cogym (editable, test extra)"
+    pip install -q --no-deps "$DIR"/wheels/vllm-*.whl
+    pip install -q -e "$REPO[test]"
+    mark install
+fi
+
+say "check: import vllm on the CPU platform"
+python - <<'EOF'
+import vllm
+from vllm.platforms import current_platform
+print(f"vllm {vllm.__version__} on {current_platform.device_type}")
+assert current_platform.device_type == "cpu", current_platform
+EOF
+say "done: . $DIR/venv/bin/activate"
