@@ -144,7 +144,7 @@ def _check_packing(model: torch.nn.Module, device: torch.device) -> None:
     base = _transformers_model(model)
     if packing_mod.checked(base) is not None or packing_mod.model_allows(base) is not None:
         return
-    vocab = int(getattr(base.config.get_text_config(), "vocab_size", 0) or 0)
+    vocab = int(getattr(packing_mod.text_config(base), "vocab_size", 0) or 0)
     if vocab < 8:
         return
     g = torch.Generator().manual_seed(0)
@@ -189,7 +189,7 @@ def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
             return None
         prompts.append(ids[i][:p])
         responses.append(ids[i][p:lengths[i]])
-    hidden = int(getattr(base.config.get_text_config(), "hidden_size", 0) or 0)
+    hidden = int(getattr(packing_mod.text_config(base), "hidden_size", 0) or 0)
     return packing_mod.plan(prompts, responses, hidden, force=packing == "on")
 
 

@@ -221,7 +221,7 @@ def model_allows(base: torch.nn.Module) -> str | None:
         return "it has no transformers config"
     if "position_ids" not in inspect.signature(base.forward).parameters:
         return "its forward takes no position_ids"
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text = text_config(base)
     impl = getattr(config, "_attn_implementation", None) or getattr(text, "_attn_implementation", None) or "eager"
     if impl not in ("sdpa", "eager"):
         return f"its attention implementation {impl!r} takes no 4-D mask"
@@ -233,6 +233,13 @@ def model_allows(base: torch.nn.Module) -> str | None:
         if any(t != "full_attention" for t in (getattr(c, "layer_types", None) or [])):
             return "some of its layers use attention other than full attention"
     return None
+
+
+def text_config(base: torch.nn.Module):
+    """The config of the model's text decoder: a multimodal model's top-level config does not say
+    its vocabulary, width or attention masks."""
+    config = base.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def checked(base: torch.nn.Module) -> bool | None:

@@ -260,3 +260,26 @@ def test_a_check_whose_packed_forward_raises_leaves_the_model_plain(monkeypatch)
 
 def test_rows_wider_than_a_packed_row_run_plain_even_with_packing_on():
     assert packing_mod.plan([[4] * 3000] * 2, [[7]] * 2, hidden=128, force=True) is None
+
+
+def test_a_model_whose_config_is_not_a_transformers_config_is_checked_without_error():
+    """A user's model with a plain config object (no get_text_config) still takes the one-time check."""
+    from types import SimpleNamespace
+
+    class UserModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _random_llama()
+            self.config = SimpleNamespace(vocab_size=103, hidden_size=128, _attn_implementation="sdpa")
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+
+    model = UserModel()
+    assert packing_mod.text_config(model) is model.config
+    b = TokenBatch.from_turns(_group_turns(103), 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        packed = response_logp(model, b, packing="auto")
+    assert packing_mod.checked(model) is True
+    assert torch.allclose(packed, response_logp(model, b, packing="off"), atol=2e-5)
