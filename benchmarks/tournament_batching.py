@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from cogym.agents import backends
+from cogym.agents.backends import hf as backends
 from cogym.agents.policy import tiny_model_path
 from cogym.runners.tournament import TournamentSpec, resolve_players, run_tournament
 

@@ -242,7 +242,7 @@ def test_generate_restores_training_mode(any_policy):
 def _generate_keeping_every_step(policy, prompts, sampling, keys):
     """Generation as it was before log-probs were taken step by step: every step's raw logits kept
     (``output_logits``), stacked (B, T, V), then one log-softmax (the same padding and keyed draws)."""
-    from cogym.agents.backends import PAD_MULTIPLE, _KeyedDraw, shared_prefill
+    from cogym.agents.backends.hf import PAD_MULTIPLE, _KeyedDraw, shared_prefill
 
     pad = policy.tokenizer.pad_token_id
     width = -(-max(len(p) for p in prompts) // PAD_MULTIPLE) * PAD_MULTIPLE

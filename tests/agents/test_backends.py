@@ -1,4 +1,4 @@
-"""The generation backend seam (agents/backends.py): the protocol, the in-process HF backend, weight
+"""The generation backend seam (agents/backends/): the protocol, the in-process HF backend, weight
 versions, and the version every Turn records."""
 
 from __future__ import annotations

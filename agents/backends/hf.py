@@ -1,49 +1,15 @@
-"""Generation backends: what turns a batch of prompt ids into responses, behind one small protocol.
-
-A :class:`~cogym.agents.policy.Policy` owns the tokenizer, the chat template and the trainable model;
-its ``backend`` generates. Every backend does three things:
-
-* ``generate(prompts, sampling, keys)``: per prompt, the response ids, their behaviour log-probs
-  (the tempered, unfiltered distribution) and whether an end token finished it, as
-  :class:`~cogym.agents.policy.Generation` records stamped with the backend's weight version.
-  ``keys`` (one 63-bit sampling key per prompt, :mod:`cogym.agents.sampling`) fix each prompt's
-  draws whatever else shares its batch; without them the backend takes keys from torch's global
-  generator;
-* ``load_weights(weights, version)``: take new weights (a state dict, or None when the backend
-  generates with the trained model itself, so the weights in place are already the new ones) and
-  the version they are;
-* ``version``: the version of the weights it generates with (0: as loaded; the learner's step count
-  after each update).
-
-:class:`HFBackend` generates with the policy's own transformers model, in process; it is every
-policy's default. Backends that hold a copy of the weights elsewhere (rollout workers, an
-inference engine) plug in here and receive the weights through ``load_weights``.
-"""
+"""The in-process transformers backend: :class:`HFBackend`, every policy's default generation backend
+(see :mod:`cogym.agents.backends` for the protocol)."""
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
 if TYPE_CHECKING:
-    from .policy import Generation, Policy, SamplingParams
-
-
-@runtime_checkable
-class GenerationBackend(Protocol):
-    """Generates for one policy; see the module docstring."""
-
-    name: str
-
-    @property
-    def version(self) -> int: ...
-
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
-                 keys: Sequence[int] | None = None) -> list["Generation"]: ...
-
-    def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None: ...
+    from ..policy import Generation, Policy, SamplingParams
 
 
 PAD_MULTIPLE = 16  # prompts are left-padded to a multiple of this width (see HFBackend)
@@ -97,8 +63,8 @@ class HFBackend:
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
                  keys: Sequence[int] | None = None) -> list["Generation"]:
-        from .policy import Generation
-        from .sampling import random_keys
+        from ..policy import Generation
+        from ..sampling import random_keys
 
         if not prompts:
             return []
@@ -202,7 +168,7 @@ class _KeyedDraw:
         self.sampling, self.keys, self.step = sampling, list(keys), 0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from .sampling import draw
+        from ..sampling import draw
 
         logp = torch.log_softmax(scores.float() / self.sampling.temperature, dim=-1)
         ids = draw(logp, self.sampling, self.keys, self.step)
