@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cogym.agents.backends import make_backend
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.lora import ADAPTER_CONFIG, LoraBase, adapter_base, is_adapter_dir
 from cogym.agents.policy import Policy, resolve_model_dir
@@ -242,6 +243,8 @@ def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lo
             policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
         else:
             policies[pid] = Policy.from_pretrained(path, name=pid, **pc.load_options())
+        if pc.generation.backend != "hf":  # the policy's own model keeps training; another engine generates
+            policies[pid].backend = make_backend(pc.generation.backend, policies[pid], pc.generation.vllm)
     return policies
 
 

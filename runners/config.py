@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import yaml
 
+from cogym.agents.backends import BACKENDS as GENERATION_BACKENDS
+from cogym.agents.backends.vllm import VLLM_EXTRA, vllm_available
 from cogym.agents.lora import LoraConfig, peft_available
 from cogym.agents.policy import DTYPES, SamplingParams, attention_implementations
 from cogym.core.errors import ConfigError
@@ -41,6 +43,17 @@ DEFAULT_CONFIG = "proposer_solver.yaml"
 
 
 @dataclass
+class GenerationConfig:
+    """What generates a policy's turns (:mod:`cogym.agents.backends`). ``backend``: ``hf`` (the policy's
+    transformers model, in process) or ``vllm`` (a vLLM engine with its own copy of the weights, refreshed
+    after every update; the ``vllm`` extra). ``vllm``: ``vllm.LLM`` engine arguments, e.g.
+    ``{gpu_memory_utilization: 0.4, max_num_seqs: 256}``."""
+
+    backend: str = "hf"
+    vllm: dict = field(default_factory=dict)
+
+
+@dataclass
 class PolicyConfig:
     """A model behind one or more seats. ``model`` is an HF directory path, a Hub id in the local
     cache, or ``tiny``.
@@ -56,6 +69,7 @@ class PolicyConfig:
     model: str = "tiny"
     sampling: SamplingParams = field(default_factory=SamplingParams)
     lora: LoraConfig = field(default_factory=LoraConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
     dtype: str = "float32"
     attn_implementation: Optional[str] = None
     gradient_checkpointing: bool = False
@@ -463,6 +477,31 @@ def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
                               f"equal ({pol.load_options()} vs {opc.load_options()})")
 
 
+def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.generation: a known backend, installed, and a setup it supports."""
+    where = f"policies.{pid}.generation"
+    _check_choice(pol.generation.backend, GENERATION_BACKENDS, f"{where}.backend")
+    if pol.generation.backend != "vllm":
+        if pol.generation.vllm:
+            raise ConfigError(f"{where}.vllm sets engine arguments, but {where}.backend is "
+                              f"{pol.generation.backend!r}; set {where}.backend: vllm or drop {where}.vllm")
+        return
+    if not vllm_available():
+        raise ConfigError(f"{where}.backend: vllm needs vLLM, which is not installed: {VLLM_EXTRA}")
+    if pol.lora.enabled:
+        raise ConfigError(f"{where}.backend: vllm generates with full models; policies.{pid} is a LoRA adapter "
+                          f"(policies.{pid}.lora.r > 0), so set {where}.backend: hf")
+    if cfg.game.granularity == "token":
+        raise ConfigError(f"{where}.backend: vllm answers whole turns; game.granularity: token steps the policy's "
+                          "own model token by token, so use game.granularity: turn")
+    if cfg.run.backend == "ray":
+        raise ConfigError(f"{where}.backend: vllm is not supported with run.backend: ray yet (each rollout worker "
+                          "would start its own engine); use run.backend: local")
+    if pol.sampling.top_k or pol.sampling.top_p < 1:
+        raise ConfigError(f"{where}.backend: vllm samples without top_k/top_p (vLLM's log-probs would then be of the "
+                          f"filtered distribution); set policies.{pid}.sampling.top_k: 0 and top_p: 1")
+
+
 def league_policy(cfg: Config) -> str:
     """The policy whose past selves form the league: ``league.policy``, else the one policy the league
     seats name in ``seats``, else the only trained policy; ConfigError when none of these decides."""
@@ -623,6 +662,7 @@ def validate(cfg: Config) -> None:
                               f"got {pol.sampling.temperature}")
         _check_precision(pid, pol)
         _check_lora(cfg, pid, pol)
+        _check_generation(cfg, pid, pol)
     for pid, lc in cfg.learners.items():
         _check_learner(cfg, pid, lc, f"learners.{pid}")
     _check_league(cfg)

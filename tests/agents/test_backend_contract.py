@@ -1,6 +1,5 @@
-"""The generation backend contract (agents/backends.py): what every backend must do, checked against
-the training model itself. Each test takes a backend made by one of ``FACTORIES`` (the in-process HF
-backend today; a backend that holds its own copy of the weights adds its factory here):
+"""The generation backend contract (cogym.agents.backends): what every backend must do, checked against
+the training model itself. Each test takes a backend made by one of ``FACTORIES``:
 
 * behaviour log-probs equal a teacher-forced forward of the training model over prompt + response;
 * greedy responses equal plain ``model.generate`` greedy responses;
@@ -8,6 +7,12 @@ backend today; a backend that holds its own copy of the weights adds its factory
 * ``finished`` is set exactly when an end token closed the response, else the response is
   ``max_new_tokens`` long;
 * one batch may mix prompts of very different lengths, each answered as if alone.
+
+``hf`` always runs. ``vllm`` runs where vLLM can be imported (on a machine without a GPU,
+``scripts/build_vllm_cpu.sh`` builds its CPU backend; run this file with that venv's python) and is
+skipped elsewhere, CI included. Log-probs are compared within ``TOLERANCE[backend]``: the HF backend
+runs the training model's own forward; vLLM runs its own kernels (its GEMMs, its paged attention) on
+the same float32 weights.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import pytest
 import torch
 
 from cogym.agents.backends import HFBackend
-from cogym.agents.policy import SamplingParams
+from cogym.agents.backends.vllm import vllm_available
+from cogym.agents.policy import Policy, SamplingParams
 from tests.model_helpers import full_logp
 
 
@@ -26,12 +32,45 @@ def _hf(policy):
     return HFBackend(policy)
 
 
-FACTORIES = {"hf": _hf}
+def _vllm(policy):
+    from cogym.agents.backends.vllm import VLLMBackend
+
+    return VLLMBackend(policy, max_num_seqs=64, kv_cache_memory_bytes=256 << 20)
 
 
-@pytest.fixture(params=sorted(FACTORIES))
-def backend_of(request):
-    return FACTORIES[request.param]
+FACTORIES = {"hf": _hf, "vllm": _vllm}
+TOLERANCE = {"hf": 1e-4, "vllm": 1e-4}  # absolute, on log-probs (vLLM measured here: 2e-5 at most)
+NO_VLLM = "vLLM is not installed (scripts/build_vllm_cpu.sh builds its CPU backend; run with that venv)"
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.skipif(name == "vllm" and not vllm_available(),
+                                                                    reason=NO_VLLM))
+                        for name in sorted(FACTORIES)])
+def backend_name(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def policy(backend_name, tiny_model_dir):
+    """The policy under test (this module's, over conftest's): the random test model for HF; the embedded
+    tiny model for vLLM, whose CPU attention takes head sizes of 32 and up (the test model's is 8)."""
+    return Policy.from_pretrained("tiny" if backend_name == "vllm" else tiny_model_dir)
+
+
+@pytest.fixture
+def backend_of(backend_name):
+    """A factory of the backend under test; the backends it made are closed after the test."""
+    made = []
+
+    def make(policy):
+        made.append(FACTORIES[backend_name](policy))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
 
 
 def _prompts(policy) -> list[list[int]]:
@@ -60,7 +99,7 @@ def test_behaviour_logprobs_equal_a_teacher_forced_forward(policy, backend_of):
     assert len(out) == 18
     for g in out:
         expected = full_logp(policy, g.prompt_ids, g.response_ids, sampling.temperature)
-        assert g.logprobs == pytest.approx(expected, abs=1e-4)
+        assert g.logprobs == pytest.approx(expected, abs=TOLERANCE[backend.name])
 
 
 def test_greedy_responses_equal_plain_hf_greedy(policy, backend_of):
@@ -116,4 +155,4 @@ def test_a_batch_of_mixed_prompt_lengths_answers_each_as_if_alone(policy, backen
     alone = [backend.generate([p], sampling)[0] for p in prompts]
     assert [g.response_ids for g in together] == [g.response_ids for g in alone]
     for a, b in zip(together, alone):
-        assert a.prompt_ids == b.prompt_ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert a.prompt_ids == b.prompt_ids and a.logprobs == pytest.approx(b.logprobs, abs=TOLERANCE[backend.name])

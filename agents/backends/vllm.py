@@ -1,0 +1,217 @@
+"""The vLLM generation backend: a ``vllm.LLM`` engine that holds its own copy of a policy's weights.
+
+``policies.<id>.generation.backend: vllm`` gives a policy this backend; ``generation.vllm`` holds
+``vllm.LLM`` engine arguments (``gpu_memory_utilization``, ``max_num_seqs``, ``enforce_eager``, ...).
+It needs the ``vllm`` extra (``pip install 'cogym[vllm]'`` on a GPU machine; on a CPU-only machine
+``scripts/build_vllm_cpu.sh`` builds vLLM's CPU backend from source).
+
+How it maps cogym's contract onto vLLM:
+
+* **Prompts** go in as token ids (``TokensPrompt``); vLLM never sees text and loads no tokenizer.
+* **Sampling**: cogym's temperature (0: greedy) and ``max_new_tokens``; the policy's end ids are the
+  only stop tokens (``ignore_eos`` keeps the model's own eos from adding to them; the end token stays
+  in the response, as with HF). A row's sampling key is its vLLM request seed, so a row's draws do
+  not depend on its batch. They are vLLM's draws, not HF's: the two backends sample the same
+  distribution, not the same tokens.
+* **Behaviour log-probs**: the engine runs with ``logprobs_mode="processed_logprobs"`` and each
+  request asks for the sampled token's log-prob, which is then ``log_softmax(logits / temperature)``
+  (temperature 1 when greedy): the unfiltered tempered distribution cogym's learners recompute. With
+  top-k or top-p, vLLM would return the filtered, renormalised distribution instead, so this backend
+  refuses ``top_k > 0`` and ``top_p < 1``.
+* **Weights**: the engine starts from the policy's model as it is when it first generates (saved to
+  a temporary HF directory). ``load_weights`` sends new weights into the running engine as one
+  safetensors blob to each worker (:class:`WeightReceiver`, vLLM's ``worker_extension_cls``), which
+  hands them to vLLM's in-place reload (the worker's ``reload_weights``: the checkpoint-format tensors
+  go through the model's own ``load_weights`` and its post-load processing, e.g. the CPU backend's
+  repacked GEMM weights); then the prefix cache, whose KV entries the old weights computed, is
+  cleared. The engine is never restarted. The blob is a copy through host memory: right for the tiny
+  model and small ones; a large model on GPUs wants vLLM's NCCL or CUDA-IPC weight transfer instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import torch
+
+if TYPE_CHECKING:
+    from ..policy import Generation, Policy, SamplingParams
+
+VLLM_EXTRA = ("install the vllm extra: pip install 'cogym[vllm]' (on a machine without a GPU, "
+              "scripts/build_vllm_cpu.sh builds vLLM's CPU backend)")
+
+# Engine arguments this backend sets itself: the contract depends on them.
+FIXED = {"logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True,
+         "worker_extension_cls": "cogym.agents.backends.vllm.WeightReceiver"}
+
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be imported here (without importing it)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def require_vllm() -> None:
+    """Raise ImportError with one line naming the extra when vLLM is not installed."""
+    if not vllm_available():
+        raise ImportError(f"the vllm generation backend needs vLLM, which is not installed: {VLLM_EXTRA}")
+
+
+class WeightReceiver:
+    """Mixed into vLLM's workers (``worker_extension_cls``): takes new weights as one safetensors blob and
+    hands them to the worker's in-place reload. The blob is what crosses from this process to the
+    engine's; vLLM's RPC does not carry a list of tensors intact."""
+
+    def cogym_reload_weights(self, blob: bytes) -> int:
+        from safetensors.torch import load
+
+        weights = load(blob)
+        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+        return len(weights)
+
+
+class VLLMBackend:
+    """Generation with a vLLM engine (see the module docstring).
+
+    ``engine_args`` go to ``vllm.LLM`` over these defaults: the policy's dtype, ``seed=0``,
+    prefix caching on, and ``gpu_memory_utilization=0.3`` on a GPU (the engine shares it with the
+    training model) or ``enforce_eager=True`` and a 1 GiB KV cache (``kv_cache_memory_bytes``) on
+    the CPU backend. The engine starts on the first ``generate``."""
+
+    name = "vllm"
+
+    def __init__(self, policy: "Policy", **engine_args: Any) -> None:
+        require_vllm()
+        clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
+        if clash:
+            raise ValueError(f"the vllm backend sets {', '.join(f'{k}={FIXED[k]!r}' for k in clash)} itself "
+                             "(the behaviour log-probs depend on it); drop it from generation.vllm")
+        if getattr(policy, "lora", False):
+            raise ValueError(f"policy {policy.name!r} is a LoRA adapter; the vllm backend generates with full "
+                             "models only (use generation.backend: hf)")
+        self.policy = policy
+        self.engine_args = dict(engine_args)
+        self._version = 0
+        self._llm = None
+        self._dir: str | None = None  # the temporary model directory the engine started from
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def engine(self):
+        """The ``vllm.LLM`` engine, started on first use."""
+        if self._llm is None:
+            self._start()
+        return self._llm
+
+    def start(self) -> None:
+        """Start the engine now (otherwise the first ``generate`` or weight update starts it)."""
+        if self._llm is None:
+            self._start()
+
+    def _start(self) -> None:
+        from vllm import LLM
+
+        policy = self.policy
+        self._dir = tempfile.mkdtemp(prefix=f"cogym-vllm-{policy.name}-")
+        policy.save(self._dir)  # the weights as they are now (a resumed checkpoint, an update before the start)
+        dtype = next(policy.model.parameters()).dtype
+        args: dict[str, Any] = dict(dtype=DTYPE_NAMES.get(dtype, "auto"), seed=0, enable_prefix_caching=True)
+        if torch.cuda.is_available():
+            args.update(gpu_memory_utilization=0.3)
+        else:
+            args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30)
+        args.update(self.engine_args)
+        args.update(FIXED)
+        self._llm = LLM(model=self._dir, **args)
+
+    def close(self) -> None:
+        """Stop the engine and remove its model directory (the next ``generate`` starts a new one)."""
+        if self._llm is not None:
+            engine = getattr(self._llm, "llm_engine", None)
+            shutdown = getattr(engine, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self._llm = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __del__(self) -> None:  # best effort: the engine process and the temporary directory
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down what close() needs
+            pass
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
+        if version < self._version:
+            raise ValueError(f"policy {self.policy.name!r}: weights of version {version} are older than the "
+                             f"version {self._version} the backend generates with")
+        model = self.policy.model
+        if weights is not None:
+            unknown = sorted(set(weights) - set(model.state_dict()))
+            if unknown:
+                raise KeyError(f"policy {self.policy.name!r}: {len(unknown)} weights the model does not have, "
+                               f"e.g. {unknown[:3]}")
+        if self._llm is None and weights is None:
+            self._version = version  # the engine will start from the policy's model as it is then
+            return
+        if weights is None:
+            with self.policy.gather():
+                weights = {k: v.detach() for k, v in model.state_dict().items()}
+        from safetensors.torch import save
+
+        # One copy of each tensor (tied weights: the embedding and lm_head are one storage, which
+        # safetensors refuses to write twice; the engine's model ties them itself).
+        seen, unique = set(), {}
+        for k, v in weights.items():
+            if v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                unique[k] = v.detach().to("cpu").contiguous()
+        loaded = self.engine.collective_rpc("cogym_reload_weights", args=(save(unique),))
+        if any(n != len(unique) for n in loaded):
+            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(unique)} weights")
+        self.engine.reset_prefix_cache()  # its KV entries were computed by the old weights
+        self._version = version
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
+                 keys: Sequence[int] | None = None) -> list["Generation"]:
+        from vllm import SamplingParams as VllmSampling
+        from vllm.inputs import TokensPrompt
+
+        from ..policy import Generation
+        from ..sampling import random_keys
+
+        if not prompts:
+            return []
+        if keys is not None and len(keys) != len(prompts):
+            raise ValueError(f"need one sampling key per prompt: {len(prompts)} prompts, {len(keys)} keys")
+        if sampling.top_k or sampling.top_p < 1.0:
+            raise ValueError("the vllm backend samples without top_k/top_p (with them vLLM's log-probs are of the "
+                             f"filtered distribution, not the tempered one the learner uses); policy "
+                             f"{self.policy.name!r} has top_k={sampling.top_k}, top_p={sampling.top_p}")
+        policy = self.policy
+        common = dict(n=1, max_tokens=sampling.max_new_tokens, logprobs=0, stop_token_ids=list(policy.eos_ids),
+                      ignore_eos=True, detokenize=False, skip_special_tokens=False)
+        if sampling.greedy:
+            params = VllmSampling(temperature=0.0, **common)
+        else:
+            keys = random_keys(len(prompts)) if keys is None else keys
+            params = [VllmSampling(temperature=sampling.temperature, top_p=1.0, top_k=0, seed=int(k), **common)
+                      for k in keys]
+        outs = self.engine.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
+                                    use_tqdm=False)
+        results = []
+        for p, out in zip(prompts, outs):
+            done = out.outputs[0]
+            ids = list(done.token_ids)
+            logp = [float(step[t].logprob) for step, t in zip(done.logprobs, ids)]
+            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp, text=policy.decode(ids),
+                                      finished=done.finish_reason == "stop", version=self._version))
+        return results
