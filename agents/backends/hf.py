@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
+from .checks import check_keys, check_update
+
 if TYPE_CHECKING:
     from ..policy import Generation, Policy, SamplingParams
 
@@ -47,15 +49,9 @@ class HFBackend:
         return self._version
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
-        if version < self._version:
-            raise ValueError(f"policy {self.policy.name!r}: weights of version {version} are older than the "
-                             f"version {self._version} the backend generates with")
+        check_update(self.policy, self._version, version, weights)
         if weights is not None:
             model = self.policy.model
-            unknown = sorted(set(weights) - set(model.state_dict()))
-            if unknown:
-                raise KeyError(f"policy {self.policy.name!r}: {len(unknown)} weights the model does not have, "
-                               f"e.g. {unknown[:3]}")
             with self.policy.gather(), torch.no_grad():
                 model.load_state_dict(dict(weights), strict=False)
         self._version = version
@@ -68,8 +64,7 @@ class HFBackend:
 
         if not prompts:
             return []
-        if keys is not None and len(keys) != len(prompts):
-            raise ValueError(f"need one sampling key per prompt: {len(prompts)} prompts, {len(keys)} keys")
+        check_keys(prompts, keys)
         policy, model = self.policy, self.policy.model
         asked = len(prompts)
         if keys is not None and not sampling.greedy and asked < MIN_ROWS:  # fill (see the class docstring)

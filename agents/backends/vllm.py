@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
+from .checks import check_keys, check_update
+
 if TYPE_CHECKING:
     from ..policy import Generation, Policy, SamplingParams
 
@@ -150,15 +152,8 @@ class VLLMBackend:
             pass
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
-        if version < self._version:
-            raise ValueError(f"policy {self.policy.name!r}: weights of version {version} are older than the "
-                             f"version {self._version} the backend generates with")
+        check_update(self.policy, self._version, version, weights)
         model = self.policy.model
-        if weights is not None:
-            unknown = sorted(set(weights) - set(model.state_dict()))
-            if unknown:
-                raise KeyError(f"policy {self.policy.name!r}: {len(unknown)} weights the model does not have, "
-                               f"e.g. {unknown[:3]}")
         if self._llm is None and weights is None:
             self._version = version  # the engine will start from the policy's model as it is then
             return
@@ -190,8 +185,7 @@ class VLLMBackend:
 
         if not prompts:
             return []
-        if keys is not None and len(keys) != len(prompts):
-            raise ValueError(f"need one sampling key per prompt: {len(prompts)} prompts, {len(keys)} keys")
+        check_keys(prompts, keys)
         if sampling.top_k or sampling.top_p < 1.0:
             raise ValueError("the vllm backend samples without top_k/top_p (with them vLLM's log-probs are of the "
                              f"filtered distribution, not the tempered one the learner uses); policy "
