@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 VLLM_EXTRA = ("install the vllm extra: pip install 'cogym[vllm]' (on a machine without a GPU, "
               "scripts/build_vllm_cpu.sh builds vLLM's CPU backend)")
 
-# Engine arguments this backend sets itself: the contract depends on them.
-FIXED = {"logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True,
+# Engine arguments this backend sets itself: the contract depends on them. generation_config "vllm":
+# the model's own generation defaults (repetition penalty, a max_new_tokens cap, ...) stay out, as
+# Policy keeps them out of HF generation: cogym's SamplingParams alone say how to sample.
+FIXED = {"logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "generation_config": "vllm",
          "worker_extension_cls": "cogym.agents.backends.vllm.WeightReceiver"}
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -91,7 +93,7 @@ class VLLMBackend:
         clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
         if clash:
             raise ValueError(f"the vllm backend sets {', '.join(f'{k}={FIXED[k]!r}' for k in clash)} itself "
-                             "(the behaviour log-probs depend on it); drop it from generation.vllm")
+                             "(the sampling contract depends on it); drop it from generation.vllm")
         if getattr(policy, "lora", False):
             raise ValueError(f"policy {policy.name!r} is a LoRA adapter; the vllm backend generates with full "
                              "models only (use generation.backend: hf)")
