@@ -52,6 +52,10 @@ def check_data_parallel(cfg: Config, world: int) -> None:
         raise ConfigError(f"--nproc {world}: game.num_games = {n} is not divisible by {world} (each process plays "
                           f"num_games / nproc games of every iteration); set game.num_games to a multiple of {world}, "
                           f"e.g. game.num_games={(n // world + 1) * world}")
+    for pid, pc in cfg.policies.items():
+        if pc.generation.backend == "vllm":
+            raise ConfigError(f"--nproc {world}: policies.{pid}.generation.backend: vllm runs one engine for one "
+                              "process (it batches the whole rollout itself); run it without --nproc")
     for pid, lc in cfg.learners.items():
         if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
             raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm {lc.algorithm}, which trains in one process "

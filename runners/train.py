@@ -76,10 +76,6 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         if cfg.run.backend == "ray":
             raise ConfigError("run.backend: ray runs one driver process; drop --nproc (rollouts scale with "
                               "ray.num_rollout_workers)")
-        vllm = [pid for pid, pc in cfg.policies.items() if pc.generation.backend == "vllm"]
-        if vllm:
-            raise ConfigError(f"policies.{vllm[0]}.generation.backend: vllm runs one engine for one process; drop "
-                              "--nproc (vLLM batches the whole rollout itself)")
         check_data_parallel(cfg, dist.world_size())
         run_path = Path(dist.broadcast_object(str(run_path)))
     start_it, ckpt = 1, None

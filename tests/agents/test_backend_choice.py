@@ -103,3 +103,13 @@ def test_a_vllm_policy_gets_its_backend_when_a_run_is_built(monkeypatch):
                              "policies.solver.generation.vllm.max_num_seqs=8"])
     build(cfg)
     assert made == [("vllm", "solver", {"max_num_seqs": 8})]
+
+
+def test_nproc_refuses_the_vllm_backend(monkeypatch):
+    from cogym.runners.launch import check_data_parallel
+
+    monkeypatch.setattr(config_module, "vllm_available", lambda: True)
+    cfg = load_config(None, ["policies.solver.generation.backend=vllm"])
+    check_data_parallel(cfg, 1)  # one process: fine
+    with pytest.raises(ConfigError, match="--nproc 2: policies.solver.generation.backend: vllm runs one engine"):
+        check_data_parallel(cfg, 2)
