@@ -204,10 +204,25 @@ def init_single_process_distributed() -> None:
             os.environ.pop("MASTER_PORT", None)
 
 
-def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1, dtype: torch.dtype = torch.float32) -> dict:
+# DeepSpeed's default size of a ZeRO gradient bucket, in elements (its reduce_bucket_size).
+DEEPSPEED_BUCKET = 500_000_000
+
+
+def deepspeed_config(cfg: LearnerConfig, micro_batch_size: int = 1, dtype: torch.dtype = torch.float32,
+                     trainable: int | None = None) -> dict:
     """DeepSpeed's config for a learner; a bfloat16 or float16 model trains in DeepSpeed's mixed precision
-    (float32 master weights; dynamic loss scaling for float16)."""
+    (float32 master weights; dynamic loss scaling for float16).
+
+    ``trainable``: the number of trainable parameters. ZeRO allocates its gradient buckets at their
+    full size when the engine starts (500M elements by default: 2 GB of address space at ZeRO-3,
+    whatever the model); no bucket needs to be larger than the model, so they are capped at it, rounded
+    up to a multiple of 1024 (a model of 500M parameters or more keeps DeepSpeed's default)."""
     zero: dict = {"stage": cfg.zero_stage}
+    if trainable is not None and cfg.zero_stage > 0:
+        # a whole number of KiB-elements: ZeRO-1/2 want the size a multiple of their alignment factor (2)
+        bucket = int(min(DEEPSPEED_BUCKET, -(-max(trainable, 1) // 1024) * 1024))
+        zero["reduce_bucket_size"] = bucket
+        zero["allgather_bucket_size"] = bucket
     if cfg.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     if cfg.offload_params:
@@ -238,8 +253,8 @@ class DeepSpeedEngine:
         init_single_process_distributed()
         self.cfg = cfg
         self.dtype = model_dtype(model)
-        ds_cfg = deepspeed_config(cfg, dtype=self.dtype)
         params = [p for p in model.parameters() if p.requires_grad]
+        ds_cfg = deepspeed_config(cfg, dtype=self.dtype, trainable=sum(p.numel() for p in params))
         if cfg.offload_optimizer:
             # ZeRO-Offload needs DeepSpeed's own CPU Adam, so the optimizer comes from the config.
             ds_cfg["optimizer"] = {"type": "AdamW", "params": {"lr": cfg.lr, "weight_decay": cfg.weight_decay}}

@@ -384,3 +384,39 @@ def test_cpu_offload_from_config_takes_the_torch_step(ds_cpu, tiny_model_dir, ze
             after[key] = _snapshot(p.model)
     for n, v in after["offload"].items():
         torch.testing.assert_close(v, after["torch"][n], atol=1e-5, rtol=0, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_zero_buckets_are_capped_at_the_model_size(zero_stage: int) -> None:
+    """ZeRO allocates its gradient buckets whole at start (DeepSpeed's default, 500M elements, is 2 GB of
+    address space at ZeRO-3 for any model): they are capped at the trainable parameter count."""
+    from cogym.learners.engines import DEEPSPEED_BUCKET, deepspeed_config
+
+    cfg = LearnerConfig.from_flat(engine="deepspeed", zero_stage=zero_stage)
+    small = deepspeed_config(cfg, trainable=1_000_001)["zero_optimization"]
+    large = deepspeed_config(cfg, trainable=7_000_000_000)["zero_optimization"]
+    if zero_stage == 0:
+        assert "reduce_bucket_size" not in small and "reduce_bucket_size" not in large
+    else:
+        assert small["reduce_bucket_size"] == small["allgather_bucket_size"] == 1_000_448  # 977 x 1024, the next multiple
+        assert large["reduce_bucket_size"] == DEEPSPEED_BUCKET
+    assert "reduce_bucket_size" not in deepspeed_config(cfg)["zero_optimization"]  # unknown size: DeepSpeed's own
+
+
+def test_a_zero3_engine_reserves_no_more_than_its_model_needs(ds_cpu, tiny_model_dir) -> None:
+    """The address space one ZeRO-3 engine of the tiny model adds stays far below the 2 GB a default bucket
+    takes (a test process that kept such engines grew past the machine's memory and could no longer fork)."""
+    import os
+
+    def vm_mb() -> int:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmSize"))
+
+    if not os.path.exists(f"/proc/{os.getpid()}/status"):
+        pytest.skip("needs /proc (Linux) to read the process's address space")
+    p = Policy.from_pretrained(tiny_model_dir)
+    before = vm_mb()
+    learner = Learner(p, LearnerConfig.from_flat(engine="deepspeed", zero_stage=3))
+    grown = vm_mb() - before
+    assert learner.engine.ds.zero_optimization_stage() == 3
+    assert grown < 1500, f"a ZeRO-3 engine of the tiny model added {grown} MB of address space"
