@@ -171,6 +171,31 @@ def parse_move(reply: str, legal: Sequence[str]) -> tuple[str | None, str | None
     return None, f"{shown!r} is not a move; reply with {options}"
 
 
+def classify_reply(reply: str, history: Sequence[str], finished: bool) -> str | None:
+    """What a reply (perhaps still being written) plays at ``history``: ``"aggressive"``, ``"passive"``
+    or ``"invalid"`` once its text decides it, else None. The move is decided when the first word has
+    ended (a character after it, or the reply is ``finished``), when the word so far can no longer
+    become a legal move or its number, or when the reply reaches the ``MAX_REPLY_CHARS`` read."""
+    legal = legal_moves(history)
+    if not legal:
+        raise ValueError(f"history {tuple(history)} is over: no move to classify")
+    head = reply[:MAX_REPLY_CHARS]
+    match = _FIRST_WORD.match(head)
+    ended = finished or len(reply) >= MAX_REPLY_CHARS
+    if match is not None and not ended:
+        word = match.group(1).lower()
+        if match.end() < len(head):
+            ended = True
+        elif not any(name.startswith(word) for name in (*legal, "1", "2")):
+            return "invalid"
+    if not ended:
+        return None
+    move, _ = parse_move(reply, legal)
+    if move is None:
+        return "invalid"
+    return "aggressive" if move == legal[1] else "passive"
+
+
 def _history_text(history: History) -> str:
     return " ".join(history) if history else "none"
 
@@ -254,6 +279,70 @@ def _invalid(observation: str, rng: np.random.Generator) -> str:
 
 _PLAYERS = {name: strategy_player(table) for name, table in STRATEGIES.items()} | {"invalid": _invalid}
 SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {role: dict(_PLAYERS) for role in ROLES}
+
+
+# ------------------------------------------------------------------------------ exploitability
+# The 12 information sets: (card, history text). player_0 acts at "" and "check bet", player_1 at
+# "check" and "bet".
+INFOSETS: tuple[tuple[str, str], ...] = tuple((card, h) for h in ("", "check", "bet", "check bet") for card in CARDS)
+FIRST_INFOSETS: tuple[tuple[str, str], ...] = tuple(i for i in INFOSETS if i[1] in ("", "check bet"))
+SECOND_INFOSETS: tuple[tuple[str, str], ...] = tuple(i for i in INFOSETS if i[1] in ("check", "bet"))
+
+MoveProbs = tuple[float, float, float]  # P(aggressive), P(passive), P(invalid)
+
+
+def move_probs(value: float | Sequence[float]) -> MoveProbs:
+    """``(aggressive, passive, invalid)`` from a probability of the aggressive move (the rest passive)
+    or from the triple itself; checked to be a distribution."""
+    if isinstance(value, (int, float)):
+        triple = (float(value), 1.0 - float(value), 0.0)
+    else:
+        triple = tuple(float(v) for v in value)
+        if len(triple) != 3:
+            raise ValueError(f"move probabilities are (aggressive, passive, invalid), got {value!r}")
+    if min(triple) < -1e-9 or abs(sum(triple) - 1.0) > 1e-6:
+        raise ValueError(f"move probabilities {triple} are not a distribution")
+    return triple  # type: ignore[return-value]
+
+
+def _best_response_value(strategy: Mapping[tuple[str, str], MoveProbs], seat: int) -> float:
+    """The expected chips of the best response of ``seat`` to ``strategy``'s play in the other seat
+    (over the six deals), by backward induction over ``seat``'s information sets: at its own nodes it
+    takes the move with the largest value summed over the opponent cards it cannot see, each weighted
+    by its chance and the opponent's probability of reaching the node."""
+    sign = 1.0 if seat == 0 else -1.0
+
+    def value(card: str, history: History, weights: dict[str, float]) -> float:
+        if is_over(history):
+            return sum(w * sign * payoff((card, o) if seat == 0 else (o, card), history) for o, w in weights.items())
+        passive, aggressive = legal_moves(history)
+        moves = (aggressive, passive, "fold")  # an invalid move ends the hand as a fold
+        if to_move(history) == seat:
+            return max(value(card, history + (m,), weights) for m in moves)
+        total = 0.0
+        for k, m in enumerate(moves):
+            reach = {o: w * strategy[(o, " ".join(history))][k] for o, w in weights.items()}
+            if any(reach.values()):
+                total += value(card, history + (m,), reach)
+        return total
+
+    return sum(value(card, (), {o: 0.5 for o in CARDS if o != card}) for card in CARDS) / len(CARDS)
+
+
+def exploitability(strategy: Mapping[tuple[str, str], float | Sequence[float]]) -> float:
+    """Exact exploitability (NashConv / 2) of a strategy for both seats of Kuhn poker.
+
+    ``strategy`` maps each of the 12 information sets (``INFOSETS``: card, history text) to the
+    probability of the aggressive move, or to ``(aggressive, passive, invalid)`` where an invalid move
+    counts as a fold, as the game scores it. The value is the mean of what a best response gains
+    against it in each seat: ``(BR_0 + BR_1) / 2``, as the game is zero-sum. 0 exactly for the
+    equilibria (``nash_first(alpha)`` with ``NASH_SECOND``), 1/3 for always betting, 11/24 for
+    uniform random play and 1 for always checking (or folding)."""
+    missing = [i for i in INFOSETS if i not in strategy]
+    if missing:
+        raise ValueError(f"the strategy has no move probabilities for information sets {missing}")
+    table = {i: move_probs(strategy[i]) for i in INFOSETS}
+    return (_best_response_value(table, 0) + _best_response_value(table, 1)) / 2
 
 
 # ------------------------------------------------------------------------------ the game

@@ -19,6 +19,9 @@ Shipped kinds:
   role): ``eval/<name>/win_rate`` (1 for a win, 0.5 for a draw:
   the sign of the two sides' return difference), ``eval/<name>/return`` (the policy's seats' mean
   return) and ``eval/<name>/invalid`` when the game reports invalid moves.
+- ``kuhn_exploitability`` (kuhn_poker-v0): the exact exploitability of the trained policy's strategy
+  in both seats, from its move probabilities at the game's 12 information sets:
+  ``eval/<name>/exploitability`` (0 at equilibrium), ``card_spread``, ``invalid``, ``unresolved``.
 
 An evaluation never moves training: it plays on its own game copies (at turn level, whatever the
 training granularity), with its own scripted agents, and inside a forked torch RNG, so a run with
@@ -85,6 +88,20 @@ class HeldoutArithmetic:
                                                 batch_size=self.batch_size)}
 
 
+def evaluated_policy(name: str, policy: str, run) -> str:
+    """The policy an evaluator named ``name`` evaluates: ``policy`` when given (it must play a seat), else
+    the first trained policy with a seat."""
+    if policy:
+        if policy not in run.policies:
+            raise ConfigError(f"eval.evaluators.{name}.policy: {policy!r} plays no seat "
+                              f"(policies with seats: {', '.join(run.policies)})")
+        return policy
+    trained = [pid for pid in run.learners if pid in run.policies]
+    if not trained:
+        raise ConfigError(f"eval.evaluators.{name}: no trained policy plays a seat; name one with policy:")
+    return trained[0]
+
+
 @register_evaluator("vs_scripted")
 @dataclass
 class VsScripted:
@@ -105,15 +122,7 @@ class VsScripted:
             raise ValueError(f"games must be >= 1, got {self.games}")
 
     def _policy_id(self, run) -> str:
-        if self.policy:
-            if self.policy not in run.policies:
-                raise ConfigError(f"eval.evaluators.{self.name}.policy: {self.policy!r} plays no seat "
-                                  f"(policies with seats: {', '.join(run.policies)})")
-            return self.policy
-        trained = [pid for pid in run.learners if pid in run.policies]
-        if not trained:
-            raise ConfigError(f"eval.evaluators.{self.name}: no trained policy plays a seat; name one with policy:")
-        return trained[0]
+        return evaluated_policy(self.name, self.policy, run)
 
     def _seating(self, run, game, pid: str) -> tuple[dict, list[str], list[str]]:
         """seat -> (policy id, agent) for the evaluation games, the policy's seats and the twin's."""
@@ -165,6 +174,89 @@ class VsScripted:
         if invalid:
             out[f"eval/{self.name}/invalid"] = float(np.mean(invalid))
         return out
+
+
+@register_evaluator("kuhn_exploitability")
+@dataclass
+class KuhnExploitability:
+    """Exact exploitability of ``policy`` in kuhn_poker-v0, both seats played by it.
+
+    Its move probabilities at the 12 information sets are computed exactly from the model
+    (:func:`cogym.agents.reply_probs.reply_distributions`: every reply path, each seat prompted as in
+    training, with the role's system message), an invalid reply counting as a fold as the game scores
+    it; then :func:`cogym.envs.kuhn_poker.exploitability` of that strategy. Metrics:
+    ``eval/<name>/exploitability`` (NashConv / 2; 0 at equilibrium, 1/3 or more for any strategy that
+    ignores its card), ``eval/<name>/card_spread`` (mean over the four histories of the largest minus
+    the smallest probability of the aggressive move across the three cards: 0 for card-blind play),
+    ``eval/<name>/invalid`` (mean probability of an invalid reply) and ``eval/<name>/unresolved`` (the
+    largest probability mass left on reply paths below ``min_prob`` or past ``max_branches``, counted
+    as invalid: about 1e-4 for the embedded model, more for a model that writes noise).
+    """
+
+    name: str = "exploitability"
+    policy: str = ""
+    greedy: bool = False
+    min_prob: float = 1e-6  # reply paths less likely than this are not followed
+    max_branches: int = 1024  # open reply paths followed at once (a model that writes noise is cut here)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_prob < 1e-2:
+            raise ValueError(f"min_prob must be in [0, 0.01), got {self.min_prob}")
+        if self.max_branches < 1:
+            raise ValueError(f"max_branches must be >= 1, got {self.max_branches}")
+
+    def check(self, run) -> None:
+        from cogym.envs.kuhn_poker import GAME_ID
+
+        if run.cfg.game.id != GAME_ID:
+            raise ConfigError(f"eval.evaluators.{self.name}: kuhn_exploitability is for {GAME_ID}, not {run.cfg.game.id}")
+        sampling = run.cfg.policies[evaluated_policy(self.name, self.policy, run)].sampling
+        if sampling.top_p != 1.0 or sampling.top_k:
+            raise ConfigError(f"eval.evaluators.{self.name}: exact move probabilities need plain temperature sampling "
+                              f"(top_p 1.0, top_k 0), got top_p {sampling.top_p}, top_k {sampling.top_k}")
+
+    def strategy(self, run) -> dict[tuple[str, str], tuple[float, float, float]]:
+        """(card, history text) -> (P(aggressive), P(passive), P(invalid or unresolved)) of the policy."""
+        from functools import partial
+
+        from cogym.agents.reply_probs import reply_distributions
+        from cogym.envs.kuhn_poker import INFOSETS, ROLES, turn_text
+
+        from .core import chat_messages
+
+        pid = evaluated_policy(self.name, self.policy, run)
+        policy, sampling = run.policies[pid], run.cfg.policies[pid].sampling
+        if self.greedy:
+            sampling = dataclasses.replace(sampling, temperature=0.0)
+        prompts, classifiers = [], []
+        for card, history in INFOSETS:
+            moves = tuple(history.split())
+            role = ROLES[len(moves) % 2]
+            system = run.cfg.prompts[role].system if role in run.cfg.prompts else ""
+            prompts.append(policy.render(chat_messages(system, turn_text(card, moves))))
+            classifiers.append(partial(_kuhn_classifier, history=moves))
+        dists = reply_distributions(policy, prompts, classifiers, sampling, min_prob=self.min_prob,
+                                    max_branches=self.max_branches)
+        self._unresolved = max(d.unresolved for d in dists)
+        return {info: (d.probs.get("aggressive", 0.0), d.probs.get("passive", 0.0),
+                       d.probs.get("invalid", 0.0) + d.unresolved) for info, d in zip(INFOSETS, dists)}
+
+    def evaluate(self, run) -> dict[str, float]:
+        from cogym.envs.kuhn_poker import CARDS, exploitability
+
+        table = self.strategy(run)
+        spreads = [max(table[(c, h)][0] for c in CARDS) - min(table[(c, h)][0] for c in CARDS)
+                   for h in ("", "check", "bet", "check bet")]
+        return {f"eval/{self.name}/exploitability": exploitability(table),
+                f"eval/{self.name}/card_spread": float(np.mean(spreads)),
+                f"eval/{self.name}/invalid": float(np.mean([t[2] for t in table.values()])),
+                f"eval/{self.name}/unresolved": self._unresolved}
+
+
+def _kuhn_classifier(text: str, finished: bool, history: tuple[str, ...]) -> str | None:
+    from cogym.envs.kuhn_poker import classify_reply
+
+    return classify_reply(text, history, finished)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import pytest
 from cogym.core.errors import CogymError
 from cogym.runners.build import build
 from cogym.runners.config import ConfigError, load_config
-from cogym.runners.evaluation import EVALUATORS, VsScripted, evaluate, register_evaluator
+from cogym.runners.evaluation import EVALUATORS, KuhnExploitability, VsScripted, evaluate, register_evaluator
 from cogym.runners.train import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
@@ -28,14 +28,15 @@ def test_vs_scripted_is_deterministic_and_leaves_the_torch_stream_alone(tiny_mod
     import torch
 
     run = build(load_config(KUHN, _kuhn(tiny_model_dir)))
-    assert [type(e) for e in run.evaluators] == [VsScripted, VsScripted]
+    assert [type(e) for e in run.evaluators] == [VsScripted, VsScripted, KuhnExploitability]
     torch.manual_seed(7)
     expected_next = torch.rand(3)
     torch.manual_seed(7)
     first = evaluate(run.evaluators, run)
     assert torch.equal(torch.rand(3), expected_next)  # the caller's stream continues as if nothing ran
     assert evaluate(run.evaluators, run) == first  # fixed hands, fixed sampling stream
-    assert set(first) == {f"eval/{n}/{m}" for n in ("vs_random", "vs_nash") for m in ("win_rate", "return", "invalid")}
+    assert set(first) == ({f"eval/{n}/{m}" for n in ("vs_random", "vs_nash") for m in ("win_rate", "return", "invalid")}
+                          | {f"eval/exploitability/{m}" for m in ("exploitability", "card_spread", "invalid", "unresolved")})
     assert all(0.0 <= first[f"eval/{n}/win_rate"] <= 1.0 for n in ("vs_random", "vs_nash"))
 
 
@@ -127,3 +128,35 @@ def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
         load_config(None, ["eval.batch_size=0"])
     with pytest.raises(ValueError, match="batch_size=0: must be >= 1"):
         HeldoutArithmetic(batch_size=0)
+
+
+def test_kuhn_exploitability_is_the_exact_value_of_the_models_strategy(tiny_model_dir: Path) -> None:
+    from cogym.envs.kuhn_poker import INFOSETS, exploitability
+
+    run = build(load_config(KUHN, [*_kuhn(tiny_model_dir)[1:], "policies.player.model=tiny"]))  # the embedded model
+    ev = next(e for e in run.evaluators if isinstance(e, KuhnExploitability))
+    table = ev.strategy(run)
+    assert set(table) == set(INFOSETS) and all(sum(t) == pytest.approx(1.0, abs=1e-5) for t in table.values())
+    metrics = ev.evaluate(run)
+    assert metrics["eval/exploitability/exploitability"] == pytest.approx(exploitability(table))
+    assert metrics["eval/exploitability/unresolved"] < 1e-3
+    assert metrics["eval/exploitability/invalid"] == pytest.approx(sum(t[2] for t in table.values()) / 12)
+    greedy = dataclasses.replace(ev, greedy=True).strategy(run)
+    assert all(max(t) == pytest.approx(1.0) for t in greedy.values())  # greedy play is a pure strategy
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["eval.evaluators.x.kind=kuhn_exploitability"], "kuhn_exploitability is for kuhn_poker-v0"),
+    (["eval.evaluators.x.kind=kuhn_exploitability", "eval.evaluators.x.min_prob=0.5"], "min_prob"),
+])
+def test_kuhn_exploitability_is_checked_when_the_config_loads(tiny_model_dir: Path, extra: list[str], message: str) -> None:
+    config = KUHN if "min_prob" in message else str(Path(KUHN).with_name("proposer_solver.yaml"))
+    base = _kuhn(tiny_model_dir) if "min_prob" in message else [f"policies.solver.model={tiny_model_dir}",
+                                                               f"policies.proposer.model={tiny_model_dir}"]
+    with pytest.raises(CogymError, match=message):
+        build(load_config(config, [*base, *extra]))
+
+
+def test_kuhn_exploitability_refuses_filtered_sampling(tiny_model_dir: Path) -> None:
+    with pytest.raises(CogymError, match="plain temperature sampling"):
+        build(load_config(KUHN, _kuhn(tiny_model_dir, ["policies.player.sampling.top_p=0.9"])))
