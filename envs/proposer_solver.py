@@ -79,6 +79,12 @@ With ``novelty`` set the proposer also gets ``"metrics"``: ``novelty_rejected`` 
 filter rejected the proposal; None when it did not parse) and ``novelty_similarity`` (the cosine
 similarity to its nearest pool entry; None when there was none or it did not parse), logged per
 iteration as ``proposer/novelty_rejected`` and ``proposer/novelty_similarity``.
+With ``verifier="majority"`` each solver also gets ``"metrics"``, the label-free guard, scored against
+the hidden true answer and never rewarded: ``majority_correct`` (the group's majority answer is the
+true one; the same for every solver of a game) and ``true_correct`` (this solver's answer is), both
+None when the true answer is unknown; logged as ``solver/majority_correct`` and
+``solver/true_correct``. A run collapsing into a wrong consensus shows it there while the agreement
+reward rises.
 Before the end only ``"role"``.
     ``reference``  the correct answer exactly as a perfect solver writes it: the same string the
                    ``oracle`` twin emits (``"82"`` for ``37+45``); a dataset answer that is one
@@ -343,6 +349,8 @@ class ProposerSolverEnv(CogymEnv):
         self.proposer_reward, self.band = proposer_reward, (low, high)
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []
         self.verifier = make_verifier(verifier)  # after the file: a bad file fails before a worker starts
+        # Label-free: the truth is never rewarded, only reported (the guard metrics in infos "metrics").
+        self._truth = make_verifier("exact") if verifier == "majority" else None
         self._init_self_instruction(source, seeds, few_shot, novelty, novelty_pool, novelty_size)
 
         self.solvers = list(seat_names("solver", num_solvers))
@@ -370,6 +378,7 @@ class ProposerSolverEnv(CogymEnv):
         }
         self.action_spaces = {a: text_space(MAX_MESSAGE_CHARS) for a in self.possible_agents}
         lowest = min(0.0, self.invalid_penalty) if has_proposer else 0.0
+        solver_outcomes = ("correct", "invalid", "reference") + (("metrics",) if self._truth is not None else ())
         self.spec = GameSpec(
             id=GAME_ID,
             roles=("proposer", "solver") if has_proposer else ("solver",),
@@ -378,8 +387,7 @@ class ProposerSolverEnv(CogymEnv):
             max_turns=n_seats,
             description="A proposer writes an arithmetic problem; k solvers answer it independently.",
             outcomes={"proposer": ("invalid", "metrics") if self.novelty is not None else ("invalid",),
-                      "solver": ("correct", "invalid", "reference")} if has_proposer
-            else {"solver": ("correct", "invalid", "reference")},
+                      "solver": solver_outcomes} if has_proposer else {"solver": solver_outcomes},
         )
         self._phase = PHASE_OVER
         self._problem: str | None = None
@@ -509,6 +517,8 @@ class ProposerSolverEnv(CogymEnv):
             if a != "proposer":
                 self.infos[a]["correct"] = None
                 self.infos[a]["reference"] = None
+                if self._truth is not None:
+                    self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None}
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game({"proposer": self.invalid_penalty})
@@ -531,9 +541,26 @@ class ProposerSolverEnv(CogymEnv):
         for s, c in zip(self.solvers, correct):
             self.infos[s]["correct"] = bool(c)
             self.infos[s]["reference"] = reference
+        if self._truth is not None:
+            self._guard_metrics(replies, correct)
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game(rewards)
+
+    def _guard_metrics(self, replies: list[str], agreed: list[bool]) -> None:
+        """Label-free play (``verifier="majority"``): what the hidden truth says, logged and never rewarded.
+        ``majority_correct``: the group's majority answer is the true one (a collapse into a wrong
+        consensus shows here while the agreement reward rises); ``true_correct``: this solver's answer
+        is. Both None when the true answer is unknown (a blank dataset answer)."""
+        assert self._truth is not None and self._problem is not None
+        if reference_text(self._reference) is None:
+            truth = [None] * len(replies)
+            majority = None
+        else:
+            truth = self._truth.judge(self._problem, self._reference, replies)
+            majority = any(a and t for a, t in zip(agreed, truth))
+        for s, t in zip(self.solvers, truth):
+            self.infos[s]["metrics"] = {"majority_correct": majority, "true_correct": None if t is None else bool(t)}
 
     def _render_text(self) -> str:
         phase = {PHASE_PROPOSE: "proposing", PHASE_SOLVE: "solving", PHASE_OVER: "over"}[self._phase]

@@ -95,6 +95,36 @@ def test_majority_vote_game_can_reward_a_wrong_majority() -> None:
     assert rewards == {"proposer": 1.0, "solver_0": 1.0, "solver_1": 1.0, "solver_2": 0.0}
 
 
+@pytest.mark.parametrize(("replies", "majority_correct"), [(["5", "5", "4"], False), (["4", "x", "4"], True),
+                                                         (["", " ", "4"], True), (["", "", ""], False)])
+def test_label_free_play_reports_the_hidden_truth_without_rewarding_it(replies: list[str], majority_correct: bool) -> None:
+    env = make("proposer_solver-v0", num_solvers=3, verifier="majority")
+    assert "metrics" in env.spec.outcomes["solver"]
+    env.reset(seed=0)
+    act(env, "proposer", "2+2")
+    for i, reply in enumerate(replies):
+        rewards = act(env, f"solver_{i}", reply)
+    for i, reply in enumerate(replies):
+        metrics = env.infos[f"solver_{i}"]["metrics"]
+        assert metrics == {"majority_correct": majority_correct, "true_correct": reply == "4"}
+    # the rewards are agreement with the majority, whatever the truth
+    assert [rewards[f"solver_{i}"] for i in range(3)] == [float(env.infos[f"solver_{i}"]["correct"]) for i in range(3)]
+
+
+def test_the_guard_metrics_are_only_for_label_free_play() -> None:
+    env = make("proposer_solver-v0", num_solvers=2, verifier="exact")
+    assert "metrics" not in env.spec.outcomes["solver"]
+    env.reset(seed=0)
+    act(env, "proposer", "2+2")
+    for i in range(2):
+        act(env, f"solver_{i}", "4")
+    assert "metrics" not in env.infos["solver_0"]
+    labelfree = make("proposer_solver-v0", num_solvers=2, verifier="majority")
+    labelfree.reset(seed=0)
+    act(labelfree, "proposer", "2+")  # invalid: the game ends before any answer
+    assert labelfree.infos["solver_0"]["metrics"] == {"majority_correct": None, "true_correct": None}
+
+
 def test_math_verify_game_accepts_equivalent_forms() -> None:
     env = make("proposer_solver-v0", num_solvers=3, verifier="math_verify")
     env.reset(seed=0)
