@@ -97,7 +97,9 @@ Before the end only ``"role"``.
 Arguments (all validated at construction; a bad dataset raises ``DatasetError`` there)
     num_solvers=8       number of solver seats k, >= 1.
     source="proposer"   "proposer" (a seat writes problems) or "dataset" (drawn from a file).
-    dataset=None        JSONL path of {"question": str, "answer": str}; required for "dataset".
+    dataset=None        JSONL path of {"question": str, "answer": str}, or the name of a file shipped in
+                        cogym/envs/data (``arithmetic_train.jsonl``: 1000 uniform problems of the default
+                        domain, none in the held-out set); required for "dataset".
     verifier="exact"    "exact" | "math_verify" | "majority" (label-free; ignores the answer).
     proposer_reward="learnability"  "learnability" | "band".
     band=(0.2, 0.8)     inclusive success-rate band for proposer_reward="band", 0<=low<=high<=1.
@@ -219,14 +221,22 @@ def few_shot_text(examples: Sequence[str]) -> str:
     return f"{label}: {', '.join(examples)}\n{PROPOSER_REQUEST}"
 
 
-def seed_path(seeds: str | os.PathLike[str]) -> Path:
-    """The seed file ``seeds`` names: a path, or else the name of a file shipped in ``cogym/envs/data``."""
-    p = Path(seeds)
+def shipped_or_path(name: str | os.PathLike[str]) -> Path | None:
+    """The file ``name`` names: a path, or else the name of a file shipped in ``cogym/envs/data``; None if neither."""
+    p = Path(name)
     if p.is_file():
         return p
     shipped = resources.files("cogym.envs").joinpath("data", p.name)
-    if p.name == str(seeds) and shipped.is_file():
+    if p.name == str(name) and shipped.is_file():
         return Path(str(shipped))
+    return None
+
+
+def seed_path(seeds: str | os.PathLike[str]) -> Path:
+    """The seed file ``seeds`` names: a path, or else the name of a file shipped in ``cogym/envs/data``."""
+    found = shipped_or_path(seeds)
+    if found is not None:
+        return found
     raise DatasetError(f"seed file {str(seeds)!r} does not exist (neither a path nor a file shipped in cogym/envs/data, "
                        "such as 'serl_seeds.jsonl'); pass a JSONL file of {\"question\": \"12+7\"} objects or a text file, one problem a line")
 
@@ -347,6 +357,8 @@ class ProposerSolverEnv(CogymEnv):
         self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self.num_solvers, self.source, self.verifier_name = num_solvers, source, verifier
         self.proposer_reward, self.band = proposer_reward, (low, high)
+        if dataset is not None:  # a path, or the name of a file shipped in cogym/envs/data (arithmetic_train.jsonl)
+            dataset = shipped_or_path(dataset) or dataset
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []
         self.verifier = make_verifier(verifier)  # after the file: a bad file fails before a worker starts
         # Label-free: the truth is never rewarded, only reported (the guard metrics in infos "metrics").
