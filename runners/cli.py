@@ -245,6 +245,33 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from .config import ConfigError
+    from .display import terminal_width
+    from .reproduce import all_claims, claim_named, format_list, format_results, plot_results, reproduce
+
+    if args.list:
+        print(format_list(all_claims(), terminal_width()))
+        return 0
+    if not args.claim:
+        raise ConfigError("name a claim (cogym reproduce --list shows them)")
+    claim = claim_named(args.claim)
+    out = Path(args.out) if args.out else Path("runs") / "reproduce" / f"{claim.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {str(out)!r} is not empty; name a new directory")
+    out.mkdir(parents=True, exist_ok=True)
+    results = reproduce(claim, args.seeds, out, args.overrides,
+                        progress=None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True)))
+    (out / "results.json").write_text(json.dumps(results.as_json(claim), indent=1) + "\n")
+    plot_results(claim, results, out / "results.png")
+    print(format_results(claim, results))
+    print(f"\nwritten: {out / 'results.json'}, {out / 'results.png'}")
+    return 0
+
+
 def _build_tiny(args: argparse.Namespace) -> int:
     from .build_tiny_model import main as build_main
 
@@ -371,6 +398,19 @@ def parser() -> argparse.ArgumentParser:
     sh.add_argument("--width", type=_positive_int, metavar="COLUMNS", help="wrap to this width (default: the terminal's, "
                     "80 in a pipe)")
     sh.set_defaults(fn=_show)
+    rp = sub.add_parser("reproduce", help="run a paper's claim in miniature over seeds and give the verdict",
+                        description="Train every arm of a claim (a method and its baselines, equal budgets) once per "
+                                    "seed, then print mean ± std and the per-seed values of its measures and the "
+                                    "verdict; results.json and results.png go to --out. The claims and their "
+                                    "measured tables: docs/claims.md.")
+    rp.add_argument("claim", nargs="?", help="the claim (see --list)")
+    rp.add_argument("overrides", nargs="*", help="dotted overrides applied to every arm, e.g. run.iterations=50")
+    rp.add_argument("--list", action="store_true", help="list the claims with their measured CPU time")
+    rp.add_argument("--seeds", type=_positive_int, default=3, metavar="N", help="seeds 0..N-1 per arm (default 3)")
+    rp.add_argument("--out", metavar="DIR", help="where to write the runs and results (default: "
+                    "runs/reproduce/<claim>-<time>)")
+    rp.add_argument("--quiet", action="store_true", help="no line per run on stderr")
+    rp.set_defaults(fn=_reproduce)
     b = sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model (see its --help)", add_help=False)
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=_build_tiny)
@@ -395,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = ap.parse_known_args(argv)
     if extra:
         # `cogym train cfg.yaml --run-dir d a=b`: overrides after an option are still overrides.
-        if args.command == "train" and all("=" in x and not x.startswith("-") for x in extra):
+        if args.command in ("train", "reproduce") and all("=" in x and not x.startswith("-") for x in extra):
             args.overrides.extend(extra)
         else:
             ap.error(f"unrecognized arguments: {' '.join(extra)}")

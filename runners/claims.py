@@ -1,0 +1,223 @@
+"""The shipped claims of ``cogym reproduce`` (docs/claims.md has each one's measured table and verdict).
+
+Each arm is a shipped config with overrides; every arm of a claim trains the same number of
+iterations on the same game, so the budgets are equal. ``minutes``: the CPU time of 3 seeds, as
+measured on the 2-core development machine (None until measured).
+"""
+
+from __future__ import annotations
+
+from .reproduce import Arm, Claim, Measure, Values, after, before, gain, last, mean, register_claim, rise
+
+HELDOUT = Measure("heldout_gain", "greedy held-out accuracy after training less before", gain("heldout_acc"))
+
+
+def _verdict(held: int, total: int) -> str:
+    return "reproduced" if held == total else ("partially" if held else "not reproduced")
+
+
+# ------------------------------------------------------------------------------ kuhn_nash
+KUHN_BASE = ("seats.second=player", "run.iterations=300", "run.eval_every=50",
+             "eval.evaluators.vs_random.games=100", "eval.evaluators.vs_nash.games=100")
+KUHN_TARGET = 0.15
+
+
+def _kuhn(values: Values) -> tuple[str, str]:
+    means = {arm: mean(v["exploitability"]) for arm, v in values.items()}
+    held = [arm for arm, m in means.items() if m <= KUHN_TARGET]
+    shown = ", ".join(f"{arm} {m:.3f}" for arm, m in means.items())
+    return _verdict(len(held), len(means)), f"mean exploitability {shown}; target <= {KUHN_TARGET}"
+
+
+register_claim(Claim(
+    name="kuhn_nash",
+    paper="SPIRAL (Liu et al. 2025); fictitious self-play (Heinrich et al. 2015)",
+    statement=f"Self-play (plain, league or PFSP) learns card-dependent Kuhn poker with exact exploitability "
+              f"<= {KUHN_TARGET}, below the 1/3 floor of every card-blind strategy.",
+    arms=(Arm("self_play", "kuhn_poker.yaml", KUHN_BASE, "one policy plays both seats"),
+          Arm("league", "kuhn_poker.yaml", (*KUHN_BASE, "league.seats=[second]"),
+              "the second seat is played by past snapshots, drawn uniformly"),
+          Arm("pfsp", "kuhn_poker.yaml", (*KUHN_BASE, "league.seats=[second]", "league.sampling=pfsp"),
+              "past snapshots drawn by prioritized fictitious self-play")),
+    measures=(Measure("exploitability", "NashConv/2 after training (exact)", after("eval/exploitability/exploitability"), "low"),
+              Measure("card_spread", "how much play depends on the card (0: card-blind)",
+                      after("eval/exploitability/card_spread")),
+              Measure("exploitability_start", "the same before training",
+                      before("eval/exploitability/exploitability"), "low")),
+    judge=_kuhn,
+    curve="first/reward",
+))
+
+
+# ------------------------------------------------------------------------------ ttrl
+TTRL_SHARE = 0.8
+
+
+def _ttrl(values: Values) -> tuple[str, str]:
+    truth, free = mean(values["ground_truth"]["heldout_gain"]), mean(values["label_free"]["heldout_gain"])
+    ratio = free / truth if truth > 0 else float("nan")
+    ok = truth > 0 and free >= TTRL_SHARE * truth
+    return ("reproduced" if ok else "not reproduced",
+            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE})")
+
+
+register_claim(Claim(
+    name="ttrl",
+    paper="TTRL (Zuo et al. 2025); SeRL (Fang et al. 2025)",
+    statement=f"Training on a label-free majority-vote reward gains at least {TTRL_SHARE:.0%} of what the "
+              "ground-truth reward gains on held-out accuracy, on the same problems with the same budget.",
+    arms=(Arm("ground_truth", "ttrl.yaml", ("game.kwargs.verifier=exact",), "rewarded by the true answer"),
+          Arm("label_free", "ttrl.yaml", (), "rewarded by agreement with the majority of 8 answers")),
+    measures=(HELDOUT,
+              Measure("majority_correct", "the majority answer is the true one (last 20 iterations)",
+                      last("solver/majority_correct")),
+              Measure("reward", "the solver's training reward (last 20 iterations)", last("solver/reward"))),
+    judge=_ttrl,
+    curve="solver/reward",
+))
+
+
+# ------------------------------------------------------------------------------ reward_hacking
+GV_BASE = ("eval.evaluators.heldout.kind=heldout_arithmetic", "eval.evaluators.heldout.role=generator")
+
+
+def _hacking(values: Values) -> tuple[str, str]:
+    base_wrong = mean(values["verifier_only"]["accepted_wrong"])
+    base_gain = mean(values["verifier_only"]["heldout_gain"])
+    parts, held = [], 0
+    for arm in ("cooper", "truth_mix"):
+        wrong, g = mean(values[arm]["accepted_wrong"]), mean(values[arm]["heldout_gain"])
+        ok = wrong <= 0.5 * base_wrong and g >= base_gain + 0.05
+        held += ok
+        parts.append(f"{arm}: accepted_wrong {wrong:.3f}, gain {g:+.3f}")
+    return (_verdict(held, 2), f"verifier_only: accepted_wrong {base_wrong:.3f}, gain {base_gain:+.3f}; "
+            + "; ".join(parts) + " (needs <= half the accepted_wrong and >= +0.05 gain)")
+
+
+register_claim(Claim(
+    name="reward_hacking",
+    paper="GenRM (Zhang et al. 2024); Cooper (Hong et al. 2025)",
+    statement="A generator rewarded only by a frozen, weak verifier learns to be accepted while wrong; a "
+              "verifier co-trained on the truth (Cooper) or a ground-truth share of the reward keeps "
+              "accepted_wrong at most half as high and gains at least 5 more held-out points.",
+    arms=(Arm("verifier_only", "generator_verifier.yaml",
+              (*GV_BASE, "game.kwargs.generator_reward=verifier", "learners.verifier.algorithm=frozen"),
+              "rewarded by the verdict of the frozen initial model"),
+          Arm("cooper", "generator_verifier.yaml", (*GV_BASE, "game.kwargs.generator_reward=verifier"),
+              "rewarded by the verdict of a verifier trained on the truth alongside"),
+          Arm("truth_mix", "generator_verifier.yaml",
+              (*GV_BASE, "game.kwargs.generator_reward=mix", "learners.verifier.algorithm=frozen"),
+              "half the frozen verdict, half the truth")),
+    measures=(Measure("accepted_wrong", "wrong answers the verifier accepts (last 20 iterations)",
+                      last("verifier/accepted_wrong"), "low"),
+              HELDOUT),
+    judge=_hacking,
+    curve="verifier/accepted_wrong",
+))
+
+
+# ------------------------------------------------------------------------------ azr_curriculum
+def _azr(values: Values) -> tuple[str, str]:
+    learn, rand = mean(values["learnability"]["heldout_gain"]), mean(values["random"]["heldout_gain"])
+    fixed = mean(values["uniform_file"]["heldout_gain"])
+    return ("reproduced" if learn >= rand else "not reproduced",
+            f"held-out gain: learnability {learn:+.3f}, random proposer {rand:+.3f}, uniform file {fixed:+.3f}")
+
+
+register_claim(Claim(
+    name="azr_curriculum",
+    paper="Absolute Zero (Zhao et al. 2025)",
+    statement="A proposer paid for learnability teaches the solver at least as well as a scripted random "
+              "proposer, at equal solver budget, and the difficulty of its problems tracks the solver.",
+    arms=(Arm("learnability", "proposer_solver.yaml", ("run.eval_every=0",), "the co-trained proposer"),
+          Arm("random", "proposer_solver.yaml", ("run.eval_every=0", "seats.proposer=scripted:random"),
+              "uniform problems of the domain, drawn afresh"),
+          Arm("uniform_file", "ttrl.yaml", ("run.eval_every=0", "game.kwargs.verifier=exact"),
+              "the fixed file of 1000 uniform problems")),
+    measures=(HELDOUT,
+              Measure("solve_rate", "solver success rate (last 20 iterations): lower is harder",
+                      last("solver/reward"), "low")),
+    judge=_azr,
+    curve="solver/reward",
+    notes="Difficulty is shown by the solver's success rate on the posed problems; the issue's measure "
+          "(the initial model's failure rate on each proposed problem) is not built yet.",
+))
+
+
+# ------------------------------------------------------------------------------ prime_dense
+PRIME_BASE = ("eval.evaluators.heldout.kind=heldout_arithmetic", "eval.evaluators.heldout.role=generator")
+
+
+def _prime(values: Values) -> tuple[str, str]:
+    p, r = mean(values["prime"]["heldout_gain"]), mean(values["rloo"]["heldout_gain"])
+    pr, rr = mean(values["prime"]["reward_rise"]), mean(values["rloo"]["reward_rise"])
+    return ("reproduced" if p > r and pr > rr else "not reproduced",
+            f"held-out gain PRIME {p:+.3f} vs RLOO {r:+.3f}; reward rise PRIME {pr:+.3f} vs RLOO {rr:+.3f}")
+
+
+register_claim(Claim(
+    name="prime_dense",
+    paper="PRIME (Cui et al. 2025)",
+    statement="Implicit process rewards (PRIME) train the generator better than RLOO on the outcome alone, "
+              "at equal budget.",
+    arms=(Arm("prime", "prime.yaml", PRIME_BASE, "RLOO on the outcome plus the implicit PRM's token rewards"),
+          Arm("rloo", "prime.yaml", (*PRIME_BASE, "learners.generator.algorithm=rloo"), "RLOO on the outcome")),
+    measures=(HELDOUT,
+              Measure("reward_rise", "generator reward, last 50 iterations less first 50",
+                      rise("generator/reward", 50))),
+    judge=_prime,
+    curve="generator/reward",
+))
+
+
+# ------------------------------------------------------------------------------ debate_truth
+DEBATE_RISE = 0.10
+
+
+def _debate(values: Values) -> tuple[str, str]:
+    r = mean(values["rae_oracle_judge"]["truth_rise"])
+    return ("reproduced" if r >= DEBATE_RISE else "not reproduced",
+            f"the rate of choosing the true answer rose {r:+.3f} (needs >= {DEBATE_RISE:+.2f})")
+
+
+register_claim(Claim(
+    name="debate_truth",
+    paper="AI safety via debate (Irving et al. 2018)",
+    statement=f"Debaters who choose their answers, trained with RAE against a truthful judge, choose the true "
+              f"answer more often: the rate rises by at least {DEBATE_RISE * 100:.0f} points.",
+    arms=(Arm("rae_oracle_judge", "debate.yaml", ("game.kwargs.answers=chosen", "seats.judge=scripted:oracle"),
+              "answers chosen by the debaters, the scripted oracle judges"),),
+    measures=(Measure("truth_rise", "debaters defending the true answer, last 20 iterations less first 20",
+                      rise("debater/defended_correct")),
+              Measure("truth_end", "debaters defending the true answer (last 20 iterations)",
+                      last("debater/defended_correct"))),
+    judge=_debate,
+    curve="debater/defended_correct",
+))
+
+
+# ------------------------------------------------------------------------------ mae_collusion
+def _mae(values: Values) -> tuple[str, str]:
+    free, oracle = mean(values["no_truth"]["heldout_gain"]), mean(values["oracle_judge"]["heldout_gain"])
+    agree = mean(values["no_truth"]["judge_truth"])
+    return ("reproduced" if free > 0 else "not reproduced",
+            f"held-out gain without any truth {free:+.3f} (oracle judge {oracle:+.3f}); "
+            f"the judge agrees with the truth {agree:.3f} at the end")
+
+
+register_claim(Claim(
+    name="mae_collusion",
+    paper="Multi-Agent Evolve (Chen et al. 2025)",
+    statement="One model proposing, solving and judging with no ground truth improves as a solver "
+              "(MAE's claim), measured against the same run with a truthful judge; where it does not, "
+              "the judge's agreement with the truth shows the collusion.",
+    arms=(Arm("no_truth", "proposer_solver_judge.yaml", (), "the model judges itself"),
+          Arm("oracle_judge", "proposer_solver_judge.yaml",
+              ("seats.judge=scripted:oracle", "game.kwargs.proposer_reward=difficulty"), "a truthful judge")),
+    measures=(HELDOUT,
+              Measure("judge_truth", "the judge's score agrees with the truth (last 20 iterations)",
+                      last("judge/judge_agrees_with_truth")),
+              Measure("solver_correct", "the solver is right (last 20 iterations)", last("solver/solver_correct"))),
+    judge=_mae,
+    curve="solver/solver_correct",
+))

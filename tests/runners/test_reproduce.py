@@ -1,0 +1,98 @@
+"""cogym reproduce (runners/reproduce.py, runners/claims.py): every shipped claim runs one iteration per
+arm end to end, the judges apply their thresholds, and the command's output and errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cogym.core.errors import CogymError
+from cogym.runners.cli import main
+from cogym.runners.reproduce import VERDICTS, all_claims, claim_named, format_results, reproduce
+
+CLAIMS = ["kuhn_nash", "ttrl", "reward_hacking", "azr_curriculum", "prime_dense", "debate_truth", "mae_collusion"]
+# one iteration per arm, smaller evaluations: what is tested is that every arm runs and every measure is read
+QUICK = ["run.iterations=1", "run.eval_every=0"]
+SMALL_EVAL = {"kuhn_nash": ["eval.evaluators.vs_random.games=8", "eval.evaluators.vs_nash.games=8"],
+              "reward_hacking": ["eval.evaluators.heldout.size=50"], "prime_dense": ["eval.evaluators.heldout.size=50"]}
+
+
+def test_the_seven_claims_are_listed(capsys: pytest.CaptureFixture) -> None:
+    assert [c.name for c in all_claims()] == CLAIMS
+    assert main(["reproduce", "--list"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"{name}  (" in text for name in CLAIMS)
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("name", CLAIMS)
+def test_every_claim_runs_one_iteration_per_arm(name: str, tmp_path: Path) -> None:
+    claim = claim_named(name)
+    extra = [*QUICK, *SMALL_EVAL.get(name, ["eval.size=50"] if name != "debate_truth" else [])]
+    results = reproduce(claim, 1, tmp_path, extra)
+    assert set(results.values) == {a.name for a in claim.arms}
+    for arm in claim.arms:
+        assert (tmp_path / arm.name / "seed0" / "metrics.jsonl").is_file()
+        for m in claim.measures:
+            (value,) = results.values[arm.name][m.name]
+            assert isinstance(value, float)
+            if m.read.__qualname__.startswith(("after", "before", "gain")):
+                assert not math.isnan(value), (arm.name, m.name)  # an evaluation always ran before and after
+    assert results.verdict in VERDICTS and results.reason
+    table = format_results(claim, results)
+    assert f"verdict: {results.verdict}" in table and all(a.name in table for a in claim.arms)
+
+
+def test_the_kuhn_judge_needs_every_variant_at_or_below_the_target() -> None:
+    judge = claim_named("kuhn_nash").judge
+    good, blind = [0.10, 0.12, 0.14], [0.33, 0.34, 0.335]
+    assert judge({"self_play": {"exploitability": good}, "league": {"exploitability": good},
+                  "pfsp": {"exploitability": good}})[0] == "reproduced"
+    assert judge({"self_play": {"exploitability": blind}, "league": {"exploitability": good},
+                  "pfsp": {"exploitability": good}})[0] == "partially"
+    assert judge({"self_play": {"exploitability": blind}, "league": {"exploitability": blind},
+                  "pfsp": {"exploitability": blind}})[0] == "not reproduced"
+
+
+def test_the_ttrl_judge_compares_the_gains() -> None:
+    judge = claim_named("ttrl").judge
+    assert judge({"ground_truth": {"heldout_gain": [0.10, 0.12, 0.08]},
+                  "label_free": {"heldout_gain": [0.09, 0.08, 0.08]}})[0] == "reproduced"  # 0.083 >= 0.8 * 0.1
+    assert judge({"ground_truth": {"heldout_gain": [0.10, 0.12, 0.08]},
+                  "label_free": {"heldout_gain": [0.07, 0.08, 0.08]}})[0] == "not reproduced"
+    assert judge({"ground_truth": {"heldout_gain": [-0.01, 0.0, 0.0]},  # nothing to match
+                  "label_free": {"heldout_gain": [0.0, 0.0, 0.0]}})[0] == "not reproduced"
+
+
+def test_the_reward_hacking_judge_asks_for_half_the_accepted_wrong_and_five_points() -> None:
+    judge = claim_named("reward_hacking").judge
+    base = {"accepted_wrong": [0.8, 0.8, 0.8], "heldout_gain": [0.0, 0.0, 0.0]}
+    good = {"accepted_wrong": [0.4, 0.4, 0.4], "heldout_gain": [0.06, 0.05, 0.07]}
+    weak = {"accepted_wrong": [0.41, 0.41, 0.41], "heldout_gain": [0.06, 0.06, 0.06]}
+    assert judge({"verifier_only": base, "cooper": good, "truth_mix": good})[0] == "reproduced"
+    assert judge({"verifier_only": base, "cooper": good, "truth_mix": weak})[0] == "partially"
+    assert judge({"verifier_only": base, "cooper": weak, "truth_mix": weak})[0] == "not reproduced"
+
+
+def test_the_command_writes_json_and_plot_and_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "debate"
+    assert main(["reproduce", "debate_truth", "--seeds", "2", "--out", str(out), "--quiet", *QUICK]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((out / "results.json").read_text())
+    assert data["seeds"] == [0, 1] and data["verdict"] in VERDICTS
+    assert len(data["arms"]["rae_oracle_judge"]["measures"]["truth_end"]["values"]) == 2
+    assert (out / "results.png").stat().st_size > 1000
+    assert "truth_rise" in printed and "verdict:" in printed
+    assert main(["reproduce", "debate_truth", "--out", str(out), *QUICK]) == 2  # not empty
+    assert "not empty" in capsys.readouterr().err
+    assert main(["reproduce", "ttlr", "--out", str(tmp_path / "x")]) == 2
+    assert "did you mean 'ttrl'" in capsys.readouterr().err
+
+
+def test_a_bad_override_fails_before_any_run(tmp_path: Path) -> None:
+    with pytest.raises(CogymError):
+        reproduce(claim_named("ttrl"), 1, tmp_path, ["run.iterashuns=1"])
+    assert not any(tmp_path.iterdir())
