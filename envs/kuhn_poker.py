@@ -196,6 +196,13 @@ def classify_reply(reply: str, history: Sequence[str], finished: bool) -> str | 
     return "aggressive" if move == legal[1] else "passive"
 
 
+def reply_classifier(history: Sequence[str]) -> Callable[[str, bool], str | None]:
+    """:func:`classify_reply` at ``history``, as ``(reply, finished) -> class``: the classifier
+    :func:`cogym.agents.reply_probs.reply_distributions` takes."""
+    moves = tuple(history)
+    return lambda reply, finished: classify_reply(reply, moves, finished)
+
+
 def _history_text(history: History) -> str:
     return " ".join(history) if history else "none"
 

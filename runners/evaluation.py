@@ -215,12 +215,10 @@ class KuhnExploitability:
             raise ConfigError(f"eval.evaluators.{self.name}: exact move probabilities need plain temperature sampling "
                               f"(top_p 1.0, top_k 0), got top_p {sampling.top_p}, top_k {sampling.top_k}")
 
-    def strategy(self, run) -> dict[tuple[str, str], tuple[float, float, float]]:
-        """(card, history text) -> (P(aggressive), P(passive), P(invalid or unresolved)) of the policy."""
-        from functools import partial
-
+    def _distributions(self, run) -> list:
+        """The policy's reply distribution at each of ``INFOSETS``, in order."""
         from cogym.agents.reply_probs import reply_distributions
-        from cogym.envs.kuhn_poker import INFOSETS, ROLES, turn_text
+        from cogym.envs.kuhn_poker import INFOSETS, ROLES, reply_classifier, turn_text
 
         from .core import chat_messages
 
@@ -234,29 +232,32 @@ class KuhnExploitability:
             role = ROLES[len(moves) % 2]
             system = run.cfg.prompts[role].system if role in run.cfg.prompts else ""
             prompts.append(policy.render(chat_messages(system, turn_text(card, moves))))
-            classifiers.append(partial(_kuhn_classifier, history=moves))
-        dists = reply_distributions(policy, prompts, classifiers, sampling, min_prob=self.min_prob,
-                                    max_branches=self.max_branches)
-        self._unresolved = max(d.unresolved for d in dists)
+            classifiers.append(reply_classifier(moves))
+        return reply_distributions(policy, prompts, classifiers, sampling, min_prob=self.min_prob,
+                                   max_branches=self.max_branches)
+
+    @staticmethod
+    def _table(dists: list) -> dict[tuple[str, str], tuple[float, float, float]]:
+        from cogym.envs.kuhn_poker import INFOSETS
+
         return {info: (d.probs.get("aggressive", 0.0), d.probs.get("passive", 0.0),
                        d.probs.get("invalid", 0.0) + d.unresolved) for info, d in zip(INFOSETS, dists)}
+
+    def strategy(self, run) -> dict[tuple[str, str], tuple[float, float, float]]:
+        """(card, history text) -> (P(aggressive), P(passive), P(invalid or unresolved)) of the policy."""
+        return self._table(self._distributions(run))
 
     def evaluate(self, run) -> dict[str, float]:
         from cogym.envs.kuhn_poker import CARDS, exploitability
 
-        table = self.strategy(run)
+        dists = self._distributions(run)
+        table = self._table(dists)
         spreads = [max(table[(c, h)][0] for c in CARDS) - min(table[(c, h)][0] for c in CARDS)
                    for h in ("", "check", "bet", "check bet")]
         return {f"eval/{self.name}/exploitability": exploitability(table),
                 f"eval/{self.name}/card_spread": float(np.mean(spreads)),
                 f"eval/{self.name}/invalid": float(np.mean([t[2] for t in table.values()])),
-                f"eval/{self.name}/unresolved": self._unresolved}
-
-
-def _kuhn_classifier(text: str, finished: bool, history: tuple[str, ...]) -> str | None:
-    from cogym.envs.kuhn_poker import classify_reply
-
-    return classify_reply(text, history, finished)
+                f"eval/{self.name}/unresolved": max(d.unresolved for d in dists)}
 
 
 @contextlib.contextmanager

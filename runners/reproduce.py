@@ -69,24 +69,18 @@ def gain(key: str) -> Callable[[dict, list[dict]], float]:
     return lambda summary, rows: float(summary[f"{key}_after"]) - float(summary[f"{key}_before"])
 
 
+def _series(rows: list[dict], metric: str) -> list[float]:
+    return [r[metric] for r in rows if isinstance(r.get(metric), (int, float))]
+
+
 def last(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
     """The mean of training metric ``metric`` over its last ``k`` logged iterations (NaN if never logged)."""
-
-    def read(summary: dict, rows: list[dict]) -> float:
-        values = [r[metric] for r in rows if isinstance(r.get(metric), (int, float))]
-        return float(np.mean(values[-k:])) if values else math.nan
-
-    return read
+    return lambda summary, rows: mean(_series(rows, metric)[-k:])
 
 
 def first(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
     """The mean of training metric ``metric`` over its first ``k`` logged iterations (NaN if never logged)."""
-
-    def read(summary: dict, rows: list[dict]) -> float:
-        values = [r[metric] for r in rows if isinstance(r.get(metric), (int, float))]
-        return float(np.mean(values[:k])) if values else math.nan
-
-    return read
+    return lambda summary, rows: mean(_series(rows, metric)[:k])
 
 
 def rise(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
