@@ -30,6 +30,10 @@ Observation (``gymnasium.spaces.Dict``)
       before ``result`` when the game ended on an invalid move);
     * before the first ``reset``: ``""``.
 
+    With ``card_style="digits"`` every card is written as its rank, ``1``/``2``/``3`` for
+    ``J``/``Q``/``K`` (``"card 3; history: check bet; moves: 1=fold 2=call"``,
+    ``"... opponent 1; result +2"``); the rules, infos and the ``observation`` array are unchanged.
+
     The text holds everything a strategy may use (own card, history); the scripted twins read
     nothing else. The seat follows from the history's length.
 
@@ -86,10 +90,14 @@ table (``STRATEGIES``): information set ``(card, history)`` -> probability of th
 move, played by :func:`strategy_player` from the observation text alone.
 
 Arguments
-    render_mode=None    None or "ansi" (``render()`` returns a text summary).
+    render_mode=None        None or "ansi" (``render()`` returns a text summary).
+    card_style="letters"    how the text writes a card: ``"letters"`` (J, Q, K) or ``"digits"``
+                            (1, 2, 3 by rank). The embedded tiny model, trained on arithmetic, has
+                            never read J/Q/K: with letters its replies do not depend on the card at all
+                            (it plays card-blind, exploitability 1/3 at best); it reads digits.
 
 Version history
-    v0: first version.
+    v0: first version; ``card_style`` added later (its default is the original text).
 """
 
 from __future__ import annotations
@@ -105,6 +113,7 @@ from gymnasium.spaces import Box, Dict
 GAME_ID = "kuhn_poker-v0"
 CARDS: tuple[str, ...] = ("J", "Q", "K")
 RANK = {card: i for i, card in enumerate(CARDS)}
+CARD_STYLES: dict[str, tuple[str, ...]] = {"letters": CARDS, "digits": ("1", "2", "3")}  # style -> J, Q, K written
 SEATS: tuple[str, str] = ("player_0", "player_1")
 ROLES: tuple[str, str] = ("first", "second")
 MOVES: frozenset[str] = frozenset({"check", "bet", "call", "fold"})
@@ -207,23 +216,32 @@ def _history_text(history: History) -> str:
     return " ".join(history) if history else "none"
 
 
-def turn_text(card: str, history: Sequence[str]) -> str:
-    """What the seat to move sees: its card, the history, the numbered legal moves."""
+def card_text(card: str, style: str = "letters") -> str:
+    """How ``card`` (``J``/``Q``/``K``) is written in a text of ``card_style`` ``style``."""
+    if style not in CARD_STYLES:
+        raise ValueError(f"card_style must be one of {', '.join(CARD_STYLES)}, got {style!r}")
+    return CARD_STYLES[style][RANK[card]]
+
+
+def turn_text(card: str, history: Sequence[str], style: str = "letters") -> str:
+    """What the seat to move sees: its card (written in ``style``), the history, the numbered legal moves."""
     passive, aggressive = legal_moves(history)
-    return f"card {card}; history: {_history_text(tuple(history))}; moves: 1={passive} 2={aggressive}"
+    return f"card {card_text(card, style)}; history: {_history_text(tuple(history))}; moves: 1={passive} 2={aggressive}"
 
 
-_TURN_TEXT = re.compile(r"card ([JQK]); history: ([a-z ]+); moves: ")
+_TURN_TEXT = re.compile(r"card ([JQK123]); history: ([a-z ]+); moves: ")
+_CARD_OF = {text: card for written in CARD_STYLES.values() for card, text in zip(CARDS, written)}
 
 
 def read_turn_text(text: str) -> tuple[str, History] | None:
-    """``(card, history)`` from a :func:`turn_text`, or None for any other text."""
+    """``(card, history)`` from a :func:`turn_text` of either card style (the card as ``J``/``Q``/``K``),
+    or None for any other text."""
     match = _TURN_TEXT.match(text[:MAX_OBSERVATION_CHARS])
     if match is None:
         return None
     words = match.group(2).split()
     history = () if words == ["none"] else tuple(words)
-    return (match.group(1), history) if history in _NODES else None
+    return (_CARD_OF[match.group(1)], history) if history in _NODES else None
 
 
 # ------------------------------------------------------------------------------ scripted twins
@@ -373,8 +391,11 @@ class KuhnPokerEnv(CogymEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"name": "kuhn_poker_v0", "render_modes": ["ansi"], "is_parallelizable": False}
 
-    def __init__(self, render_mode: str | None = None) -> None:
+    def __init__(self, render_mode: str | None = None, card_style: str = "letters") -> None:
         super().__init__(render_mode=render_mode)
+        if card_style not in CARD_STYLES:
+            raise ValueError(f"card_style must be one of {', '.join(CARD_STYLES)}, got {card_style!r}")
+        self.card_style = card_style
         self.possible_agents = list(SEATS)
         self._seat_roles = dict(zip(SEATS, ROLES))
         self._seat_index = {a: i for i, a in enumerate(SEATS)}
@@ -427,9 +448,9 @@ class KuhnPokerEnv(CogymEnv):
         if over:
             text = self._end_text(seat)
         elif to_move(self._history) == seat:
-            text = turn_text(card, self._history)
+            text = turn_text(card, self._history, self.card_style)
         else:
-            text = f"card {card}; history: {_history_text(self._history)}; opponent to move"
+            text = f"card {card_text(card, self.card_style)}; history: {_history_text(self._history)}; opponent to move"
         return {"observation": np.array([node, seat, RANK[card]], dtype=np.int64), "text": text}
 
     def step(self, action: str) -> None:
@@ -481,9 +502,9 @@ class KuhnPokerEnv(CogymEnv):
 
     def _end_text(self, seat: int) -> str:
         assert self._cards is not None
-        parts = [f"card {self._cards[seat]}", f"history: {_history_text(self._history)}"]
+        parts = [f"card {card_text(self._cards[seat], self.card_style)}", f"history: {_history_text(self._history)}"]
         if self._history in _SHOWDOWNS:
-            parts.append(f"opponent {self._cards[1 - seat]}")
+            parts.append(f"opponent {card_text(self._cards[1 - seat], self.card_style)}")
         if self._invalid_seat is not None:
             parts.append("invalid move by " + ("you" if self._invalid_seat == SEATS[seat] else "opponent"))
         result = self._result if seat == 0 else -self._result

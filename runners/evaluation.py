@@ -184,7 +184,8 @@ class KuhnExploitability:
     Its move probabilities at the 12 information sets are computed exactly from the model
     (:func:`cogym.agents.reply_probs.reply_distributions`: every reply path, each seat prompted as in
     training, with the role's system message), an invalid reply counting as a fold as the game scores
-    it; then :func:`cogym.envs.kuhn_poker.exploitability` of that strategy. Metrics:
+    it (the card written in the game's ``card_style``); then :func:`cogym.envs.kuhn_poker.exploitability`
+    of that strategy. Metrics:
     ``eval/<name>/exploitability`` (NashConv / 2; 0 at equilibrium, 1/3 or more for any strategy that
     ignores its card), ``eval/<name>/card_spread`` (mean over the four histories of the largest minus
     the smallest probability of the aggressive move across the three cards: 0 for card-blind play),
@@ -226,12 +227,13 @@ class KuhnExploitability:
         policy, sampling = run.policies[pid], run.cfg.policies[pid].sampling
         if self.greedy:
             sampling = dataclasses.replace(sampling, temperature=0.0)
+        style = run.cfg.game.kwargs.get("card_style", "letters")  # the text the game shows its seats
         prompts, classifiers = [], []
         for card, history in INFOSETS:
             moves = tuple(history.split())
             role = ROLES[len(moves) % 2]
             system = run.cfg.prompts[role].system if role in run.cfg.prompts else ""
-            prompts.append(policy.render(chat_messages(system, turn_text(card, moves))))
+            prompts.append(policy.render(chat_messages(system, turn_text(card, moves, style))))
             classifiers.append(reply_classifier(moves))
         return reply_distributions(policy, prompts, classifiers, sampling, min_prob=self.min_prob,
                                    max_branches=self.max_branches)

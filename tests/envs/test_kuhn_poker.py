@@ -28,6 +28,7 @@ from cogym.envs.kuhn_poker import (
     SCRIPTED,
     STRATEGIES,
     KuhnPokerEnv,
+    card_text,
     is_over,
     legal_moves,
     nash_first,
@@ -263,6 +264,35 @@ def test_legal_moves_and_turn_text_round_trip() -> None:
     assert read_turn_text("card K; history: bet call; opponent J; result +2") is None
     assert read_turn_text("card Q; history: check; opponent to move") is None
     assert read_turn_text("") is None and read_turn_text("x" * 1_000_000) is None
+
+
+def test_digit_cards_write_every_card_as_its_rank_and_change_nothing_else() -> None:
+    assert [card_text(c, "digits") for c in CARDS] == ["1", "2", "3"] and card_text("Q") == "Q"
+    for card in CARDS:
+        for history in [(), ("check",), ("bet",), ("check", "bet")]:
+            assert read_turn_text(turn_text(card, history, "digits")) == (card, history)
+    assert turn_text("K", ("check", "bet"), "digits") == "card 3; history: check bet; moves: 1=fold 2=call"
+    with pytest.raises(ValueError, match="card_style must be one of letters, digits"):
+        turn_text("K", (), "emoji")
+    with pytest.raises(ValueError, match="card_style must be one of"):
+        make("kuhn_poker-v0", card_style="Letters")
+    for cards in DEALS:
+        for line in LINES:
+            texts, rewards = {}, {}
+            for style in ("letters", "digits"):
+                env = make("kuhn_poker-v0", card_style=style)
+                env.reset(seed=0, options={"cards": cards})
+                seen = []
+                for move in line:
+                    seen += [env.observe(P0), env.observe(P1)]
+                    last = act(env, env.agent_selection, move)
+                seen += [env.observe(P0), env.observe(P1)]
+                texts[style] = [o["text"] for o in seen]
+                rewards[style] = (last, [o["observation"].tolist() for o in seen])
+            assert rewards["letters"] == rewards["digits"]
+            to_digits = str.maketrans({"J": "1", "Q": "2", "K": "3"})
+            assert [t.translate(to_digits) for t in texts["letters"]] == texts["digits"]
+            assert all(not set("JQK") & set(t) for t in texts["digits"])
 
 
 def test_every_reachable_observation_fits_the_space() -> None:

@@ -145,6 +145,26 @@ def test_kuhn_exploitability_is_the_exact_value_of_the_models_strategy(tiny_mode
     assert all(max(t) == pytest.approx(1.0) for t in greedy.values())  # greedy play is a pure strategy
 
 
+@pytest.mark.parametrize("style", ["letters", "digits"])
+def test_kuhn_exploitability_prompts_each_seat_with_the_games_own_text(tiny_model_dir: Path, monkeypatch,
+                                                                        style: str) -> None:
+    import cogym.agents.reply_probs as reply_probs
+    from cogym.envs import make
+
+    seen = []
+    real = reply_probs.reply_distributions
+    monkeypatch.setattr(reply_probs, "reply_distributions", lambda policy, prompts, *a, **k: seen.append(
+        [policy.tokenizer.decode(p) for p in prompts]) or real(policy, prompts, *a, **k))
+    run = build(load_config(KUHN, _kuhn(tiny_model_dir, [f"game.kwargs.card_style={style}"])))
+    next(e for e in run.evaluators if isinstance(e, KuhnExploitability)).evaluate(run)
+    game = make("kuhn_poker-v0", card_style=style)  # what the game shows player_1 holding K after a bet
+    game.reset(seed=0, options={"cards": ("J", "K")})
+    game.step("bet")
+    text = game.observe("player_1")["text"]
+    (prompts,) = seen
+    assert len(prompts) == 12 and sum(text in t for t in prompts) == 1
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["eval.evaluators.x.kind=kuhn_exploitability"], "kuhn_exploitability is for kuhn_poker-v0"),
     (["eval.evaluators.x.kind=kuhn_exploitability", "eval.evaluators.x.min_prob=0.5"], "min_prob"),
