@@ -242,6 +242,9 @@ def format_results(claim: Claim, results: Results) -> str:
     for m in claim.measures:
         for arm in claim.arms:
             vals = results.values[arm.name][m.name]
+            if all(math.isnan(v) for v in vals):  # the arm does not log it (a metric of another verifier, say)
+                rows.append([m.name, arm.name, "not logged", ""])
+                continue
             rows.append([m.name, arm.name, f"{_fmt(mean(vals))} ± {_fmt(std(vals))}", " ".join(_fmt(v) for v in vals)])
     lines += _columns(["measure", "arm", "mean ± std", "per seed"], rows)
     cpu = sum(sum(v) for v in results.cpu_s.values()) / 60

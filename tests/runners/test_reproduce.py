@@ -46,6 +46,22 @@ def test_every_claim_runs_one_iteration_per_arm(name: str, tmp_path: Path) -> No
     assert f"verdict: {results.verdict}" in table and all(a.name in table for a in claim.arms)
 
 
+def test_a_measure_an_arm_does_not_log_reads_not_logged_in_the_table() -> None:
+    from cogym.runners.reproduce import Results
+
+    claim = claim_named("ttrl")
+    nan = float("nan")
+    values = {"ground_truth": {"heldout_gain": [0.16, 0.17], "majority_correct": [nan, nan], "reward": [0.6, 0.7]},
+              "label_free": {"heldout_gain": [-0.1, -0.2], "majority_correct": [0.3, nan], "reward": [0.8, 0.8]}}
+    results = Results("ttrl", [0, 1], values, cpu_s={"ground_truth": [60, 60], "label_free": [60, 60]},
+                      verdict="not reproduced", reason="r")
+    rows = {tuple(line.split()[:2]): line for line in format_results(claim, results).splitlines()
+            if line.strip().startswith("majority_correct")}
+    assert rows[("majority_correct", "ground_truth")].split()[2:] == ["not", "logged"]
+    assert "nan" not in rows[("majority_correct", "ground_truth")]
+    assert "0.300" in rows[("majority_correct", "label_free")]  # one seed logged it: shown with the other's nan
+
+
 def test_the_kuhn_judge_needs_every_variant_at_or_below_the_target() -> None:
     judge = claim_named("kuhn_nash").judge
     good, blind = [0.10, 0.12, 0.14], [0.33, 0.34, 0.335]
