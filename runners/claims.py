@@ -17,7 +17,12 @@ def _verdict(held: int, total: int) -> str:
 
 
 # ------------------------------------------------------------------------------ kuhn_nash
-KUHN_BASE = ("seats.second=player", "run.iterations=300", "run.eval_every=50",
+# The card as a digit (the tiny model cannot read J/Q/K, docs/claims.md), one GRPO group per information
+# set (group_by prompt), one-token replies and an entropy bonus (without it play turns card-blind first).
+KUHN_BASE = ("seats.second=player", "game.kwargs.card_style=digits", "game.num_games=64", "game.group_size=8",
+             "game.group_by=prompt", "learners.player.algorithm=grpo", "learners.player.lr=1e-4",
+             "learners.player.entropy_coef=0.01", "policies.player.sampling.max_new_tokens=1",
+             "run.iterations=300", "run.eval_every=50",
              "eval.evaluators.vs_random.games=100", "eval.evaluators.vs_nash.games=100")
 KUHN_TARGET = 0.15
 
@@ -74,6 +79,7 @@ register_claim(Claim(
               Measure("reward", "the solver's training reward (last 20 iterations)", last("solver/reward"))),
     judge=_ttrl,
     curve="solver/reward",
+    minutes=12.0,
 ))
 
 
