@@ -10,11 +10,10 @@
 # vLLM 0.32 wants transformers < 5.20, so this venv has its own transformers; cogym's main venv
 # keeps its own. Idempotent: each finished step leaves a marker under DIR and is skipped on a rerun.
 #
-# Time on the 2-core development machine (MAX_JOBS=2): about an hour from nothing. oneDNN's 427 objects
-# compile at about 12 a minute (36 min), the 39 objects of vLLM's kernels at about 3 a minute (13 min),
-# and the venv, the requirements, packaging and install take the rest. The build there ran in several
-# resumed pieces, so the total is the sum of their measured rates; the last piece (the build step again
-# after the source patches below, CMake's objects reused, then packaging and install) took 229 s.
+# Time on the 2-core development machine (MAX_JOBS=2): 58 minutes from nothing (3504 s, measured in one
+# run into an empty DIR, while other jobs shared the two cores for much of it). oneDNN's 427 objects take
+# most of it (about 12 a minute alone), vLLM's 39 kernel objects about 13 minutes; the venv, requirements
+# (87 s), packaging and install (about 30 s) the rest. A rerun after a finished build takes seconds.
 #
 # What it needs besides the package index:
 # - gcc/g++ (12.x), and libnuma's headers (Debian: apt-get install libnuma-dev); the script checks them.
