@@ -216,11 +216,16 @@ def _history_text(history: History) -> str:
     return " ".join(history) if history else "none"
 
 
-def card_text(card: str, style: str = "letters") -> str:
-    """How ``card`` (``J``/``Q``/``K``) is written in a text of ``card_style`` ``style``."""
+def check_card_style(style: str) -> str:
+    """``style`` if it is one of ``CARD_STYLES``, else ValueError naming them."""
     if style not in CARD_STYLES:
         raise ValueError(f"card_style must be one of {', '.join(CARD_STYLES)}, got {style!r}")
-    return CARD_STYLES[style][RANK[card]]
+    return style
+
+
+def card_text(card: str, style: str = "letters") -> str:
+    """How ``card`` (``J``/``Q``/``K``) is written in a text of ``card_style`` ``style``."""
+    return CARD_STYLES[check_card_style(style)][RANK[card]]
 
 
 def turn_text(card: str, history: Sequence[str], style: str = "letters") -> str:
@@ -393,9 +398,7 @@ class KuhnPokerEnv(CogymEnv):
 
     def __init__(self, render_mode: str | None = None, card_style: str = "letters") -> None:
         super().__init__(render_mode=render_mode)
-        if card_style not in CARD_STYLES:
-            raise ValueError(f"card_style must be one of {', '.join(CARD_STYLES)}, got {card_style!r}")
-        self.card_style = card_style
+        self.card_style = check_card_style(card_style)
         self.possible_agents = list(SEATS)
         self._seat_roles = dict(zip(SEATS, ROLES))
         self._seat_index = {a: i for i, a in enumerate(SEATS)}
