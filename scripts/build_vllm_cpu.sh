@@ -12,8 +12,9 @@
 #
 # Time on the 2-core development machine (MAX_JOBS=2): 58 minutes from nothing (3504 s, measured in one
 # run into an empty DIR, while other jobs shared the two cores for much of it). oneDNN's 427 objects take
-# most of it (about 12 a minute alone), vLLM's 39 kernel objects about 13 minutes; the venv, requirements
-# (87 s), packaging and install (about 30 s) the rest. A rerun after a finished build takes seconds.
+# most of it (about 12 a minute alone), vLLM's 39 kernel objects about 13 minutes; the venv, source and
+# requirements 87 s, installing the wheel and cogym and the import check 28 s. A rerun after a finished build
+# takes seconds.
 #
 # What it needs besides the package index:
 # - gcc/g++ (12.x), and libnuma's headers (Debian: apt-get install libnuma-dev); the script checks them.
