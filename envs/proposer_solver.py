@@ -137,7 +137,7 @@ from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.errors import DatasetError
 from cogym.envs.novelty import NoveltyFilter, shared_pool
-from cogym.envs.verifiers import VERIFIER_NAMES, make_verifier
+from cogym.envs.verifiers import VERIFIER_NAMES, Verifier, make_verifier
 
 GAME_ID = "proposer_solver-v0"
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
@@ -451,6 +451,12 @@ class ProposerSolverEnv(CogymEnv):
     def _episode_key(self) -> Hashable:
         """Who this episode is for the novelty filter: (reset seed, unseeded resets since); None unseeded."""
         return None if self._episode_seed is None else (self._episode_seed, self._resets_since_seed)
+
+    @property
+    def truth(self) -> Verifier:
+        """The verifier that knows the true answers: the game's own, or in label-free play
+        (``verifier="majority"``) the exact one that only reports."""
+        return self._truth if self._truth is not None else self.verifier
 
     # ------------------------------------------------------------------ AEC API
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:

@@ -128,30 +128,45 @@ register_claim(Claim(
 
 
 # ------------------------------------------------------------------------------ azr_curriculum
+# Difficulty on a fixed yardstick: the failure rate of the initial model on the problems each arm poses,
+# measured on 64 games before training, every 100 iterations and after.
+AZR_BASE = ("run.eval_every=100", "eval.evaluators.difficulty.kind=proposal_difficulty")
+
+
 def _azr(values: Values) -> tuple[str, str]:
-    learn, rand = mean(values["learnability"]["heldout_gain"]), mean(values["random"]["heldout_gain"])
-    fixed = mean(values["uniform_file"]["heldout_gain"])
-    return ("reproduced" if learn >= rand else "not reproduced",
-            f"held-out gain: learnability {learn:+.3f}, random proposer {rand:+.3f}, uniform file {fixed:+.3f}")
+    gains = {arm: mean(v["heldout_gain"]) for arm, v in values.items()}
+    rises = {arm: mean(v["difficulty_rise"]) for arm, v in values.items()}
+    teaches = gains["learnability"] >= gains["random"]
+    tracks = rises["learnability"] > max(rises["random"], rises["uniform_file"])
+    shown = ", ".join(f"{arm} {g:+.3f}" for arm, g in gains.items())
+    rose = ", ".join(f"{arm} {r:+.3f}" for arm, r in rises.items())
+    return (_verdict(teaches + tracks, 2),
+            f"held-out gain: {shown} (learnability >= random: {'yes' if teaches else 'no'}); difficulty rise: {rose} "
+            f"(learnability's above the fixed arms': {'yes' if tracks else 'no'})")
 
 
 register_claim(Claim(
     name="azr_curriculum",
     paper="Absolute Zero (Zhao et al. 2025)",
     statement="A proposer paid for learnability teaches the solver at least as well as a scripted random "
-              "proposer, at equal solver budget, and the difficulty of its problems tracks the solver.",
-    arms=(Arm("learnability", "proposer_solver.yaml", ("run.eval_every=0",), "the co-trained proposer"),
-          Arm("random", "proposer_solver.yaml", ("run.eval_every=0", "seats.proposer=scripted:random"),
+              "proposer, at equal solver budget, and the difficulty of its problems tracks the solver: it "
+              "rises, on the initial model's scale, as the solver learns.",
+    arms=(Arm("learnability", "proposer_solver.yaml", AZR_BASE, "the co-trained proposer"),
+          Arm("random", "proposer_solver.yaml", (*AZR_BASE, "seats.proposer=scripted:random"),
               "uniform problems of the domain, drawn afresh"),
-          Arm("uniform_file", "ttrl.yaml", ("run.eval_every=0", "game.kwargs.verifier=exact"),
+          Arm("uniform_file", "ttrl.yaml", (*AZR_BASE, "game.kwargs.verifier=exact"),
               "the fixed file of 1000 uniform problems")),
     measures=(HELDOUT,
-              Measure("solve_rate", "solver success rate (last 20 iterations): lower is harder",
-                      last("solver/reward"), "low")),
+              Measure("difficulty_start", "the initial model's failure rate on the posed problems, before training",
+                      before("eval/difficulty/initial_fail")),
+              Measure("difficulty_end", "the same after training", after("eval/difficulty/initial_fail")),
+              Measure("difficulty_rise", "difficulty after less before", gain("eval/difficulty/initial_fail")),
+              Measure("solver_fail_end", "the trained solver's failure rate on the posed problems, after training",
+                      after("eval/difficulty/solver_fail"), "low"),
+              Measure("valid_end", "posed proposals that are valid problems, after training",
+                      after("eval/difficulty/valid"))),
     judge=_azr,
     curve="solver/reward",
-    notes="Difficulty is shown by the solver's success rate on the posed problems; the issue's measure "
-          "(the initial model's failure rate on each proposed problem) is not built yet.",
 ))
 
 

@@ -180,3 +180,69 @@ def test_kuhn_exploitability_is_checked_when_the_config_loads(tiny_model_dir: Pa
 def test_kuhn_exploitability_refuses_filtered_sampling(tiny_model_dir: Path) -> None:
     with pytest.raises(CogymError, match="plain temperature sampling"):
         build(load_config(KUHN, _kuhn(tiny_model_dir, ["policies.player.sampling.top_p=0.9"])))
+
+
+# ------------------------------------------------------------------------------ proposal_difficulty
+PS = str(Path(KUHN).with_name("proposer_solver.yaml"))
+TTRL = str(Path(KUHN).with_name("ttrl.yaml"))
+
+
+def _difficulty_run(config: str, model: Path, extra: list[str] = ()):
+    models = [f"policies.solver.model={model}"] + ([f"policies.proposer.model={model}"] if config == PS else [])
+    cfg = load_config(config, [*models, "eval.heldout=false", "eval.evaluators.d.kind=proposal_difficulty",
+                               "eval.evaluators.d.games=6", "eval.evaluators.d.samples=3", *extra])
+    run = build(cfg)
+    (ev,) = run.evaluators
+    return run, ev
+
+
+class _Answers:
+    """Stands in for the initial model: answers every prompt with ``answer(problem)``."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.prompts = answer, []
+
+    def render(self, messages: list[dict]) -> str:
+        return messages[-1]["content"]
+
+    def generate(self, prompts: list[str], sampling) -> list:
+        self.prompts += prompts
+        return [type("Gen", (), {"text": self.answer(p)})() for p in prompts]
+
+
+def test_proposal_difficulty_judges_the_initial_models_answers_by_the_truth(tiny_model_dir: Path) -> None:
+    from cogym.envs.arithmetic import ANY_PROBLEM
+
+    run, ev = _difficulty_run(TTRL, tiny_model_dir)  # label-free: the game's reward is the majority vote
+    ev._initial = right = _Answers(lambda p: str(ANY_PROBLEM.parse(p).answer))
+    out = ev.evaluate(run)
+    assert out["eval/d/valid"] == 1.0 and out["eval/d/initial_fail"] == 0.0
+    assert len(right.prompts) == 6 * 3  # samples answers to each posed problem
+    ev._initial = _Answers(lambda p: "100000")  # unanimous and wrong: the majority would accept it, the truth fails it
+    assert ev.evaluate(run)["eval/d/initial_fail"] == 1.0
+    assert 0.0 <= out["eval/d/solver_fail"] <= 1.0
+
+
+def test_proposal_difficulty_measures_with_the_initial_model_however_the_solver_trains(tiny_model_dir: Path) -> None:
+    import torch
+
+    run, ev = _difficulty_run(PS, tiny_model_dir, ["seats.proposer=scripted:random"])
+    first = ev.evaluate(run)
+    assert set(first) == {"eval/d/valid", "eval/d/initial_fail", "eval/d/solver_fail"}
+    with torch.no_grad():  # the solver "trains": its weights move far
+        for p in run.policies["solver"].model.parameters():
+            p.add_(torch.randn_like(p))
+    again = ev.evaluate(run)
+    assert again["eval/d/initial_fail"] == first["eval/d/initial_fail"]  # same problems, same yardstick
+    assert ev._initial.model is not run.policies["solver"].model
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["eval.evaluators.d.games=0"], "games=0"),
+    (["seats.solver=scripted:oracle"], "must be played by a model policy"),
+])
+def test_proposal_difficulty_is_checked_when_the_config_loads(tiny_model_dir: Path, extra: list[str], message: str) -> None:
+    with pytest.raises(CogymError, match=message):
+        _difficulty_run(PS, tiny_model_dir, extra)
+    with pytest.raises(CogymError, match="is for proposer_solver-v0"):
+        build(load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators={d: {kind: proposal_difficulty}}"])))

@@ -17,7 +17,8 @@ CLAIMS = ["kuhn_nash", "ttrl", "reward_hacking", "azr_curriculum", "prime_dense"
 # one iteration per arm, smaller evaluations: what is tested is that every arm runs and every measure is read
 QUICK = ["run.iterations=1", "run.eval_every=0"]
 SMALL_EVAL = {"kuhn_nash": ["eval.evaluators.vs_random.games=8", "eval.evaluators.vs_nash.games=8"],
-              "reward_hacking": ["eval.evaluators.heldout.size=50"], "prime_dense": ["eval.evaluators.heldout.size=50"]}
+              "reward_hacking": ["eval.evaluators.heldout.size=50"], "prime_dense": ["eval.evaluators.heldout.size=50"],
+              "azr_curriculum": ["eval.size=50", "eval.evaluators.difficulty.games=4", "eval.evaluators.difficulty.samples=2"]}
 
 
 def test_the_seven_claims_are_listed(capsys: pytest.CaptureFixture) -> None:
@@ -91,6 +92,21 @@ def test_the_reward_hacking_judge_asks_for_half_the_accepted_wrong_and_five_poin
     assert judge({"verifier_only": base, "cooper": good, "truth_mix": good})[0] == "reproduced"
     assert judge({"verifier_only": base, "cooper": good, "truth_mix": weak})[0] == "partially"
     assert judge({"verifier_only": base, "cooper": weak, "truth_mix": weak})[0] == "not reproduced"
+
+
+def test_the_azr_judge_asks_for_the_gain_and_a_difficulty_that_rises_with_the_solver() -> None:
+    judge = claim_named("azr_curriculum").judge
+
+    def arms(learn_gain: float, learn_rise: float) -> dict:
+        return {"learnability": {"heldout_gain": [learn_gain] * 3, "difficulty_rise": [learn_rise] * 3},
+                "random": {"heldout_gain": [0.10] * 3, "difficulty_rise": [0.01] * 3},
+                "uniform_file": {"heldout_gain": [0.12] * 3, "difficulty_rise": [-0.01] * 3}}
+
+    assert judge(arms(0.10, 0.05))[0] == "reproduced"
+    assert judge(arms(0.09, 0.05))[0] == "partially"  # teaches less than the random proposer
+    assert judge(arms(0.11, 0.01))[0] == "partially"  # its difficulty does not rise above the fixed arms'
+    verdict, reason = judge(arms(0.05, 0.0))
+    assert verdict == "not reproduced" and "difficulty rise" in reason
 
 
 def test_the_command_writes_json_and_plot_and_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
