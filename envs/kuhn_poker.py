@@ -375,6 +375,29 @@ def exploitability(strategy: Mapping[tuple[str, str], float | Sequence[float]]) 
     return (_best_response_value(table, 0) + _best_response_value(table, 1)) / 2
 
 
+def average_strategy(strategies: Sequence[Mapping[tuple[str, str], float | Sequence[float]]]
+                     ) -> dict[tuple[str, str], MoveProbs]:
+    """The behaviour strategy that plays like the uniform mixture of ``strategies``: before each hand,
+    pick one of them at random and play it for the whole hand (fictitious play's average strategy).
+
+    At an information set each strategy's moves are weighted by how likely that strategy is to reach
+    it by its own moves (Kuhn's theorem): for the first seat, 1 at its opening move and P(passive at
+    the opening) at ``"check bet"``; for the second seat, 1. A set no strategy reaches keeps their
+    plain mean. ``exploitability(average_strategy(...))`` is the exploitability of the mixture."""
+    if not strategies:
+        raise ValueError("average_strategy needs at least one strategy")
+    tables = [{i: move_probs(s[i]) for i in INFOSETS} for s in strategies]
+    out: dict[tuple[str, str], MoveProbs] = {}
+    for card, history in INFOSETS:
+        weights = [t[(card, "")][1] if history == "check bet" else 1.0 for t in tables]
+        if sum(weights) <= 0.0:
+            weights = [1.0] * len(tables)
+        total = sum(weights)
+        out[(card, history)] = tuple(sum(w * t[(card, history)][m] for w, t in zip(weights, tables)) / total
+                                     for m in range(3))  # type: ignore[assignment]
+    return out
+
+
 # ------------------------------------------------------------------------------ the game
 def _check_options(options: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """The fixed deal of ``options`` (validated), or None to deal from the RNG."""

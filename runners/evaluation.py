@@ -195,6 +195,10 @@ class KuhnExploitability:
     ``eval/<name>/invalid`` (mean probability of an invalid reply) and ``eval/<name>/unresolved`` (the
     largest probability mass left on reply paths below ``min_prob`` or past ``max_branches``, counted
     as invalid: about 1e-4 for the embedded model, more for a model that writes noise).
+    With ``average: K``, also ``eval/<name>/avg_exploitability``: the exploitability of the policy
+    averaged over its last K evaluations (a hand played by one of those K strategies drawn at random,
+    :func:`cogym.envs.kuhn_poker.average_strategy`), the strategy that fictitious play converges
+    with; the window counts this run's evaluations since it started (or resumed).
     """
 
     name: str = "exploitability"
@@ -202,12 +206,16 @@ class KuhnExploitability:
     greedy: bool = False
     min_prob: float = 1e-6  # reply paths less likely than this are not followed
     max_branches: int = 1024  # open reply paths followed at once (a model that writes noise is cut here)
+    average: int = 0  # > 0: also the exploitability of the mixture of the last `average` evaluated strategies
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_prob < 1e-2:
             raise ValueError(f"min_prob must be in [0, 0.01), got {self.min_prob}")
         if self.max_branches < 1:
             raise ValueError(f"max_branches must be >= 1, got {self.max_branches}")
+        if self.average < 0:
+            raise ValueError(f"average must be >= 0, got {self.average}")
+        self._history: list = []  # the strategies of this run's evaluations, oldest first (not checkpointed)
 
     def check(self, run) -> None:
         from cogym.envs.kuhn_poker import GAME_ID
@@ -253,16 +261,20 @@ class KuhnExploitability:
         return self._table(self._distributions(run))
 
     def evaluate(self, run) -> dict[str, float]:
-        from cogym.envs.kuhn_poker import CARDS, exploitability
+        from cogym.envs.kuhn_poker import CARDS, average_strategy, exploitability
 
         dists = self._distributions(run)
         table = self._table(dists)
         spreads = [max(table[(c, h)][0] for c in CARDS) - min(table[(c, h)][0] for c in CARDS)
                    for h in ("", "check", "bet", "check bet")]
-        return {f"eval/{self.name}/exploitability": exploitability(table),
-                f"eval/{self.name}/card_spread": float(np.mean(spreads)),
-                f"eval/{self.name}/invalid": float(np.mean([t[2] for t in table.values()])),
-                f"eval/{self.name}/unresolved": max(d.unresolved for d in dists)}
+        out = {f"eval/{self.name}/exploitability": exploitability(table),
+               f"eval/{self.name}/card_spread": float(np.mean(spreads)),
+               f"eval/{self.name}/invalid": float(np.mean([t[2] for t in table.values()])),
+               f"eval/{self.name}/unresolved": max(d.unresolved for d in dists)}
+        if self.average:
+            self._history = [*self._history, table][-self.average:]
+            out[f"eval/{self.name}/avg_exploitability"] = exploitability(average_strategy(self._history))
+        return out
 
 
 @register_evaluator("proposal_difficulty")

@@ -145,6 +145,27 @@ def test_kuhn_exploitability_is_the_exact_value_of_the_models_strategy(tiny_mode
     assert all(max(t) == pytest.approx(1.0) for t in greedy.values())  # greedy play is a pure strategy
 
 
+def test_kuhn_exploitability_averages_the_last_evaluations_when_asked(monkeypatch) -> None:
+    from cogym.envs.kuhn_poker import INFOSETS, STRATEGIES, average_strategy, exploitability, move_probs
+
+    tables = [{i: move_probs(STRATEGIES[n][i]) for i in INFOSETS} for n in ("always_bet", "always_check", "random")]
+    ev = KuhnExploitability(name="x", average=2)
+    dist = type("Dist", (), {"unresolved": 0.0})()
+    monkeypatch.setattr(ev, "_distributions", lambda run: [dist])
+    monkeypatch.setattr(ev, "_table", lambda dists: tables[len(ev._history)] if len(ev._history) < 2 else tables[2])
+    seen = [ev.evaluate(None) for _ in range(3)]
+    assert [m["eval/x/exploitability"] for m in seen] == pytest.approx([1 / 3, 1.0, 11 / 24])
+    assert seen[0]["eval/x/avg_exploitability"] == pytest.approx(1 / 3)
+    assert seen[1]["eval/x/avg_exploitability"] == pytest.approx(exploitability(average_strategy(tables[:2])))
+    assert seen[2]["eval/x/avg_exploitability"] == pytest.approx(exploitability(average_strategy(tables[1:])))  # window 2
+    plain = KuhnExploitability(name="x")  # average 0, the default: no average is logged
+    monkeypatch.setattr(plain, "_distributions", lambda run: [dist])
+    monkeypatch.setattr(plain, "_table", lambda dists: tables[0])
+    assert set(plain.evaluate(None)) == {f"eval/x/{m}" for m in ("exploitability", "card_spread", "invalid", "unresolved")}
+    with pytest.raises(ValueError, match="average must be >= 0"):
+        KuhnExploitability(average=-1)
+
+
 @pytest.mark.parametrize("style", ["letters", "digits"])
 def test_kuhn_exploitability_prompts_each_seat_with_the_games_own_text(tiny_model_dir: Path, monkeypatch,
                                                                         style: str) -> None:
