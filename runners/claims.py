@@ -193,6 +193,7 @@ register_claim(Claim(
                       rise("generator/reward", 50))),
     judge=_prime,
     curve="generator/reward",
+    minutes=4.7,
 ))
 
 
@@ -219,6 +220,7 @@ register_claim(Claim(
                       last("debater/defended_correct"))),
     judge=_debate,
     curve="debater/defended_correct",
+    minutes=3.0,
 ))
 
 

@@ -1,0 +1,68 @@
+"""How often a model answers held-out arithmetic right under different prompts (docs/claims.md, debate_truth).
+
+Each prompt is a system message and a text format in which ``{q}`` stands for the question; the answer
+is the first integer in the first 16 characters of the reply, as debate-v0 reads a debater's answer.
+It prints, per prompt, the share right with greedy decoding and with one sample at temperature 1::
+
+    python scripts/prompt_accuracy.py                                   # the debate_truth table
+    python scripts/prompt_accuracy.py --system Solve. --format '{q}' --format 'Q: {q} A:' --n 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+FIRST_INTEGER = re.compile(r"-?\d{1,12}")
+DEBATE_VIEW = "{q} A=? B=?\nA:"  # debate-v0's view for debater A's first message in answers="chosen" mode
+
+
+def answer_of(text: str) -> int | None:
+    m = FIRST_INTEGER.search(text[:16])
+    return int(m.group()) if m else None
+
+
+def accuracy(policy, records: list[dict], system: str, fmt: str, temperature: float) -> float:
+    from cogym.agents.policy import SamplingParams
+    from cogym.runners.core import chat_messages
+
+    prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records]
+    outs = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=temperature))
+    return sum(answer_of(o.text) == int(r["answer"]) for r, o in zip(records, outs)) / len(records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="model directory or 'tiny' (default)")
+    ap.add_argument("--n", type=int, default=200, help="held-out problems (the first N; default 200)")
+    ap.add_argument("--system", action="append", help="system message (repeatable; default: Debate. and Solve.)")
+    ap.add_argument("--format", action="append", help="text with {q} for the question (repeatable; default: "
+                    "the debate view and the question alone)")
+    ap.add_argument("--seed", type=int, default=0, help="torch seed for the sampled column")
+    args = ap.parse_args(argv)
+    if args.n < 1:
+        ap.error("--n must be >= 1")
+    formats = args.format or [DEBATE_VIEW, "{q}"]
+    if any("{q}" not in f for f in formats):
+        ap.error("every --format needs {q}, where the question goes")
+
+    import torch
+
+    from cogym.agents.policy import Policy
+    from cogym.envs.arithmetic import load_heldout
+
+    policy = Policy.from_pretrained(args.model, name="probe")
+    records = load_heldout()[: args.n]
+    print(f"{'system':<10} {'text':<20} {'greedy':>7} {'sample':>7}")
+    for system in args.system or ["Debate.", "Solve."]:
+        for fmt in formats:
+            torch.manual_seed(args.seed)
+            greedy = accuracy(policy, records, system, fmt, 0.0)
+            sample = accuracy(policy, records, system, fmt, 1.0)
+            shown = fmt.replace("\n", "\\n")  # one line per prompt
+            print(f"{system:<10} {shown:<20} {greedy:>7.3f} {sample:>7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
