@@ -6,6 +6,11 @@ It prints, per prompt, the share right with greedy decoding and with one sample 
 
     python scripts/prompt_accuracy.py                                   # the debate_truth table
     python scripts/prompt_accuracy.py --system Solve. --format '{q}' --format 'Q: {q} A:' --n 500
+    python scripts/prompt_accuracy.py --votes 8 --n 300          # the ttrl table: is a confident vote right?
+
+``--votes K`` samples K answers per problem under each prompt and prints, for each agreement level t,
+the share of problems whose majority answer has at least t votes and how often that majority is the
+true answer: what a SeRL-style majority-threshold filter would keep and how good its labels would be.
 """
 
 from __future__ import annotations
@@ -31,6 +36,27 @@ def accuracy(policy, records: list[dict], system: str, fmt: str, temperature: fl
     return sum(answer_of(o.text) == int(r["answer"]) for r, o in zip(records, outs)) / len(records)
 
 
+def vote_table(policy, records: list[dict], system: str, fmt: str, votes: int) -> list[tuple[int, float, float]]:
+    """(t, share of problems kept at >= t agreeing votes, share of those whose majority answer is true)."""
+    from collections import Counter
+
+    from cogym.agents.policy import SamplingParams
+    from cogym.runners.core import chat_messages
+
+    prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records for _ in range(votes)]
+    outs = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0))
+    top: list[tuple[int, bool]] = []
+    for i, r in enumerate(records):
+        counts = Counter(a for a in (answer_of(o.text) for o in outs[i * votes:(i + 1) * votes]) if a is not None)
+        answer, n = counts.most_common(1)[0] if counts else (None, 0)
+        top.append((n, answer == int(r["answer"])))
+    rows = []
+    for t in range(1, votes + 1):
+        kept = [right for n, right in top if n >= t]
+        rows.append((t, len(kept) / len(top), sum(kept) / len(kept) if kept else float("nan")))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="model directory or 'tiny' (default)")
@@ -39,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", action="append", help="text with {q} for the question (repeatable; default: "
                     "the debate view and the question alone)")
     ap.add_argument("--seed", type=int, default=0, help="torch seed for the sampled column")
+    ap.add_argument("--votes", type=int, default=0, help="K > 0: the majority-of-K table instead")
     args = ap.parse_args(argv)
-    if args.n < 1:
-        ap.error("--n must be >= 1")
+    if args.n < 1 or args.votes < 0:
+        ap.error("--n must be >= 1 and --votes >= 0")
     formats = args.format or [DEBATE_VIEW, "{q}"]
     if any("{q}" not in f for f in formats):
         ap.error("every --format needs {q}, where the question goes")
@@ -53,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
 
     policy = Policy.from_pretrained(args.model, name="probe")
     records = load_heldout()[: args.n]
+    if args.votes:
+        for system in args.system or ["Solve."]:
+            for fmt in args.format or ["{q}"]:
+                torch.manual_seed(args.seed)
+                print(f"system {system!r}, text {fmt!r}, majority of {args.votes} at temperature 1:")
+                print(f"{'agreeing votes':>15} {'kept':>6} {'majority right':>15}")
+                for t, kept, right in vote_table(policy, records, system, fmt, args.votes):
+                    print(f"{f'>= {t}':>15} {kept:>6.2f} {right:>15.2f}")
+        return 0
     print(f"{'system':<10} {'text':<20} {'greedy':>7} {'sample':>7}")
     for system in args.system or ["Debate.", "Solve."]:
         for fmt in formats:
