@@ -248,4 +248,5 @@ register_claim(Claim(
               Measure("solver_correct", "the solver is right (last 20 iterations)", last("solver/solver_correct"))),
     judge=_mae,
     curve="solver/solver_correct",
+    minutes=10.2,
 ))
