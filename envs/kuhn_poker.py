@@ -59,7 +59,9 @@ Invalid action
     exactly 1 chip in the pot when it acts, gets ``-1`` and the opponent ``+1`` (zero-sum kept).
     It is recorded in ``"history"`` as ``fold``; ``infos[mover]["invalid"]`` is True and
     ``["reason"]`` says what was wrong; the opponent's ``"reason"`` says the game ended on the
-    opponent's invalid move.
+    opponent's invalid move. ``invalid_penalty=p`` (default 0) takes ``p`` more from the mover's
+    reward, so that an invalid reply is worse than the fold it stands for (a training signal: the
+    game is then not zero-sum; the chips, the history and exploitability still count a fold).
 
 Infos at the end, every seat: ``"role"``; ``"cards"``: ``(player_0's card, player_1's card)``;
 ``"history"``: tuple of move words; ``"invalid"``: whether this seat's move was invalid;
@@ -95,9 +97,12 @@ Arguments
                             (1, 2, 3 by rank). The embedded tiny model, trained on arithmetic, has
                             never read J/Q/K: with letters its replies do not depend on the card at all
                             (it plays card-blind, exploitability 1/3 at best); it reads digits.
+    invalid_penalty=0.0     chips taken from the reward of a seat whose move was invalid, on top of
+                            the fold it counts as (0 to 10; see Invalid action).
 
 Version history
-    v0: first version; ``card_style`` added later (its default is the original text).
+    v0: first version; ``card_style`` and ``invalid_penalty`` added later (their defaults are the
+    original game).
 """
 
 from __future__ import annotations
@@ -419,9 +424,14 @@ class KuhnPokerEnv(CogymEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"name": "kuhn_poker_v0", "render_modes": ["ansi"], "is_parallelizable": False}
 
-    def __init__(self, render_mode: str | None = None, card_style: str = "letters") -> None:
+    def __init__(self, render_mode: str | None = None, card_style: str = "letters", invalid_penalty: float = 0.0) -> None:
         super().__init__(render_mode=render_mode)
         self.card_style = check_card_style(card_style)
+        if not (isinstance(invalid_penalty, (int, float)) and not isinstance(invalid_penalty, bool)
+                and 0.0 <= float(invalid_penalty) <= 10.0):
+            raise ValueError(f"invalid_penalty must be a number in [0, 10] (chips taken from a seat whose move "
+                             f"was invalid, on top of its fold), got {invalid_penalty!r}")
+        self.invalid_penalty = float(invalid_penalty)
         self.possible_agents = list(SEATS)
         self._seat_roles = dict(zip(SEATS, ROLES))
         self._seat_index = {a: i for i, a in enumerate(SEATS)}
@@ -438,8 +448,8 @@ class KuhnPokerEnv(CogymEnv):
         self.spec = GameSpec(
             id=GAME_ID,
             roles=ROLES,
-            reward_range=(-2.0, 2.0),
-            zero_sum=True,
+            reward_range=(-max(2.0, 1.0 + self.invalid_penalty), 2.0),
+            zero_sum=self.invalid_penalty == 0.0,
             max_turns=3,
             description="Kuhn poker: J/Q/K, ante 1, one bet of 1; player_0 acts first.",
             outcomes={"first": ("invalid", "metrics"), "second": ("invalid", "metrics")},
@@ -499,6 +509,8 @@ class KuhnPokerEnv(CogymEnv):
         assert self._cards is not None
         self._result = payoff(self._cards, self._history)
         rewards = {SEATS[0]: self._result, SEATS[1]: -self._result}
+        if self._invalid_seat is not None:  # a training signal only: the chips (and exploitability) are a fold's
+            rewards[self._invalid_seat] -= self.invalid_penalty
         showdown = self._history in _SHOWDOWNS
         for i, agent in enumerate(SEATS):
             info: dict[str, Any] = {"role": self._seat_roles[agent], "cards": self._cards, "history": self._history,

@@ -228,6 +228,31 @@ def test_invalid_moves_later_in_the_hand_cost_the_mover_one_chip(before: tuple[s
     assert "invalid move by you" in env.observe(mover)["text"]
 
 
+@pytest.mark.parametrize("before, mover", [((), P0), (("bet",), P1), (("check", "bet"), P0)])
+def test_an_invalid_penalty_costs_the_mover_more_than_the_fold_and_nothing_else(before: tuple[str, ...], mover: str) -> None:
+    env = make("kuhn_poker-v0", invalid_penalty=0.5)
+    env.reset(seed=0, options={"cards": ("Q", "K")})
+    for move in before:
+        env.step(move)
+    other = P1 if mover == P0 else P0
+    chips = -1.0  # the invalid move is a fold: the mover loses its one chip in the pot
+    assert act(env, mover, "raise") == {mover: chips - 0.5, other: -chips}
+    assert env.infos[mover]["history"] == (*before, "fold") and env.infos[mover]["invalid"] is True
+    assert env.observe(mover)["text"].endswith("result -1")  # the chips are a fold's
+    assert env.spec.zero_sum is False and env.spec.reward_range == (-2.0, 2.0)
+    legal = make("kuhn_poker-v0", invalid_penalty=0.5)
+    legal.reset(seed=0, options={"cards": ("Q", "K")})
+    assert act(legal, P0, "bet") == {P0: 0.0, P1: 0.0} and act(legal, P1, "fold") == {P0: 1.0, P1: -1.0}  # legal folds: no penalty
+    assert make("kuhn_poker-v0").spec.zero_sum is True
+    assert make("kuhn_poker-v0", invalid_penalty=3).spec.reward_range == (-4.0, 2.0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 11, "1", True, float("nan")])
+def test_a_bad_invalid_penalty_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="invalid_penalty must be a number in"):
+        make("kuhn_poker-v0", invalid_penalty=bad)
+
+
 def test_every_pathological_message_is_judged_fast_at_every_node() -> None:
     for before in [(), ("check",), ("bet",), ("check", "bet")]:
         for reply in PATHOLOGICAL:
