@@ -164,15 +164,16 @@ register_claim(Claim(
               "the fixed file of 1000 uniform problems")),
     measures=(HELDOUT,
               Measure("difficulty_start", "the initial model's failure rate on the posed problems, before training",
-                      before("eval/difficulty/initial_fail")),
-              Measure("difficulty_end", "the same after training", after("eval/difficulty/initial_fail")),
-              Measure("difficulty_rise", "difficulty after less before", gain("eval/difficulty/initial_fail")),
+                      before("eval/difficulty/initial_fail"), ""),
+              Measure("difficulty_end", "the same after training", after("eval/difficulty/initial_fail"), ""),
+              Measure("difficulty_rise", "difficulty after less before", gain("eval/difficulty/initial_fail"), ""),
               Measure("solver_fail_end", "the trained solver's failure rate on the posed problems, after training",
-                      after("eval/difficulty/solver_fail"), "low"),
+                      after("eval/difficulty/solver_fail"), ""),
               Measure("valid_end", "posed proposals that are valid problems, after training",
                       after("eval/difficulty/valid"))),
     judge=_azr,
-    curve="solver/reward",
+    curve="eval/difficulty/initial_fail",
+    minutes=27.4,
 ))
 
 

@@ -46,7 +46,8 @@ class Arm:
 
 @dataclass(frozen=True)
 class Measure:
-    """A number read off one run: ``read(summary, rows)``; ``better`` is "low" or "high" (for the plot)."""
+    """A number read off one run: ``read(summary, rows)``; ``better`` is "low", "high" or "" (neither: a
+    description, such as a difficulty), for the plot's titles."""
 
     name: str
     about: str
@@ -273,7 +274,7 @@ def plot_results(claim: Claim, results: Results, path: Path) -> None:
                 ax.bar(i, np.mean(vals), yerr=std(vals), color=colors[i % len(colors)], alpha=0.5, capsize=4)
                 ax.scatter([i] * len(vals), vals, color="black", s=12, zorder=3)
         ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
-        ax.set_title(f"{m.name} ({m.better}er is better)", fontsize=9)
+        ax.set_title(f"{m.name} ({m.better}er is better)" if m.better else m.name, fontsize=9)
         ax.axhline(0, color="grey", lw=0.5)
     if panels > len(claim.measures):
         ax = axes[(panels - 1) // cols][(panels - 1) % cols]
