@@ -85,14 +85,20 @@ def test_the_ttrl_judge_compares_the_gains() -> None:
                   "label_free": {"heldout_gain": [0.0, 0.0, 0.0]}})[0] == "not reproduced"
 
 
-def test_the_reward_hacking_judge_asks_for_half_the_accepted_wrong_and_five_points() -> None:
+def test_the_reward_hacking_judge_asks_for_a_rising_hack_and_a_guard_at_half_and_five_points() -> None:
     judge = claim_named("reward_hacking").judge
-    base = {"accepted_wrong": [0.8, 0.8, 0.8], "heldout_gain": [0.0, 0.0, 0.0]}
+    base = {"accepted_wrong": [0.8, 0.8, 0.8], "accepted_wrong_rise": [0.1, 0.2, 0.1], "heldout_gain": [0.0, 0.0, 0.0]}
+    flat = {**base, "accepted_wrong_rise": [0.0, -0.1, 0.0]}  # the frozen verifier was never hacked harder
     good = {"accepted_wrong": [0.4, 0.4, 0.4], "heldout_gain": [0.06, 0.05, 0.07]}
     weak = {"accepted_wrong": [0.41, 0.41, 0.41], "heldout_gain": [0.06, 0.06, 0.06]}
+    poor = {"accepted_wrong": [0.1, 0.1, 0.1], "heldout_gain": [0.04, 0.04, 0.04]}  # 4 points more: short of 5
     assert judge({"verifier_only": base, "cooper": good, "truth_mix": good})[0] == "reproduced"
-    assert judge({"verifier_only": base, "cooper": good, "truth_mix": weak})[0] == "partially"
-    assert judge({"verifier_only": base, "cooper": weak, "truth_mix": weak})[0] == "not reproduced"
+    verdict, reason = judge({"verifier_only": base, "cooper": good, "truth_mix": weak})
+    assert verdict == "reproduced" and "cooper: accepted_wrong 0.400, gain +0.060 (holds)" in reason
+    assert "truth_mix: accepted_wrong 0.410, gain +0.060 (does not hold)" in reason
+    assert judge({"verifier_only": flat, "cooper": good, "truth_mix": weak})[0] == "partially"
+    assert judge({"verifier_only": base, "cooper": poor, "truth_mix": weak})[0] == "partially"
+    assert judge({"verifier_only": flat, "cooper": weak, "truth_mix": poor})[0] == "not reproduced"
 
 
 def test_the_azr_judge_asks_for_the_gain_and_a_difficulty_that_rises_with_the_solver() -> None:
