@@ -181,7 +181,9 @@ def test_micro_batches_give_the_step_of_one_batch(policy, tiny_model_dir) -> Non
     assert results[1]["loss"] == pytest.approx(results[0]["loss"], abs=1e-6)
     assert results[1]["spin_margin"] == pytest.approx(results[0]["spin_margin"], abs=1e-4)
     wa, wb = weights(policy.model), weights(other.model)
-    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    # two Adam steps of lr 1e-2: micro-batches sum the gradient in another order, and CPUs round those sums
+    # differently (up to 1.2e-5 measured on an AVX2 machine), a thousandth of a step
+    assert all(torch.allclose(wa[k], wb[k], atol=5e-5) for k in wa)
 
 
 def test_turns_without_a_reference_are_skipped(policy, tiny_model_dir) -> None:

@@ -11,6 +11,7 @@ from cogym.agents.types import Action
 from cogym.envs import make
 from cogym.runners.rollout import rollout
 from cogym.runners.sampling import gather_rollouts, rollout_key
+from tests.rounding import same
 
 SYSTEM = {"proposer": "Propose a problem.", "solver": "Solve."}
 
@@ -43,6 +44,6 @@ def test_shares_gathered_equal_one_rollout(any_policy, shares):
     key = rollout_key(0, 3)
     whole = _play(any_policy, list(range(6)), seeds, key)
     parts = [_play(any_policy, ix, seeds, key) for ix in shares]
-    assert _view(gather_rollouts(parts, shares)) == _view(whole)
+    assert same(_view(gather_rollouts(parts, shares)), _view(whole))  # log-probs: to rounding (batch shapes differ)
     assert len(whole.turns) == 6 * 4  # every solver answered
-    assert _view(_play(any_policy, list(range(6)), seeds, rollout_key(0, 4))) != _view(whole)  # the key matters
+    assert not same(_view(_play(any_policy, list(range(6)), seeds, rollout_key(0, 4))), _view(whole))  # the key matters
