@@ -329,8 +329,9 @@ class ProposalDifficulty:
             self._initial = Policy.from_pretrained(pc.model, name=f"{pid}:initial", **pc.load_options())
         return self._initial
 
-    def _posed(self, run) -> list[tuple[str, str | None, float]]:
-        """(problem, reference, the current solver's success rate) of each game that posed a valid problem."""
+    def _posed(self, run) -> tuple[list[tuple[str, str | None, float]], object]:
+        """(problem, reference, the current solver's success rate) of each game that posed a valid problem,
+        and the game's truth verifier."""
         from .rollout import rollout
 
         cfg = run.cfg
@@ -353,14 +354,14 @@ class ProposalDifficulty:
             solver = info.get(game.solvers[0], {})
             if solver.get("problem") is not None:
                 posed.append((solver["problem"], solver.get("reference"), float(solver["success_rate"])))
-        return posed
+        return posed, games[0].truth
 
     def evaluate(self, run) -> dict[str, float]:
         from .core import chat_messages
 
         pid = self._solver_id(run)
         with forked_rng(self.seed):
-            posed = self._posed(run)
+            posed, truth = self._posed(run)
             out = {f"eval/{self.name}/valid": len(posed) / self.games}
             if not posed:
                 return out
@@ -371,7 +372,6 @@ class ProposalDifficulty:
             texts = []
             for start in range(0, len(prompts), self.batch_size):
                 texts += [g.text for g in initial.generate(prompts[start:start + self.batch_size], sampling)]
-        truth = make(run.cfg.game.id, **run.cfg.game.kwargs).truth
         fails = []
         for i, (problem, reference, _) in enumerate(posed):
             answers = texts[i * self.samples:(i + 1) * self.samples]

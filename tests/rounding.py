@@ -14,12 +14,17 @@ import math
 REL, ABS = 1e-4, 1e-5
 
 
+def close(a: float, b: float) -> bool:
+    """Two floats equal to rounding (NaN equals NaN)."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=REL, abs_tol=ABS)
+
+
 def same(a, b) -> bool:
     """``a == b``, with floats compared to rounding (NaN equals NaN)."""
     if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
-        return math.isclose(a, b, rel_tol=REL, abs_tol=ABS)
+        return close(a, b)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -27,6 +26,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))  # run as a script too: tests.rounding is the repository's
+from tests.rounding import close  # noqa: E402
 # Timings and where-things-are: everything else a run logs is pinned.
 TIMING_SUFFIXES = ("_s", "tokens_per_s", "_seconds")
 UNPINNED = {"run_dir", "wall_s", "tokens_per_s"}
@@ -84,17 +85,17 @@ def isolated_registries():
             del sys.modules[mod]
 
 
-# Floats are compared to the rounding that differs between CPUs: the same code, seed and thread count
-# on an AVX2 and an AVX-512 machine take other float kernels (oneDNN, MKL, ATen's vector code), and
-# the metrics then differ from the 5th digit on (measured: at most 2.8e-5 relative, 8e-5 absolute,
-# over every golden run), while every sampled token, reward and count is the same. Anything a change
-# of behaviour moves (another token, reward or row) moves far more. Everything else is compared exactly.
-REL_TOL, ABS_TOL = 1e-4, 1e-5
+# Floats are compared to the rounding that differs between CPUs (tests/rounding.py): the same code,
+# seed and thread count on an AVX2 and an AVX-512 machine take other float kernels (oneDNN, MKL,
+# ATen's vector code), and the metrics then differ from the 5th digit on (measured: at most 2.8e-5
+# relative, 8e-5 absolute, over every golden run), while every sampled token, reward and count is the
+# same. Anything a change of behaviour moves (another token, reward or row) moves far more.
+# Everything else is compared exactly.
 
 
 def differences(expected, actual, where: str = "") -> list[str]:
-    """Every place two golden records differ (floats within ``REL_TOL``/``ABS_TOL``, everything else
-    exactly; NaN equals NaN)."""
+    """Every place two golden records differ (floats to rounding, ``tests.rounding.close``; everything
+    else exactly; NaN equals NaN)."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         out = [f"{where}.{k}: missing" for k in expected if k not in actual]
         out += [f"{where}.{k}: new metric" for k in actual if k not in expected]
@@ -107,12 +108,9 @@ def differences(expected, actual, where: str = "") -> list[str]:
             return [f"{where}: {len(expected)} rows expected, {len(actual)} logged"]
         return [d for i, (e, a) in enumerate(zip(expected, actual)) for d in differences(e, a, f"{where}[{i}]")]
     if isinstance(expected, float) and isinstance(actual, float):
-        if math.isnan(expected) or math.isnan(actual):
-            same = math.isnan(expected) and math.isnan(actual)
-        else:
-            same = math.isclose(expected, actual, rel_tol=REL_TOL, abs_tol=ABS_TOL)
-        return [] if same else [f"{where}: expected {expected!r}, got {actual!r}"]
-    same = expected == actual and type(expected) is type(actual)
+        same = close(expected, actual)
+    else:
+        same = expected == actual and type(expected) is type(actual)
     return [] if same else [f"{where}: expected {expected!r}, got {actual!r}"]
 
 

@@ -1,5 +1,5 @@
 """Every golden run (tests/golden/golden.py) logs its recorded non-timing metrics (floats to the
-rounding that differs between CPUs, golden.REL_TOL and ABS_TOL; everything else exactly).
+rounding that differs between CPUs, tests.rounding.close; everything else exactly).
 
 A failure lists each metric that moved. If the change was meant to move numbers, regenerate the
 files with ``python tests/golden/golden.py [NAME ...]`` in a commit of its own that says why and
