@@ -44,6 +44,12 @@ class LearnerConfig:
     kl_reward_coef: float = 0.001
     kl_in_loss: str = "off"  # off | k2 | k3 | k3+ | k1+
     kl_loss_coef: float = 0.001
+    # A moving KL anchor (TR-DPO; TRL's sync_ref_model): every ref_sync_every optimizer steps each weight of
+    # the reference becomes ref_sync_mix * policy + (1 - ref_sync_mix) * reference. 0: the reference stays the
+    # initial model. A small mix every step keeps the policy near a slow average of itself, which damps the
+    # cycling of self-play in zero-sum games (magnetic mirror descent with a moving magnet).
+    ref_sync_every: int = 0
+    ref_sync_mix: float = 1.0
     entropy_coef: float = 0.0
     # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
     # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
@@ -100,12 +106,26 @@ class LearnerConfig:
         if self.packing not in PACKING:
             raise ValueError(f"packing must be one of {', '.join(PACKING)}, got {self.packing!r}: 'auto' packs the "
                              "training forward where it pays and is exact, 'on' always, 'off' never")
+        self.check_ref_sync()
         for role, name in self.role_algorithms.items():
             if not get(name).per_role:
                 raise ValueError(f"role_algorithms.{role}: {name} trains a whole policy with its own loss and cannot "
                                  f"train one role of it; set algorithm: {name} for this policy instead")
         for name in self.algorithm_names():
             self.settings(name).validate(self)
+
+    def check_ref_sync(self) -> None:
+        """ValueError for a moving KL reference that cannot run: a bad period or mix, or KL off."""
+        if isinstance(self.ref_sync_every, bool) or not isinstance(self.ref_sync_every, int) or self.ref_sync_every < 0:
+            raise ValueError(f"ref_sync_every must be an integer >= 0 (optimizer steps between moves of the KL "
+                             f"reference; 0: it stays the initial model), got {self.ref_sync_every!r}")
+        mix = self.ref_sync_mix
+        if isinstance(mix, bool) or not isinstance(mix, (int, float)) or not 0 < mix <= 1:
+            raise ValueError(f"ref_sync_mix must be a number in (0, 1] (the policy's share of the moved reference; "
+                             f"1: a copy), got {mix!r}")
+        if self.ref_sync_every and self.kl_in_reward == "off" and self.kl_in_loss == "off":
+            raise ValueError(f"ref_sync_every={self.ref_sync_every} moves the KL reference, but KL is off; set "
+                             "kl_in_loss (e.g. k3) or kl_in_reward, or ref_sync_every: 0")
 
     @classmethod
     def from_flat(cls, **keys: Any) -> "LearnerConfig":

@@ -28,7 +28,7 @@ from .batch import (TokenBatch, micro_batches, response_logp, response_logp_entr
                     training_forward)
 from .config import FROZEN, LearnerConfig
 from .dapo import FILTER_PREDICATES, apply_overlong_shaping, group_decisions
-from .engines import Engine, make_engine
+from .engines import Engine, make_engine, save_weights
 from .pipeline import role_advantages
 
 __all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_logp_entropy", "sum_over_ranks",
@@ -36,6 +36,7 @@ __all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_
 
 DYNAMIC_SAMPLING = ("off", *FILTER_PREDICATES)
 STATE_FILE = "state.json"
+REFERENCE_FILE = "reference.safetensors"  # the KL reference, when ref_sync_every moves it
 
 
 def sequences(cfg: LearnerConfig, turns: Sequence[Turn]) -> list[Turn]:
@@ -104,6 +105,8 @@ class Learner:
         directory.mkdir(parents=True, exist_ok=True)
         self.engine.save(directory)
         state = {"steps": self.steps}
+        if self.cfg.ref_sync_every and dist.rank() == 0:  # the moved reference; every rank holds the same copy
+            save_weights(self.ref_model, directory / REFERENCE_FILE)
         for alg in self.algorithms.values():
             state.update(alg.save(directory))
         (directory / STATE_FILE).write_text(json.dumps(state))
@@ -113,12 +116,26 @@ class Learner:
         directory = Path(directory)
         path = directory / STATE_FILE
         state = json.loads(path.read_text()) if path.is_file() else {}
+        if self.cfg.ref_sync_every:
+            self._load_reference(directory / REFERENCE_FILE)
         for alg in self.algorithms.values():
             alg.load(directory, state)
         self.engine.load(directory)
         if "steps" not in state:
             raise FileNotFoundError(f"no learner state {STATE_FILE} under {directory}")
         self.steps = int(state["steps"])
+
+    def _load_reference(self, path: Path) -> None:
+        """The moved KL reference :meth:`save` wrote (a run saved with ``ref_sync_every: 0`` has none:
+        the reference is then the initial model, as it was)."""
+        if not path.is_file():
+            return
+        from safetensors.torch import load_file
+
+        try:
+            self.ref_model.load_state_dict(load_file(str(path)))
+        except RuntimeError as exc:
+            raise ValueError(f"{path} does not fit the KL reference: {exc}") from None
 
     # -- advantages and dynamic sampling ------------------------------------------------------------
 
@@ -163,10 +180,25 @@ class Learner:
                     self._micro_step(model, data, k, ix, sums)
                 metrics.update(self.engine.step())
                 self.steps += 1
+                if self.cfg.ref_sync_every and self.steps % self.cfg.ref_sync_every == 0:
+                    self.sync_reference()
         sums = sum_over_ranks(sums)  # each rank's share of the step-level sums and means -> the global values
         metrics.update({k: v / self.cfg.epochs for k, v in sums.items()})
         metrics.update(self.algorithm.finish(self, data))
         return metrics
+
+    def sync_reference(self) -> None:
+        """Move the KL reference toward the policy: each weight becomes ``ref_sync_mix`` * policy +
+        (1 - ``ref_sync_mix``) * reference (``ref_sync_every``; a mix of 1 copies the policy)."""
+        ref = dict(self.ref_model.named_parameters())
+        mix = float(self.cfg.ref_sync_mix)
+        with torch.no_grad(), self.engine.gathered_params():
+            for name, p in self.policy.model.named_parameters():
+                if name not in ref or ref[name].shape != p.shape:
+                    raise ValueError(f"the KL reference has no weight {name!r} of shape {tuple(p.shape)} to move; "
+                                     "ref_sync_every needs a reference of the policy's architecture")
+                r = ref[name]
+                r.copy_(torch.lerp(r.float(), p.detach().to(r.device).float(), mix).to(r.dtype))
 
     def _micro_step(self, model: torch.nn.Module, data: TrainBatch, k: int, ix: torch.Tensor, sums: dict) -> None:
         """Forward and backward of micro-batch ``k`` (rows ``ix``); its metrics added to ``sums``.

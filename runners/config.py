@@ -581,6 +581,13 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
     if lc.max_grad_norm <= 0:
         raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
     _check_learner_plugins(cfg, pid, lc, where)
+    try:
+        lc.check_ref_sync()
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    if lc.ref_sync_every and cfg.policies[pid].lora.enabled:
+        raise ConfigError(f"{where}.ref_sync_every: a LoRA policy's KL reference is its base model with the adapter "
+                          "off, shared with the policy, so it cannot move; use ref_sync_every: 0")
     if lc.offload_optimizer and lc.zero_stage < 1:
         raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
     if lc.offload_params and lc.zero_stage != 3:
