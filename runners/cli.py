@@ -62,7 +62,7 @@ def print_summary(summary: dict) -> None:
     table.add_column("value", justify="right")
     before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
     if before is not None and after is not None:
-        table.add_row("solver held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+        table.add_row("held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
     for key in summary:  # declared evaluators (eval.evaluators): eval/<name>/<metric>, before -> after
         if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
             first, last = summary[key], summary[f"{key[:-7]}_after"]

@@ -173,7 +173,7 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
             ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
     for key, marker in zip(eval_keys, "osD^v<>"):
         pts = [(r["iteration"], r[key]) for r in rows if key in r]
-        label = "held-out solver accuracy (greedy)" if key == "heldout_acc" else key[len("eval/"):]
+        label = "held-out accuracy (greedy)" if key == "heldout_acc" else key[len("eval/"):]
         ax.plot(*zip(*pts), marker=marker, linestyle="--", color="k" if key == "heldout_acc" else None, label=label)
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward / accuracy")
