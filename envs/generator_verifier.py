@@ -84,7 +84,9 @@ Scripted twins
     generator: ``oracle`` (computes the answer from the problem text, ``0`` if unreadable),
     ``always_wrong`` (oracle + 1), ``random`` (an integer in -10000..10000).
     verifier: ``oracle`` (recomputes the answer from its observation; a problem that is not
-    ``<a><op><b>`` is rejected), ``always_yes`` (a hackable verifier), ``always_no``, ``random``.
+    ``<a><op><b>`` is rejected), ``always_yes`` (a hackable verifier), ``always_no``, ``random``,
+    ``units_digit`` (weak but checkable: accepts an answer whose last digit and sign are the true
+    answer's, so a wrong answer with the right last digit passes).
 
 Version history
     v0: first version.
@@ -105,7 +107,7 @@ from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.proposer_solver import MAX_MESSAGE_CHARS
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
 from cogym.envs.proposer_solver import reference_text
-from cogym.envs.verdicts import SHOWN_ANSWER_CHARS, oracle_accepts, parse_verdict, show_answer
+from cogym.envs.verdicts import SHOWN_ANSWER_CHARS, oracle_accepts, parse_verdict, show_answer, units_digit_accepts
 from cogym.envs.verifiers import make_verifier
 
 GAME_ID = "generator_verifier-v0"
@@ -166,6 +168,7 @@ SCRIPTED: dict[str, dict[str, Callable[[str, np.random.Generator], str]]] = {
         "always_yes": lambda observation, rng: "yes",
         "always_no": lambda observation, rng: "no",
         "random": _verifier_random,
+        "units_digit": lambda observation, rng: "yes" if units_digit_accepts(observation) else "no",
     },
 }
 

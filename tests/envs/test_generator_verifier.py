@@ -27,6 +27,7 @@ from cogym.envs.verdicts import (
     oracle_accepts,
     parse_verdict,
     show_answer,
+    units_digit_accepts,
 )
 from cogym.envs.testing import drain
 
@@ -169,6 +170,25 @@ def test_oracle_recomputes_from_the_text() -> None:
     assert oracle_accepts("12*9=a=108")  # the problem ends at the first '='
     assert not oracle_accepts("what is 2+2?=4")  # not a two-operand problem: rejected
     assert not oracle_accepts("9**9**9**9=1")
+
+
+def test_units_digit_verifier_checks_the_last_digit_and_sign_only() -> None:
+    assert units_digit_accepts("37+45=82") and units_digit_accepts("37+45=72") and units_digit_accepts("37+45=1002")
+    assert not units_digit_accepts("37+45=81") and not units_digit_accepts("37+45=-82")  # last digit, sign
+    assert units_digit_accepts("63-81=-18") and units_digit_accepts("63-81=-8") and not units_digit_accepts("63-81=18")
+    assert units_digit_accepts("9*9=The answer is 71.")  # the answer is read like oracle_accepts reads it
+    assert not units_digit_accepts("7*8=") and not units_digit_accepts("x=1") and not units_digit_accepts("9**9**9**9=1")
+    twin = SCRIPTED["verifier"]["units_digit"]
+    assert twin("37+45=72", RNG) == "yes" and twin("37+45=81", RNG) == "no"
+    # The hack it opens: a wrong answer with the right last digit is accepted, and accepted_wrong counts it.
+    env = make(GAME, generator_reward="verifier")
+    problem, answer = problem_of(env, 3)
+    env.reset(seed=3)
+    wrong = str(int(answer) + 10)
+    env.step(wrong)
+    env.step(twin(env.observe("verifier")["text"], RNG))
+    assert env.rewards == {"generator": 1.0, "verifier": 0.0}
+    assert env.infos["generator"]["metrics"]["accepted_wrong"] == 1.0
 
 
 # ----------------------------------------------------------------------------- playthroughs
@@ -388,7 +408,7 @@ def test_domain_arguments_shape_the_problems() -> None:
 def test_scripted_twins() -> None:
     rng = np.random.default_rng(0)
     assert set(scripted_strategies(GAME)) == {"generator", "verifier"}
-    assert set(SCRIPTED["verifier"]) == {"oracle", "always_yes", "always_no", "random"}
+    assert set(SCRIPTED["verifier"]) == {"oracle", "always_yes", "always_no", "random", "units_digit"}
     assert set(SCRIPTED["generator"]) == {"oracle", "always_wrong", "random"}
     assert SCRIPTED["generator"]["oracle"]("12*9", rng) == "108"
     assert SCRIPTED["generator"]["always_wrong"]("12*9", rng) == "109"
