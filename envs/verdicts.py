@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from cogym.envs.arithmetic import ANY_PROBLEM, MAX_ANSWER_CHARS, extract_answer
+from cogym.envs.arithmetic import ANY_PROBLEM, MAX_ANSWER_CHARS, Problem, extract_answer
 from cogym.envs.base import PRINTABLE_CHARSET
 
 ACCEPT_WORDS: frozenset[str] = frozenset({"yes", "correct", "true"})
@@ -116,15 +116,22 @@ def show_answer(problem: str, answer: str) -> str:
     return f"{problem}{SEPARATOR}{shown}"
 
 
+def _problem_and_answer(observation: str) -> tuple[Problem | None, int | None]:
+    """The problem before the first ``=`` of a ``show_answer`` text (None unless it is a two-operand
+    arithmetic problem) and the answer after it, read like ``ExactArithmetic`` reads it."""
+    head, sep, tail = observation.partition(SEPARATOR)
+    problem = ANY_PROBLEM.parse(head) if sep else None
+    return problem, (extract_answer(tail) if problem is not None else None)
+
+
 def oracle_accepts(observation: str) -> bool:
     """Whether the answer in a ``show_answer`` text is right, recomputed from the text alone.
 
     The problem is what precedes the first ``=`` and must be a two-operand arithmetic problem
     (``37+45``); anything else is rejected. The answer is read like ``ExactArithmetic`` reads it.
     """
-    head, sep, tail = observation.partition(SEPARATOR)
-    problem = ANY_PROBLEM.parse(head) if sep else None
-    return problem is not None and extract_answer(tail) == problem.answer
+    problem, answer = _problem_and_answer(observation)
+    return problem is not None and answer == problem.answer
 
 
 def units_digit_accepts(observation: str) -> bool:
@@ -132,7 +139,5 @@ def units_digit_accepts(observation: str) -> bool:
 
     It catches most of a near-miss answer's errors and none of the errors in the other digits, so a
     generator paid by it can learn to be accepted while wrong (docs/claims.md, reward_hacking)."""
-    head, sep, tail = observation.partition(SEPARATOR)
-    problem = ANY_PROBLEM.parse(head) if sep else None
-    answer = extract_answer(tail) if problem is not None else None
-    return answer is not None and (answer < 0) == (problem.answer < 0) and abs(answer) % 10 == abs(problem.answer) % 10
+    problem, answer = _problem_and_answer(observation)
+    return problem is not None and answer is not None and (answer < 0) == (problem.answer < 0) and abs(answer) % 10 == abs(problem.answer) % 10
