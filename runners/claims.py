@@ -66,7 +66,7 @@ register_claim(Claim(
                       before("eval/exploitability/exploitability"), "low")),
     judge=_kuhn,
     curve="eval/exploitability/exploitability",
-    minutes=24.6,
+    minutes=18.7,
 ))
 
 
