@@ -373,6 +373,17 @@ class LeaguePlan:
                           {m.opponent: m.agent for m in league})
 
 
+def _no_cluster(address: str, exc: Exception) -> str:
+    """The one line for a cluster address that took no connection, with the usual cause: Ray's token
+    authentication, which `ray start` turns on by itself where a token exists (``~/.ray/auth_token``, which
+    any local run writes), while a connection by address uses a token only when RAY_AUTH_MODE says so."""
+    text = f"ray.address {address}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+    if os.environ.get("RAY_AUTH_MODE") is None:
+        text += (" (is `ray start --head` running there? If it said 'Token authentication is enabled', set "
+                 "RAY_AUTH_MODE=token here, with the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN; docs/ray.md)")
+    return text
+
+
 def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
     """The ray module, connected to ``rc.address`` or to a local cluster it starts (with CPUs for every
     worker and ``n_learners`` learner actors, at least this machine's cores), and whether this call
@@ -382,12 +393,17 @@ def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
         return ray, False
     kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
     if rc.address:
-        ray.init(address=rc.address, **kwargs)
+        try:
+            ray.init(address=rc.address, **kwargs)
+        except ConnectionError as exc:
+            raise ConfigError(_no_cluster(rc.address, exc)) from exc
     else:
         cpus = rc.num_rollout_workers * rc.num_cpus
         if n_learners and rc.learners == "separate":
             cpus += n_learners * rc.learner_num_cpus
-        ray.init(num_cpus=max(math.ceil(cpus), os.cpu_count() or 1), **kwargs)
+        # "local": a private cluster even where `ray start` runs one or RAY_ADDRESS names one (a bare
+        # ray.init() would join those, and then refuse num_cpus)
+        ray.init(address="local", num_cpus=max(math.ceil(cpus), os.cpu_count() or 1), **kwargs)
     return ray, True
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -25,7 +26,9 @@ from cogym.runners.train import train
 from tests.rounding import same
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
-pytestmark = pytest.mark.slow
+# xdist_group: the tests that start Ray run on one pytest-xdist worker, one cluster at a time (two would
+# fight over the cores) and the module's cluster and reference runs built once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 # The default config (proposer and 8 solvers, GRPO), shrunk: 8 games an iteration, 3 iterations.
 SMALL = ["run.iterations=3", "game.num_games=8", "run.eval_every=0", "run.checkpoint_every=0",
@@ -52,7 +55,7 @@ def local_cluster():
     """One local Ray instance for the module (2 CPUs: two rollout workers of 1 CPU each)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 
@@ -407,33 +410,49 @@ def _free_port() -> int:
 
 def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
     """`ray start --head` in its own process group (stopped by signalling that group, so no other Ray
-    on the machine is touched), then `cogym train --ray <address>` as a user runs it."""
+    on the machine is touched), then `cogym train --ray <address>` as a user runs it. With token
+    authentication, as `ray start` turns it on where ~/.ray/auth_token exists (any local run writes
+    one): the head and the clients get the mode and a token of their own through the environment,
+    so the test does not depend on what earlier runs left in ~/.ray."""
     if ray.is_initialized():
         ray.shutdown()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    env.pop("RAY_ADDRESS", None)
     exe = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     assert exe, "the ray extra installs the `ray` command"
     port = _free_port()
     temp = Path("/tmp") / f"cogym-ray-{os.getpid()}"  # short: Ray's socket paths must fit in 107 bytes
     head = subprocess.Popen([exe, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
                              f"--temp-dir={temp}", "--block", "--disable-usage-stats"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 120
-        while subprocess.run([exe, "status", f"--address={address}"], capture_output=True).returncode != 0:
+        while subprocess.run([exe, "status", f"--address={address}"], capture_output=True, env=env).returncode != 0:
             assert head.poll() is None, head.stdout.read().decode()[-2000:]
             assert time.monotonic() < deadline, "ray start did not come up in 120 s"
             time.sleep(1)
         out = tmp_path / "out"
         cmd = [sys.executable, "-m", "cogym.runners.cli", "train", "--ray", address, "--run-dir", str(out / "run"),
                "--no-progress", *SMALL[:1], "run.iterations=2", *SMALL[1:], f"run.out_dir={out}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"cluster at {address}" in done.stderr
         rows = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
         assert [r["iteration"] for r in rows] == [1, 2] and all("solver/loss" in r for r in rows)
         # The run disconnected; the cluster it joined is still up.
-        assert subprocess.run([exe, "status", f"--address={address}"], capture_output=True).returncode == 0
+        assert subprocess.run([exe, "status", f"--address={address}"], capture_output=True, env=env).returncode == 0
+        # With no ray.address a run starts a private cluster, even where RAY_ADDRESS names this one (a
+        # bare ray.init() would join it and then refuse num_cpus).
+        probe = ("from types import SimpleNamespace as N; from cogym.runners.ray_rollout import connect\n"
+                 "ray, _ = connect(N(address=None, num_rollout_workers=1, num_cpus=1, learners='driver'))\n"
+                 "print('GCS', ray.get_runtime_context().gcs_address); ray.shutdown()")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                              env={**env, "RAY_ADDRESS": address})
+        assert done.returncode == 0, done.stderr[-3000:]
+        gcs = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("GCS ")]
+        assert gcs and gcs[0] != address and not gcs[0].endswith(f":{port}")
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:
@@ -444,6 +463,27 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- configuration
+def test_an_address_that_takes_no_connection_is_one_line_with_the_token_hint(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from cogym.runners import ray_rollout
+
+    def init(**kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
+
+    fake = SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setattr(ray_rollout, "import_ray", lambda: fake)
+    rc = SimpleNamespace(address="10.9.8.7:6379", num_rollout_workers=1, num_cpus=1, learners="driver")
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    with pytest.raises(ConfigError, match=r"ray.address 10.9.8.7:6379: Failed to connect .*RAY_AUTH_MODE=token") as err:
+        ray_rollout.connect(rc)
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # set already: the hint would not help
+    with pytest.raises(ConfigError) as err:
+        ray_rollout.connect(rc)
+    assert "RAY_AUTH_MODE" not in str(err.value)
+
+
 def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="run.async: one_step .* run.backend: ray"):
         _cfg(tmp_path, "run.async=one_step")
