@@ -126,7 +126,9 @@ def test_cogym_show_prints_a_training_run(kuhn_run, capsys):
     # filters: one iteration, one seat, the last games
     assert main(["show", str(path), "--iteration", "3", "--seat", "player_0", "--last", "2"]) == 0
     out = capsys.readouterr().out
-    assert ": 2 of 9 games" in out and out.count("== train  iteration 3") == 2 and "== train  iteration 4" not in out
+    # the header wraps at the width, and where depends on the length of the temporary path
+    assert ": 2 of 9 games" in " ".join(out.split())
+    assert out.count("== train  iteration 3") == 2 and "== train  iteration 4" not in out
     assert "player_1  role" not in out
     # --json: the selected rows themselves
     assert main(["show", str(path), "--iteration", "4", "--json"]) == 0
@@ -244,7 +246,7 @@ def test_cogym_show_prints_a_tournament(kuhn_tournament, capsys):
     out, _, _, names = kuhn_tournament
     assert main(["show", str(out), "--player", "scripted:always_bet", "--width", "80"]) == 0
     text = capsys.readouterr().out
-    assert ": 6 of 9 games" in text
+    assert ": 6 of 9 games" in " ".join(text.split())  # the header wraps where the temporary path's length puts it
     assert text.count("tournament  ") == 6 and f"{names[1]} vs scripted:always_bet" in text
     assert "seed index 0, seat order 1" in text and "policy scripted:always_bet" in text
     assert all(len(line) <= 80 for line in text.splitlines())
