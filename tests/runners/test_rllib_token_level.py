@@ -26,6 +26,8 @@ from cogym.envs.token_level import ByteCodec
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/runners/test_ray_backend.py)
+
 GAME = "interruptible_verifier-v0"
 NUM_SOLVERS = 2
 MAX_TURN_TOKENS = 4
@@ -105,7 +107,7 @@ def test_pettingzoo_wrapper_plays_whole_token_level_episodes() -> None:
 def ray_session():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     if started:
         ray.shutdown()
