@@ -149,17 +149,18 @@ def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = 
         return f" (rounds {pct[0]:+.1f}% to {pct[-1]:+.1f}%)"
 
     for w in workers:
-        if f"ray sync, {w}w" not in by:
-            continue
-        sync = by[f"ray sync, {w}w"]["iter_s"]
-        line = (f"{w} worker{'s' if w > 1 else ''}: Ray sync {100 * (sync / base - 1):+.1f}% over in-process"
-                + spread(f"ray sync, {w}w"))
-        if f"ray one_step, {w}w" in by:
-            line += f"; one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync"
+        parts = []
+        if f"ray sync, {w}w" in by:
+            sync = by[f"ray sync, {w}w"]["iter_s"]
+            parts.append(f"Ray sync {100 * (sync / base - 1):+.1f}% over in-process" + spread(f"ray sync, {w}w"))
+            if f"ray one_step, {w}w" in by:
+                parts.append(f"one_step {sync / by[f'ray one_step, {w}w']['iter_s']:.2f}x the iterations/s of sync")
         if f"ray sync, {w}w, 1 thread" in by and f"ray one_step, {w}w, 1 thread" in by:
-            thin = by[f"ray sync, {w}w, 1 thread"]["iter_s"] / by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
-            line += f" ({thin:.2f}x with 1 thread a process)"
-        print(line)
+            thin = by[f"ray one_step, {w}w, 1 thread"]["iter_s"]
+            parts.append(f"with 1 thread a process one_step {by[f'ray sync, {w}w, 1 thread']['iter_s'] / thin:.2f}x "
+                         f"the iterations/s of sync and {base / thin:.2f}x in-process")
+        if parts:
+            print(f"{w} worker{'s' if w > 1 else ''}: " + "; ".join(parts))
     if "ray sync, 1w, learners colocated" in by and "ray one_step, 1w, learners separate" in by:
         col, sep = by["ray sync, 1w, learners colocated"]["iter_s"], by["ray one_step, 1w, learners separate"]["iter_s"]
         print(f"learner actors: sync colocated {100 * (col / base - 1):+.1f}% over in-process; "

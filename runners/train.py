@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,6 +70,27 @@ __all__ = ["train", "build", "rollout", "token_rollout", "iteration_seeds", "gro
            "save_checkpoint", "last_checkpoint", "check_resume_world"]
 
 
+def driver_threads(cfg: Config, cores: int) -> int:
+    """The torch threads of the training process (0: torch's default). ``run.threads`` when set. Else 1 at
+    token level: play is many small forwards (one id a row, a forward a step), which threads split at a
+    loss, and under CPU contention OpenMP's spin-waits make tens of times slower. Else, in one-step
+    off-policy mode on a local Ray cluster with the learners in the driver, the cores the rollout
+    workers leave (at least 1): the update runs while the workers roll out, and threads beyond the
+    cores only make both wait on each other (on 2 cores the default `cogym train --ray
+    run.async=one_step` went from 0.33 to 0.29 s an iteration; docs/ray.md)."""
+    if cfg.run.threads:
+        return cfg.run.threads
+    if cfg.game.granularity == "token":
+        return 1
+    rc = cfg.ray
+    if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address and rc.learners == "driver"
+            and not rc.num_gpus):
+        left = cores - math.ceil(rc.num_rollout_workers * rc.num_cpus)
+        if left < cores:
+            return max(left, 1)
+    return 0
+
+
 def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progress: bool = True) -> dict:
     """Run a whole training job; return the summary (also written to summary.json)."""
     t_start = time.time()
@@ -85,12 +108,9 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
         check_resume_world(ckpt, dist.world_size())
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
-    threads = cfg.run.threads or (1 if cfg.game.granularity == "token" else 0)
+    threads = driver_threads(cfg, os.cpu_count() or 1)
     threads_before = torch.get_num_threads()
     if threads:
-        # Token-level play is many small forwards (one id a row, a forward a step): splitting each across
-        # threads costs more than it saves, and under CPU contention OpenMP's spin-waits make it tens of
-        # times slower.
         torch.set_num_threads(threads)
     try:
         return _train(cfg, run_path, start_it, ckpt, t_start, progress)

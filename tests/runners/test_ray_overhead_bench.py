@@ -56,3 +56,14 @@ def test_rounds_are_pooled_and_each_rounds_ratio_is_shown(bench, monkeypatch, ca
     out = capsys.readouterr().out
     assert "1 worker: Ray sync +20.0% over in-process (rounds +10.0% to +30.0%); one_step 2.40x" in out
     assert "2 rounds" in out and "one GPU shared by every process" in out
+
+
+def test_the_one_thread_pair_is_compared_with_its_sync_run_and_in_process(bench, monkeypatch, capsys, tmp_path) -> None:
+    times = {"in-process": 0.3, "ray sync, 1w, 1 thread": 0.4, "ray one_step, 1w, 1 thread": 0.25}
+    monkeypatch.setattr(bench, "run_mode", lambda name, extra, iterations, out: bench._summary(
+        name, [{"iteration": 2, "iteration_s": times[name], "rollout_s": 0.1, "update_s": 0.1}]))
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    bench.iteration_table(2, [1], tmp_path, match="1 thread")
+    out = capsys.readouterr().out
+    assert "1 worker: with 1 thread a process one_step 1.60x the iterations/s of sync and 1.20x in-process" in out
+    assert "Ray sync +" not in out  # no plain sync run was chosen

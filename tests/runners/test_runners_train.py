@@ -270,3 +270,26 @@ def test_resume_after_a_crash_between_checkpoints_has_no_duplicate_iterations(ru
     shutil.rmtree(ck / "step_000002")
     train(load_config(path / "config.yaml", ["run.iterations=3"]), run_path=path, resume=True, progress=False)
     assert [r["iteration"] for r in _iteration_rows(path)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("overrides", "cores", "expected"), [
+    ([], 8, 0),                                                                     # torch's default
+    (["run.threads=3"], 8, 3),                                                      # asked for
+    (["game.granularity=token"], 8, 1),
+    (["run.backend=ray"], 8, 0),                                                    # sync: they take turns
+    (["run.backend=ray", "run.async=one_step"], 8, 6),                              # 2 workers x 1 CPU
+    (["run.backend=ray", "run.async=one_step"], 2, 1),
+    (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=4"], 2, 1),  # at least 1
+    (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=0.5"], 4, 3),
+    (["run.backend=ray", "run.async=one_step", "run.threads=2"], 2, 2),
+    (["run.backend=ray", "run.async=one_step", "ray.address=auto"], 8, 0),         # workers maybe elsewhere
+    (["run.backend=ray", "run.async=one_step", "ray.learners=separate"], 8, 0),    # the driver does not update
+    (["run.backend=ray", "run.async=one_step", "ray.num_gpus=0.5"], 8, 0),
+])
+def test_driver_threads(overrides, cores, expected) -> None:
+    """One-step on a local cluster: the driver updates while the workers roll out, so it takes the cores
+    they leave."""
+    from importlib import resources
+
+    cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))), overrides)
+    assert train_mod.driver_threads(cfg, cores) == expected
