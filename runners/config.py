@@ -154,7 +154,7 @@ class RayConfig:
     loop, ``num_rollout_workers`` actors play shares of every iteration's games, and the learners run
     in the driver or (``learners``) in actors of their own."""
 
-    address: Optional[str] = None  # null: start a local cluster; "auto": the one `ray start` runs here; or "host:port"
+    address: Optional[str] = None  # null (or "local"): start a local cluster; "auto": the one `ray start` runs here; or "host:port"
     num_rollout_workers: int = 2
     num_cpus: float = 1.0  # per rollout worker
     num_gpus: float = 0.0  # per rollout worker
@@ -681,6 +681,8 @@ def _check_ray(cfg: Config) -> None:
     _check_choice(cfg.run.backend, BACKENDS, "run.backend")
     _check_choice(cfg.run.async_, ASYNC_MODES, "run.async")
     rc = cfg.ray
+    if rc.address in ("", "local"):
+        rc.address = None  # Ray's own word for a new local cluster: cogym's null
     if cfg.run.backend != "ray":
         if cfg.run.async_ != "off":
             raise ConfigError("run.async: one_step overlaps a rollout on Ray workers with the update in the driver; "

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import sys
 import time
@@ -70,24 +69,23 @@ __all__ = ["train", "build", "rollout", "token_rollout", "iteration_seeds", "gro
            "save_checkpoint", "last_checkpoint", "check_resume_world"]
 
 
-def driver_threads(cfg: Config, cores: int) -> int:
-    """The torch threads of the training process (0: torch's default). ``run.threads`` when set. Else 1 at
-    token level: play is many small forwards (one id a row, a forward a step), which threads split at a
-    loss, and under CPU contention OpenMP's spin-waits make tens of times slower. Else, in one-step
-    off-policy mode on a local Ray cluster with the learners in the driver, the cores the rollout
-    workers leave (at least 1): the update runs while the workers roll out, and threads beyond the
-    cores only make both wait on each other (on 2 cores the default `cogym train --ray
-    run.async=one_step` went from 0.33 to 0.29 s an iteration; docs/ray.md)."""
+def driver_threads(cfg: Config, cores: int, default: int) -> int:
+    """The torch threads of the training process (0: torch's default, ``default``). ``run.threads`` when
+    set. Else 1 at token level: play is many small forwards (one id a row, a forward a step), which
+    threads split at a loss, and under CPU contention OpenMP's spin-waits make tens of times slower.
+    Else, in one-step off-policy mode on a local Ray cluster with the learners in the driver and
+    rollout workers without GPUs, the ``cores`` the workers' threads leave (each runs
+    ``max(1, int(ray.num_cpus))``), at least 1 and at most ``default``: the update runs while the
+    workers roll out, and threads beyond the cores only make both wait on each other (on 2 cores the
+    default `cogym train --ray run.async=one_step` went from 0.33 to 0.29 s an iteration; docs/ray.md)."""
     if cfg.run.threads:
         return cfg.run.threads
     if cfg.game.granularity == "token":
         return 1
     rc = cfg.ray
-    if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address and rc.learners == "driver"
-            and not rc.num_gpus):
-        left = cores - math.ceil(rc.num_rollout_workers * rc.num_cpus)
-        if left < cores:
-            return max(left, 1)
+    if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
+            and rc.learners == "driver" and not rc.num_gpus):
+        return max(1, min(cores - rc.num_rollout_workers * max(1, int(rc.num_cpus)), default))
     return 0
 
 
@@ -108,7 +106,7 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
         check_resume_world(ckpt, dist.world_size())
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
-    threads = driver_threads(cfg, os.cpu_count() or 1)
+    threads = driver_threads(cfg, os.cpu_count() or 1, torch.get_num_threads())
     threads_before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)

@@ -354,9 +354,6 @@ def test_deepspeed_reports_grad_norm_like_torch(ds_cpu, policy):
 
 
 @pytest.mark.slow
-# one pytest-xdist worker for all four: the first builds DeepSpeed's CPU Adam op (about a minute), the
-# others load it; on two workers at once the second only waits for the first's build
-@pytest.mark.xdist_group("deepspeed_cpu_adam")
 @pytest.mark.parametrize("zero_stage, offload_optimizer, offload_params", [
     (1, True, False), (2, True, False), (3, True, True), (3, False, True),
 ])

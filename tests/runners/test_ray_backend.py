@@ -26,9 +26,7 @@ from cogym.runners.train import train
 from tests.rounding import same
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
-# xdist_group: the tests that start Ray run on one pytest-xdist worker, one cluster at a time (two would
-# fight over the cores) and the module's cluster and reference runs built once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.slow
 
 # The default config (proposer and 8 solvers, GRPO), shrunk: 8 games an iteration, 3 iterations.
 SMALL = ["run.iterations=3", "game.num_games=8", "run.eval_every=0", "run.checkpoint_every=0",

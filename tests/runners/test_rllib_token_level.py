@@ -26,8 +26,6 @@ from cogym.envs.token_level import ByteCodec
 from ray.rllib.env.wrappers.pettingzoo_env import PettingZooEnv
 from ray.tune.registry import register_env
 
-pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/runners/test_ray_backend.py)
-
 GAME = "interruptible_verifier-v0"
 NUM_SOLVERS = 2
 MAX_TURN_TOKENS = 4

@@ -277,19 +277,35 @@ def test_resume_after_a_crash_between_checkpoints_has_no_duplicate_iterations(ru
     (["run.threads=3"], 8, 3),                                                      # asked for
     (["game.granularity=token"], 8, 1),
     (["run.backend=ray"], 8, 0),                                                    # sync: they take turns
-    (["run.backend=ray", "run.async=one_step"], 8, 6),                              # 2 workers x 1 CPU
+    (["run.backend=ray", "run.async=one_step"], 8, 6),                              # 2 workers x 1 thread
     (["run.backend=ray", "run.async=one_step"], 2, 1),
+    (["run.backend=ray", "run.async=one_step"], 64, 7),                             # at most torch's default
     (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=4"], 2, 1),  # at least 1
-    (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=0.5"], 4, 3),
+    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=0.5"], 2, 1),          # a worker runs 1 thread
+    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=1.5"], 8, 6),
     (["run.backend=ray", "run.async=one_step", "run.threads=2"], 2, 2),
+    (["run.backend=ray", "run.async=one_step", "ray.address=local"], 8, 6),        # Ray's word for null
     (["run.backend=ray", "run.async=one_step", "ray.address=auto"], 8, 0),         # workers maybe elsewhere
     (["run.backend=ray", "run.async=one_step", "ray.learners=separate"], 8, 0),    # the driver does not update
     (["run.backend=ray", "run.async=one_step", "ray.num_gpus=0.5"], 8, 0),
 ])
 def test_driver_threads(overrides, cores, expected) -> None:
     """One-step on a local cluster: the driver updates while the workers roll out, so it takes the cores
-    they leave."""
+    they leave (here torch's default is 7 threads)."""
     from importlib import resources
 
     cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))), overrides)
-    assert train_mod.driver_threads(cfg, cores) == expected
+    assert train_mod.driver_threads(cfg, cores, 7) == expected
+
+
+def test_train_runs_with_the_driver_threads_and_restores_them(monkeypatch, tmp_path) -> None:
+    from importlib import resources
+
+    seen = []
+    monkeypatch.setattr(train_mod, "driver_threads", lambda cfg, cores, default: 3)
+    monkeypatch.setattr(train_mod, "_train", lambda *a, **k: seen.append(torch.get_num_threads()) or {})
+    before = torch.get_num_threads()
+    cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))),
+                      [f"run.out_dir={tmp_path}", "run.iterations=1"])
+    train(cfg, tmp_path / "run", progress=False)
+    assert seen == [3] and torch.get_num_threads() == before
