@@ -78,6 +78,11 @@ def import_ray():
     return ray
 
 
+def actor_threads(cpus: float) -> int:
+    """The torch threads of a Ray actor given ``cpus`` CPUs (unless ``run.threads`` says otherwise)."""
+    return max(1, int(cpus))
+
+
 def _say(text: str) -> None:
     """A line on stderr (above a progress bar) and in the log."""
     log.info(text)
@@ -576,7 +581,7 @@ class RayRollout(ActorPool):
         policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming)."""
         self.cfg, self.ckpt, self.learners, self._learner_handles = cfg, ckpt, {}, {}
         rc = cfg.ray
-        threads = cfg.run.threads or max(1, int(rc.num_cpus))
+        threads = cfg.run.threads or actor_threads(rc.num_cpus)
         self._env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
         self._trained = trained_policies(cfg) if rc.learners != "driver" else []
         super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
@@ -594,7 +599,7 @@ class RayRollout(ActorPool):
             return
         rc, cfg = self.rc, self.cfg
         cpus = rc.num_cpus if rc.learners == "colocated" else rc.learner_num_cpus
-        threads = cfg.run.threads or max(1, int(cpus))
+        threads = cfg.run.threads or actor_threads(cpus)
         actor = self.ray.remote(LearnerWorker)
         self._t_learners = time.perf_counter()
         for k, pid in enumerate(self._trained):
@@ -805,7 +810,7 @@ class RayTournament(ActorPool):
     game's draws are keyed by its id, so the rows are those of a one-process tournament."""
 
     def __init__(self, spec, rc, modules: Sequence[str] = ()) -> None:
-        threads = max(1, int(rc.num_cpus))
+        threads = actor_threads(rc.num_cpus)
         env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
         super().__init__(rc, TournamentWorker, lambda i: (spec, i, os.getcwd(), env, threads, list(modules)),
                          kind="tournament worker")

@@ -75,9 +75,10 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     threads split at a loss, and under CPU contention OpenMP's spin-waits make tens of times slower.
     Else, in one-step off-policy mode on a local Ray cluster with the learners in the driver and
     rollout workers without GPUs, the ``cores`` the workers' threads leave (each runs
-    ``max(1, int(ray.num_cpus))``), at least 1 and at most ``default``: the update runs while the
-    workers roll out, and threads beyond the cores only make both wait on each other (on 2 cores the
-    default `cogym train --ray run.async=one_step` went from 0.33 to 0.29 s an iteration; docs/ray.md)."""
+    :func:`~cogym.runners.ray_rollout.actor_threads` of ``ray.num_cpus``), at least 1 and at most
+    ``default``: the update runs while the workers roll out, and threads beyond the cores only make
+    both wait on each other (on 2 cores the default `cogym train --ray run.async=one_step` went from
+    0.33 to 0.29 s an iteration; docs/ray.md)."""
     if cfg.run.threads:
         return cfg.run.threads
     if cfg.game.granularity == "token":
@@ -85,7 +86,9 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     rc = cfg.ray
     if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
             and rc.learners == "driver" and not rc.num_gpus):
-        return max(1, min(cores - rc.num_rollout_workers * max(1, int(rc.num_cpus)), default))
+        from .ray_rollout import actor_threads
+
+        return max(1, min(cores - rc.num_rollout_workers * actor_threads(rc.num_cpus), default))
     return 0
 
 
@@ -106,8 +109,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
         check_resume_world(ckpt, dist.world_size())
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
-    threads = driver_threads(cfg, os.cpu_count() or 1, torch.get_num_threads())
     threads_before = torch.get_num_threads()
+    threads = driver_threads(cfg, os.cpu_count() or 1, threads_before)
     if threads:
         torch.set_num_threads(threads)
     try:
