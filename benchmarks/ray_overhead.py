@@ -14,6 +14,9 @@ in a process of its own:
 * ``..., 1 thread``: sync and one_step again with ``run.threads=1`` (one torch thread a process)
   and the workers on the cores the driver leaves, so one-step's update and rollout do not fight
   over cores; the sync row is its like-for-like baseline;
+* ``ray sync, 1w, object store``: the weights go to the worker through the object store
+  (``ray.weight_sync=object_store``) rather than the shared memory a worker on the driver's machine
+  reads them from by default;
 * ``..., learners colocated`` / ``learners separate`` (1 worker): the learners in Ray actors
   (``ray.learners``), sharing the worker's bundle of all the cores (they take turns: sync mode's
   layout) or in bundles of their own, one core for the worker and one for each learner actor
@@ -22,13 +25,14 @@ in a process of its own:
 A mode's figure is the median of its ``iteration_s`` (an iteration's wall time: rollout or the wait
 for it, update, weight sync) over iterations 2.. (the first one compiles and warms caches). The
 ratio is against ``in-process``; ``rollout s`` and ``update s`` are the medians of those metrics and
-``sync s`` of ``ray/sync_s`` (weights to the object store and into every worker).
+``sync s`` of ``ray/sync_s`` (weights to shared memory or the object store, and into every worker).
 
 Part 2, weight sync. For each ``--sync-models`` model (``tiny``; ``qwen-100m``: a random-init Qwen2
 of 100.6M parameters with Qwen2.5's tokenizer, built as ``benchmarks/memory.py`` builds it), two
 rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a new version
-``--sync-repeats`` times: the median wall time of one sync (``ray.put`` once, every worker loads),
-the bytes of one copy and the rate.
+``--sync-repeats`` times, through shared memory (``ray.weight_sync: auto``: the workers are on the
+driver's machine) and through the object store: the median wall time of one sync (the weights written
+or put once, every worker loads), the bytes of one copy and the rate.
 
     python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
                                       [--gpu] [--match REGEX] [--set KEY=VALUE ...] [--repeats R]
@@ -109,7 +113,9 @@ def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
                     "run.threads=1"]
             out.append((f"ray sync, {w}w, 1 thread", thin))
             out.append((f"ray one_step, {w}w, 1 thread", [*thin, "run.async=one_step"]))
-    if 1 in workers:
+    if 1 in workers:  # weights through the object store, as before shared memory (ray.weight_sync: auto)
+        out.append(("ray sync, 1w, object store", ["run.backend=ray", "ray.num_rollout_workers=1", f"ray.num_cpus={cores}",
+                                                    "ray.weight_sync=object_store"]))
         out.append(("ray sync, 1w, learners colocated", ["run.backend=ray", "ray.num_rollout_workers=1",
                                                           f"ray.num_cpus={cores}", "ray.learners=colocated"]))
         out.append(("ray one_step, 1w, learners separate", ["run.backend=ray", "ray.num_rollout_workers=1",
@@ -136,7 +142,7 @@ def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = 
           f"{where}{'; ' + ' '.join(extra) if extra else ''})")
     print(f"{'mode':<36}{'iter s':>7}{'x in-proc':>10}{'rollout s':>10}{'update s':>9}{'sync s':>7}")
     for r in results:
-        sync = f"{r['sync_s']:.2f}" if r["sync_s"] is not None else "-"
+        sync = f"{r['sync_s']:.3f}" if r["sync_s"] is not None else "-"
         print(f"{r['mode']:<36}{r['iter_s']:>7.2f}{r['iter_s'] / base:>10.2f}{r['rollout_s']:>10.2f}"
               f"{r['update_s']:>9.2f}{sync:>7}")
     by = {r["mode"]: r for r in results}
@@ -161,6 +167,11 @@ def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = 
                          f"the iterations/s of sync and {base / thin:.2f}x in-process")
         if parts:
             print(f"{w} worker{'s' if w > 1 else ''}: " + "; ".join(parts))
+    if "ray sync, 1w, object store" in by and "ray sync, 1w" in by:
+        obj = by["ray sync, 1w, object store"]
+        print(f"weights through the object store: Ray sync {100 * (obj['iter_s'] / base - 1):+.1f}% over in-process"
+              + spread("ray sync, 1w, object store") + f", sync {obj['sync_s']:.3f} s against "
+              f"{by['ray sync, 1w']['sync_s']:.3f} s through shared memory")
     if "ray sync, 1w, learners colocated" in by and "ray one_step, 1w, learners separate" in by:
         col, sep = by["ray sync, 1w, learners colocated"]["iter_s"], by["ray one_step, 1w, learners separate"]["iter_s"]
         print(f"learner actors: sync colocated {100 * (col / base - 1):+.1f}% over in-process; "
@@ -192,30 +203,33 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
     from cogym.runners.ray_rollout import RayRollout
 
     print(f"\nweight sync: one policy to 2 rollout workers, median of {repeats}")
-    print(f"{'model':<14}{'params':>10}{'MB':>9}{'sync s':>9}{'MB/s':>9}")
+    print(f"{'model':<14}{'params':>10}{'MB':>9}{'via':>15}{'sync s':>9}{'MB/s':>9}")
     for name in models:
         model = _model_dir(name, out)
-        print(f"[bench] sync {name}", file=sys.stderr, flush=True)
-        cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
-                          [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
-                           "run.backend=ray", "ray.num_rollout_workers=2", *(GPU_SHARE[:1] if gpu else [])])
-        run = build(cfg, rollout_only=True)
-        policy = run.policies["solver"]
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
-        pool = RayRollout(cfg)
-        try:
-            times, sent = [], 0.0
-            for version in range(1, repeats + 1):
-                m = pool.sync(run.policies, {"solver": version})
-                times.append(m["ray/sync_s"])
-                sent = m["ray/sync_bytes"]
-        finally:
-            pool.close()
-            ray.shutdown()
-        params = sum(p.numel() for p in policy.model.parameters())
-        t = statistics.median(times)
-        print(f"{name:<14}{params / 1e6:>9.1f}M{sent / 1e6:>9.1f}{t:>9.3f}{sent / 1e6 / t:>9.0f}")
-        del run, policy
+        for via in ("auto", "object_store"):
+            print(f"[bench] sync {name}, {via}", file=sys.stderr, flush=True)
+            cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
+                              [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
+                               "run.backend=ray", "ray.num_rollout_workers=2", f"ray.weight_sync={via}",
+                               *(GPU_SHARE[:1] if gpu else [])])
+            run = build(cfg, rollout_only=True)
+            policy = run.policies["solver"]
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+            pool = RayRollout(cfg)
+            try:
+                times, sent = [], 0.0
+                for version in range(1, repeats + 1):
+                    m = pool.sync(run.policies, {"solver": version})
+                    times.append(m["ray/sync_s"])
+                    sent = m["ray/sync_bytes"]
+                shown = "shared memory" if pool.local else "object store"
+            finally:
+                pool.close()
+                ray.shutdown()
+            params = sum(p.numel() for p in policy.model.parameters())
+            t = statistics.median(times)
+            print(f"{name:<14}{params / 1e6:>9.1f}M{sent / 1e6:>9.1f}{shown:>15}{t:>9.3f}{sent / 1e6 / t:>9.0f}")
+            del run, policy
 
 
 def main() -> None:

@@ -146,6 +146,7 @@ BACKENDS = ("local", "ray")
 ASYNC_MODES = ("off", "one_step")
 PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement group strategies
 LEARNER_PLACES = ("driver", "colocated", "separate")  # ray.learners
+WEIGHT_SYNCS = ("auto", "object_store")  # ray.weight_sync
 
 
 @dataclass
@@ -170,6 +171,9 @@ class RayConfig:
     learners: str = "driver"
     learner_num_cpus: float = 1.0  # per learner actor, learners: separate
     learner_num_gpus: float = 0.0  # per learner actor, learners: separate
+    # How the driver's weights reach the workers: "auto": through shared memory for workers on the
+    # driver's machine, the object store for the others; "object_store": the object store for all.
+    weight_sync: str = "auto"
 
 
 LEAGUE_SAMPLING = ("uniform", "pfsp")
@@ -702,6 +706,7 @@ def _check_ray(cfg: Config) -> None:
     if rc.start_timeout_s <= 0:
         raise ConfigError(f"ray.start_timeout_s must be > 0, got {rc.start_timeout_s}")
     _check_choice(rc.learners, LEARNER_PLACES, "ray.learners")
+    _check_choice(rc.weight_sync, WEIGHT_SYNCS, "ray.weight_sync")
     if rc.learner_num_cpus <= 0 or rc.learner_num_gpus < 0:
         raise ConfigError(f"ray.learner_num_cpus must be > 0 and ray.learner_num_gpus >= 0 (per learner actor), "
                           f"got {rc.learner_num_cpus} and {rc.learner_num_gpus}")

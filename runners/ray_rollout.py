@@ -16,10 +16,12 @@ the workers' placement group, sharing a worker's bundle (``colocated``) or in on
 (``separate``); the driver reaches it through a :class:`RemoteLearner`, which the training loop
 uses as it uses a learner.
 
-Weights: after every update the driver puts each trained policy's weights in the object store once
-(``ray.put``; a learner actor puts its own) and every worker loads them with their version before
-its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration); every Turn records the version
-it was sampled with, and a worker refuses a rollout whose versions it does not hold.
+Weights: after every update the driver writes each trained policy's weights once, into shared memory
+for the workers on its machine (:mod:`cogym.runners.shm_weights`, ``ray.weight_sync: auto``) and into
+the object store (``ray.put``) for the others (a learner actor puts its own), and every worker loads
+them with their version before its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration);
+every Turn records the version it was sampled with, and a worker refuses a rollout whose versions it
+does not hold.
 
 Leagues: a rollout whose games meet league members (:class:`~cogym.runners.league.LeagueSeating`)
 sends each worker the members its share needs, once each (:meth:`RolloutWorker.set_members`), and
@@ -108,18 +110,41 @@ class RolloutWorker:
         self.play = token_rollout if cfg.game.granularity == "token" else rollout
         self.system = {role: p.system for role, p in cfg.prompts.items()}
         self.members: dict = {}  # league member name -> its agent (a frozen copy of the league policy)
+        self.segments: dict = {}  # the driver's shared-memory segments this worker has attached
 
     def ping(self) -> dict:
         """Alive: the process id and the weight version of every policy."""
         return {"pid": os.getpid(), "versions": self.versions(), "node": _node_ip()}
 
+    def sees(self, segment: str, token: bytes) -> bool:
+        """Whether the driver's shared-memory segment ``segment`` is here and holds ``token`` (this
+        worker is on the driver's machine and can load weights from shared memory)."""
+        from .shm_weights import attach
+
+        try:
+            seg = attach(segment)
+        except (FileNotFoundError, OSError):
+            return False
+        try:
+            return bytes(seg.buf[:len(token)]) == token
+        finally:
+            seg.close()
+
     def versions(self) -> dict[str, int]:
         return {pid: p.backend.version for pid, p in self.run.policies.items()}
 
     def load_weights(self, pids: list[str], versions: dict[str, int], *weights) -> dict[str, int]:
-        """Load ``weights[i]`` (:func:`to_wire` form, from the object store) into policy ``pids[i]``."""
-        for pid, wire in zip(pids, weights):
-            self.run.policies[pid].backend.load_weights(from_wire(wire), versions[pid])
+        """Load ``weights[i]`` into policy ``pids[i]``: a :func:`to_wire` dict (from the object store) or a
+        :class:`~cogym.runners.shm_weights.ShmWeights` (read from the driver's shared memory)."""
+        from .shm_weights import ShmWeights, check, read
+
+        for pid, w in zip(pids, weights):
+            backend = self.run.policies[pid].backend
+            if isinstance(w, ShmWeights):
+                backend.load_weights(read(w, self.segments), versions[pid])
+                check(w, self.segments)
+            else:
+                backend.load_weights(from_wire(w), versions[pid])
         return self.versions()
 
     def set_members(self, add: list[str], drop: list[str], *weights) -> list[str]:
@@ -334,6 +359,15 @@ def from_wire(wire: dict) -> dict[str, torch.Tensor]:
         warnings.simplefilter("ignore", UserWarning)  # torch.from_numpy on a read-only array
         out = {k: torch.from_numpy(a) for k, a in wire["arrays"].items()}
     return {k: (t.view(torch.bfloat16) if k in wire["bf16"] else t) for k, t in out.items()}
+
+
+@dataclass
+class Sent:
+    """One version of a policy's weights as the workers get it: an object ref (``to_wire`` form) for
+    workers elsewhere and learner actors' weights, shared memory for workers on the driver's machine."""
+
+    ref: Any = None
+    shm: Any = None  # a shm_weights.ShmWeights
 
 
 @dataclass
@@ -587,7 +621,18 @@ class RayRollout(ActorPool):
         super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
                          n_learners=len(self._trained))
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
-        self._weights: dict[str, dict[int, Any]] = {}  # policy -> version -> object ref (the newest few)
+        # policy -> version -> Sent (the newest max_staleness + 1): an object ref and/or shared memory
+        self._weights: dict[str, dict[int, Sent]] = {}
+        self._shm: dict[str, Any] = {}  # policy -> its WeightSlots (workers on this machine read them)
+        self.local: set[int] = set()  # the workers that load the driver's weights from shared memory
+        self._shm_ok = rc.weight_sync == "auto"  # False also once shared memory had no room
+        if self._shm_ok:
+            self.local = {r for r in range(len(self.workers)) if self._sees_shm(r)}
+        if self.local:
+            n, w = len(self.local), len(self.workers)
+            _say("weights reach " + (f"the {w} rollout workers" if n == w else f"{n} of {w} rollout workers")
+                 + " through shared memory (on this machine)"
+                 + ("" if n == w else f", the other {w - n} through the object store"))
         self._loading: dict[int, tuple] = {}  # worker -> (its load call under way, the versions)
         self._member_refs: dict[str, Any] = {}  # league member -> object ref of its weights
         self.members_held: list[set[str]] = [set() for _ in self.workers]  # per worker: league members it holds
@@ -631,7 +676,30 @@ class RayRollout(ActorPool):
                 ref, _ = learner.weights()
                 backend.load_weights(from_wire(self.ray.get(ref)), learner.steps)
 
+    def _sees_shm(self, r: int) -> bool:
+        """Whether worker ``r`` can read this process's shared memory (it runs on this machine)."""
+        from multiprocessing import shared_memory
+
+        token = os.urandom(16)
+        try:
+            probe = shared_memory.SharedMemory(name=f"cogym-probe-{token.hex()[:12]}", create=True, size=len(token))
+        except OSError as exc:  # no /dev/shm here: the object store for everyone
+            log.warning("no shared memory for weights (%s): they go through the object store", exc)
+            return False
+        try:
+            probe.buf[:len(token)] = token
+            try:
+                return bool(self.ray.get(self.workers[r].sees.remote(probe.name, token)))
+            except self.ray.exceptions.RayError:
+                return False  # died already (probed again when restarted), or could not look
+        finally:
+            probe.close()
+            probe.unlink()
+
     def close(self) -> None:
+        for slots in self._shm.values():
+            slots.close()
+        self._shm = {}
         for h in self._learner_handles.values():
             try:
                 self.ray.kill(h)
@@ -643,22 +711,25 @@ class RayRollout(ActorPool):
     # ------------------------------------------------------------------ weights
     def sync(self, policies: dict, versions: dict[str, int], wait: bool = True) -> dict[str, float]:
         """Give every worker the weights of ``versions`` (policy -> version) it does not hold: each
-        policy's weights go to the object store once (from the driver's policy, or put there by its
-        learner actor), and every worker loads them. ``wait``: return when all have loaded (else the
+        policy's weights are written once (the driver's into shared memory for the workers on this
+        machine and the object store for the others; a learner actor's into the object store by the
+        actor), and every worker loads them. ``wait``: return when all have loaded (else the
         loads queue behind a rollout under way, and the next :meth:`submit` waits for them). Metrics:
         ``ray/sync_s`` and ``ray/sync_bytes`` (one copy)."""
         t0 = time.perf_counter()
         sent = 0
         for pid, version in versions.items():
             kept = self._weights.setdefault(pid, {})
-            if version not in kept and any(h.get(pid) != version for h in self.held):
+            lacking = [r for r, h in enumerate(self.held) if h.get(pid) != version]
+            if version not in kept and lacking:
                 if pid in self.learners:
-                    kept[version], size = self.learners[pid].weights()
+                    ref, size = self.learners[pid].weights()
+                    kept[version] = Sent(ref=ref)
                     sent += size
                 else:
                     state = state_of(policies[pid])
                     sent += nbytes(state)
-                    kept[version] = self.ray.put(to_wire(state))
+                    kept[version] = self._send(pid, version, state, lacking)
                 for old in sorted(kept)[:-(self.rc.max_staleness + 1)]:
                     del kept[old]  # a rollout needs at most max_staleness versions back
         self.versions = dict(versions)
@@ -672,18 +743,56 @@ class RayRollout(ActorPool):
             return {}
         return {"ray/sync_s": time.perf_counter() - t0, "ray/sync_bytes": float(sent)}
 
+    def _send(self, pid: str, version: int, state: dict[str, torch.Tensor], lacking: list[int]) -> "Sent":
+        """The driver's weights of ``pid`` at ``version``: written to its shared-memory slots when a worker
+        on this machine lacks them, put in the object store when another worker does."""
+        sent = Sent()
+        if any(r in self.local for r in lacking):
+            from .shm_weights import WeightSlots
+
+            slots = self._shm.get(pid)
+            if slots is None or not slots.fits(state):
+                if slots is not None:
+                    slots.close()
+                try:
+                    slots = self._shm[pid] = WeightSlots(state, self.rc.max_staleness + 1)
+                except OSError as exc:  # e.g. a container's small /dev/shm: the object store for everyone
+                    _say(f"weights of {pid!r} go through the object store, not shared memory: {exc}")
+                    self._shm.pop(pid, None)
+                    self.local, self._shm_ok = set(), False
+                    slots = None
+            if slots is not None:
+                self._finish_loads()  # no load may still read the slot this write replaces
+                sent.shm = slots.write(version, state)
+        if any(r not in self.local for r in lacking):
+            sent.ref = self.ray.put(to_wire(state))
+        return sent
+
+    def _weights_for(self, r: int, pid: str, version: int):
+        """What worker ``r`` loads ``pid``'s ``version`` from: shared memory on this machine, else an
+        object ref (put now from shared memory if no worker needed one before, e.g. a worker restarted
+        on another machine)."""
+        sent = self._weights.get(pid, {}).get(version)
+        slots = self._shm.get(pid)
+        if sent is not None and sent.shm is not None and (slots is None or not slots.has(version)):
+            sent.shm = None  # overwritten by a newer version
+        if sent is None or (sent.shm is None and sent.ref is None):
+            raise RuntimeError(f"weights of {pid!r} version {version} are no longer kept for a worker "
+                               f"that lacks them (ray.max_staleness = {self.rc.max_staleness})")
+        if r in self.local and sent.shm is not None:
+            return sent.shm
+        if sent.ref is None:
+            sent.ref = self.ray.put(to_wire(slots.read_back(version)))
+        return sent.ref
+
     def _load(self, r: int, versions: dict[str, int]):
         """Worker ``r``'s load call for the versions it lacks (None when it holds them all)."""
         need = [pid for pid, v in versions.items() if self.held[r].get(pid) != v]
         if not need:
             return None
-        for pid in need:
-            if versions[pid] not in self._weights.get(pid, {}):
-                raise RuntimeError(f"weights of {pid!r} version {versions[pid]} are no longer kept for a worker "
-                                   f"that lacks them (ray.max_staleness = {self.rc.max_staleness})")
-        refs = [self._weights[pid][versions[pid]] for pid in need]
+        weights = [self._weights_for(r, pid, versions[pid]) for pid in need]
         self.held[r] = {**self.held[r], **{pid: None for pid in need}}  # unknown until the call returns
-        return self.workers[r].load_weights.remote(need, dict(versions), *refs)
+        return self.workers[r].load_weights.remote(need, dict(versions), *weights)
 
     def _load_into(self, r: int, versions: dict[str, int]) -> None:
         """Worker ``r`` holds ``versions`` when this returns (restarting it as often as it dies)."""
@@ -707,6 +816,10 @@ class RayRollout(ActorPool):
         self.held[r] = dict(self.info[r]["versions"])
         self.members_held[r] = set()
         self._loading.pop(r, None)
+        if self._shm_ok:  # the new process may be on another machine
+            self.local.discard(r)
+            if self._sees_shm(r):
+                self.local.add(r)
 
     def _members_into(self, r: int, plan: LeaguePlan | None, share: list[int], versions: dict[str, int]) -> None:
         """Worker ``r`` holds the league members its ``share`` of games plays against (each member's weights

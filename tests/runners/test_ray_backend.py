@@ -125,6 +125,7 @@ def test_a_killed_worker_is_restarted_and_its_games_replayed(reference, local_cl
     summary = train(_cfg(tmp_path, "run.backend=ray"), tmp_path / "run", progress=False)
     err = capsys.readouterr().err
     assert killed, "the test never killed a worker"
+    assert "weights reach the 2 rollout workers through shared memory" in err  # ray.weight_sync: auto
     assert f"rollout worker 1 (pid {killed[0]}) died during rollout it2; restarting it" in err
     assert "replaying" in err and summary["ray_worker_restarts"] == 1
     rows = _rows(tmp_path / "run")
@@ -161,6 +162,56 @@ def test_one_step_async_samples_one_version_behind(local_cluster, tmp_path: Path
     # Iteration 1's rollout started before any update, iteration i's (i > 1) overlapped update i - 1.
     assert [r["ray/staleness"] for r in raw] == [0.0, 1.0, 1.0]
     assert all("solver/loss" in r for r in raw)
+
+
+def test_weights_through_the_object_store_train_as_through_shared_memory(reference, local_cluster,
+                                                                        tmp_path: Path) -> None:
+    """ray.weight_sync: object_store (every worker, as for workers on other machines): the one-process
+    run's metrics, as the default's shared memory gives them (the tests above)."""
+    train(_cfg(tmp_path, "run.backend=ray", "ray.weight_sync=object_store"), tmp_path / "run", progress=False)
+    assert same(_rows(tmp_path / "run"), reference)
+
+
+def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(local_cluster, tmp_path: Path,
+                                                                             monkeypatch, capsys) -> None:
+    """A worker restarted on another machine cannot read the driver's shared memory: it gets the version
+    it lacks from the object store, put then from the shared-memory slot that holds it."""
+    import torch
+
+    from cogym.runners import shm_weights
+    from cogym.runners.build import build
+    from cogym.runners.ray_rollout import RayRollout, from_wire
+
+    cfg = _cfg(tmp_path, "run.backend=ray")
+    run = build(cfg, rollout_only=True)
+    pool = RayRollout(cfg)
+    try:
+        assert pool.local == {0, 1}
+        assert ray.get(pool.workers[0].sees.remote("cogym-no-such-segment", b"x")) is False
+        with torch.no_grad():
+            for p in run.policies["solver"].model.parameters():
+                p.add_(0.01)
+        versions = {"proposer": 0, "solver": 1}
+        pool.sync(run.policies, versions)
+        sent = pool._weights["solver"][1]
+        assert sent.shm is not None and sent.ref is None  # both workers read shared memory: nothing put
+        assert [h["solver"] for h in pool.held] == [1, 1]
+        pool.local.discard(1)
+        pool.held[1] = {**pool.held[1], "solver": None}  # as after a restart elsewhere
+        pool._load_into(1, versions)
+        assert sent.ref is not None and pool.held[1]["solver"] == 1
+        put = from_wire(ray.get(sent.ref))
+        for name, p in run.policies["solver"].model.named_parameters():
+            assert torch.equal(put[name], p.detach()), name
+        # Shared memory without room (a container's 64 MiB /dev/shm and a large model): the object store
+        monkeypatch.setattr(shm_weights, "free_bytes", lambda: 1000)
+        pool.sync(run.policies, {"proposer": 1, "solver": 1})
+        assert pool._weights["proposer"][1].shm is None and pool._weights["proposer"][1].ref is not None
+        assert pool.local == set() and [h["proposer"] for h in pool.held] == [1, 1]
+        assert "go through the object store, not shared memory: shared memory has 0 MiB free" in capsys.readouterr().err
+    finally:
+        pool.close()
+    assert not pool._shm  # the segments are gone with the pool
 
 
 def test_a_worker_refuses_weights_it_does_not_hold(local_cluster, tmp_path: Path) -> None:
@@ -497,6 +548,7 @@ def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
     (["run.backend=ray", "ray.placement=spread"], "ray.placement must be one of PACK, SPREAD"),
     (["run.backend=ray", "ray.learners=remote"], "ray.learners must be one of driver, colocated, separate"),
     (["run.backend=ray", "ray.learner_num_cpus=0"], "ray.learner_num_cpus must be > 0"),
+    (["run.backend=ray", "ray.weight_sync=nccl"], "ray.weight_sync must be one of auto, object_store"),
 ])
 def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
     with pytest.raises(ConfigError, match=match):
