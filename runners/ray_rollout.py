@@ -614,6 +614,7 @@ class RayRollout(ActorPool):
         """Rollout workers and, with ``ray.learners`` colocated or separate, a learner actor per trained
         policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming)."""
         self.cfg, self.ckpt, self.learners, self._learner_handles = cfg, ckpt, {}, {}
+        self._shm: dict[str, Any] = {}  # policy -> its WeightSlots (workers on this machine read them)
         rc = cfg.ray
         threads = cfg.run.threads or actor_threads(rc.num_cpus)
         self._env = {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}
@@ -623,7 +624,6 @@ class RayRollout(ActorPool):
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
         # policy -> version -> Sent (the newest max_staleness + 1): an object ref and/or shared memory
         self._weights: dict[str, dict[int, Sent]] = {}
-        self._shm: dict[str, Any] = {}  # policy -> its WeightSlots (workers on this machine read them)
         self.local: set[int] = set()  # the workers that load the driver's weights from shared memory
         self._shm_ok = rc.weight_sync == "auto"  # False also once shared memory had no room
         if self._shm_ok:

@@ -8,10 +8,10 @@ each tensor into it, the worker's load copies them out into its model (:func:`re
 
 A policy has ``slots`` segments (``ray.max_staleness + 1``, as many versions as the driver keeps for
 one-step runs and for replays after a worker restart), written in turn, so a write replaces the oldest
-version kept. Each
-segment starts with a 64-byte header holding the version it holds (``-1`` while the driver writes), which
-a reader checks before and after its copy, so a load can never use weights that were half overwritten:
-it fails instead (a bug, since the driver waits for every load of a slot before it writes it again).
+version kept. Each segment starts with a 64-byte header holding the version it holds (``-1`` while the
+driver writes), which a reader checks before and after its copy, so a load that overlapped a write
+fails rather than use half-overwritten weights (a bug: the driver waits for every load of a slot
+before it writes the slot again).
 
 Segments are created and unlinked by the driver (its ``multiprocessing`` resource tracker removes them
 if the driver is killed); workers only attach, and do not register them with a tracker of their own
@@ -122,7 +122,6 @@ class WeightSlots:
                 np.copyto(dst, _bytes_of(src))
             else:  # device to host, straight into the segment
                 torch.from_numpy(dst).view(src.dtype).view(src.shape).copy_(src.detach())
-        del flat, dst
         head[0] = version
         self.held[k] = version
         return ShmWeights(seg.name, version, self.entries, self.size)

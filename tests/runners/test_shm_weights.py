@@ -92,3 +92,13 @@ def test_slots_that_do_not_fit_in_shared_memory_are_refused(monkeypatch) -> None
         WeightSlots(_state(1), slots=2)
     monkeypatch.setattr(shm_weights, "free_bytes", lambda: 2 * need)
     WeightSlots(_state(1), slots=2).close()
+
+
+def test_a_policy_with_nothing_to_send_writes_an_empty_slot() -> None:
+    slots = WeightSlots({}, slots=1)
+    try:
+        cache: dict = {}
+        assert read(slots.write(3, {}), cache) == {} and slots.has(3)
+        cache.clear()
+    finally:
+        slots.close()
