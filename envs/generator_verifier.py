@@ -37,7 +37,11 @@ Action (``gymnasium.spaces.Text``, one whole message)
 Rewards (given when the game ends; 0 on the generator's turn) -- not zero-sum
     Let ``c`` = 1 if the answer is right (ground truth) else 0 and ``a`` = 1 if the verifier
     accepted it else 0 (an invalid verdict accepts nothing).
-    Verifier: 1 if its verdict agrees with the ground truth (``a == c``) else 0.
+    Verifier: 1 if its verdict agrees with the ground truth (``a == c``) else 0. With
+    ``verifier_balance=p`` an agreeing verdict is weighted by its class: accepting a right answer
+    pays ``min(1, (1-p)/p)``, rejecting a wrong one ``min(1, p/(1-p))``, so that when a share ``p``
+    of the answers is right, "always accept" and "always reject" earn the same and only a verdict
+    that checks the answer earns more.
     Generator: ``ground_truth``: ``c``; ``verifier``: ``a``; ``mix``: ``w*a + (1-w)*c`` with
     ``w = mix_weight``.
     Reward range: ``[min(0, invalid_penalty), 1]``.
@@ -76,6 +80,8 @@ Arguments (all validated at construction; a bad dataset raises ``DatasetError`` 
                         only with generator_reward="mix".
     critique=False      True: the verifier may write a critique ending with its verdict.
     invalid_penalty=-1.0  <= 0, the verifier's reward for a message without a verdict.
+    verifier_balance=None  None, or the expected share of right answers in (0, 1): class-weighted
+                        verifier rewards (above).
     max_operand=99      largest operand of a sampled problem (1..999999; source="domain").
     ops="+-*"           operators of sampled problems (source="domain").
     render_mode=None    None or "ansi" (``render()`` returns a text summary).
@@ -131,11 +137,20 @@ def generator_reward(mode: str, correct: bool, accepted: bool | None, mix_weight
     raise ValueError(f"generator_reward must be one of {GENERATOR_REWARDS}, got {mode!r}")
 
 
-def verifier_reward(correct: bool, accepted: bool | None, invalid_penalty: float) -> float:
-    """1 if the verdict agrees with the ground truth, 0 if not, ``invalid_penalty`` without one."""
+def verifier_reward(correct: bool, accepted: bool | None, invalid_penalty: float,
+                    balance: float | None = None) -> float:
+    """1 if the verdict agrees with the ground truth, 0 if not, ``invalid_penalty`` without one.
+    ``balance`` (the expected share ``p`` of right answers): an agreeing verdict is weighted by its
+    class, accepting a right answer paying ``min(1, (1-p)/p)`` and rejecting a wrong one
+    ``min(1, p/(1-p))``, so that always accepting and always rejecting earn the same (``min(p, 1-p)``
+    an episode) and only a verdict that depends on the answer earns more."""
     if accepted is None:
         return invalid_penalty
-    return 1.0 if accepted == correct else 0.0
+    if accepted != correct:
+        return 0.0
+    if balance is None:
+        return 1.0
+    return min(1.0, (1.0 - balance) / balance) if correct else min(1.0, balance / (1.0 - balance))
 
 
 def episode_metrics(correct: bool, accepted: bool | None) -> dict[str, float | None]:
@@ -188,6 +203,7 @@ class GeneratorVerifierEnv(CogymEnv):
         mix_weight: float | None = None,
         critique: bool = False,
         invalid_penalty: float = -1.0,
+        verifier_balance: float | None = None,
         max_operand: int = 99,
         ops: str = "+-*",
         render_mode: str | None = None,
@@ -206,6 +222,11 @@ class GeneratorVerifierEnv(CogymEnv):
         if critique is not True and critique is not False:
             raise ValueError(f"critique must be True or False, got {critique!r}")
         invalid_penalty = penalty_arg("invalid_penalty", invalid_penalty)
+        if verifier_balance is not None and (isinstance(verifier_balance, bool) or not isinstance(verifier_balance, (int, float))
+                                             or not 0.0 < verifier_balance < 1.0):
+            raise ValueError(f"verifier_balance must be None or a number in (0, 1) (the expected share of right "
+                             f"answers), got {verifier_balance!r}")
+        self.verifier_balance = None if verifier_balance is None else float(verifier_balance)
         self.domain = Domain(max_operand=max_operand, ops=ops)  # validates max_operand and ops
         self.source, self.verifier_name, self.generator_reward = source, verifier, generator_reward
         self.mix_weight, self.critique, self.invalid_penalty = float(weight), critique, float(invalid_penalty)
@@ -286,7 +307,7 @@ class GeneratorVerifierEnv(CogymEnv):
         accepted, reason = parse_verdict(verdict, critique=self.critique)
         rewards = {
             "generator": generator_reward(self.generator_reward, correct, accepted, self.mix_weight),
-            "verifier": verifier_reward(correct, accepted, self.invalid_penalty),
+            "verifier": verifier_reward(correct, accepted, self.invalid_penalty, self.verifier_balance),
         }
         metrics = episode_metrics(correct, accepted)
         self._phase = PHASE_OVER

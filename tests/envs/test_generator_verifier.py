@@ -157,6 +157,32 @@ def test_verifier_reward_and_metrics() -> None:
                                             "rejected_right": None, "verifier_agrees": 0.0, "verdict_invalid": 1.0}
 
 
+@pytest.mark.parametrize("p", [0.25, 0.4, 0.5, 0.8])
+def test_a_balanced_verifier_reward_pays_both_constant_verdicts_alike(p: float) -> None:
+    """verifier_balance=p: with a share p of right answers, "always accept" and "always reject" earn the
+    same, min(p, 1 - p); a verifier that is always right earns more; disagreeing and invalid unchanged."""
+    accept = p * verifier_reward(True, True, -1.0, p) + (1 - p) * verifier_reward(False, True, -1.0, p)
+    reject = p * verifier_reward(True, False, -1.0, p) + (1 - p) * verifier_reward(False, False, -1.0, p)
+    perfect = p * verifier_reward(True, True, -1.0, p) + (1 - p) * verifier_reward(False, False, -1.0, p)
+    assert accept == pytest.approx(min(p, 1 - p)) and reject == pytest.approx(min(p, 1 - p))
+    assert perfect == pytest.approx(2 * min(p, 1 - p)) and perfect > accept
+    assert max(verifier_reward(True, True, -1.0, p), verifier_reward(False, False, -1.0, p)) == 1.0
+    assert verifier_reward(True, None, -0.5, p) == -0.5
+
+
+def test_the_game_pays_the_balanced_verifier_reward() -> None:
+    env = make(GAME, verifier_balance=0.25)
+    env.reset(seed=3)
+    problem = env.observe("generator")["text"]
+    env.step(str(eval(problem)))  # a right answer (the domain's canonical "37+45"), accepted
+    env.step("yes")
+    assert env.rewards["verifier"] == 1.0
+    env.reset(seed=3)
+    env.step(str(eval(problem) + 1))  # wrong, rejected: the common class pays p / (1 - p)
+    env.step("no")
+    assert env.rewards["verifier"] == pytest.approx(1 / 3)
+
+
 def test_show_answer_truncates_and_sanitises() -> None:
     assert show_answer("37+45", "82") == "37+45=82"
     shown = show_answer("1+1", "7" * 1_000_000)
@@ -449,6 +475,8 @@ def test_render_ansi() -> None:
         ({"critique": 1}, "critique must be True or False"),
         ({"invalid_penalty": 0.5}, "invalid_penalty must be <= 0"),
         ({"invalid_penalty": float("-inf")}, "invalid_penalty must be a finite number"),
+        ({"verifier_balance": 1.0}, r"verifier_balance must be None or a number in \(0, 1\)"),
+        ({"verifier_balance": True}, "verifier_balance must be None or a number"),
         ({"max_operand": 0}, "max_operand must be an int in"),
         ({"ops": "/"}, "ops must be a non-empty string"),
         ({"render_mode": "human"}, "render_mode must be None or one of"),
