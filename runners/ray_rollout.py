@@ -123,7 +123,7 @@ class RolloutWorker:
 
         try:
             seg = attach(segment)
-        except (FileNotFoundError, OSError):
+        except OSError:  # not there: another machine
             return False
         try:
             return bytes(seg.buf[:len(token)]) == token
@@ -774,12 +774,11 @@ class RayRollout(ActorPool):
         on another machine)."""
         sent = self._weights.get(pid, {}).get(version)
         slots = self._shm.get(pid)
-        if sent is not None and sent.shm is not None and (slots is None or not slots.has(version)):
-            sent.shm = None  # overwritten by a newer version
-        if sent is None or (sent.shm is None and sent.ref is None):
+        in_shm = sent is not None and sent.shm is not None and slots is not None and slots.has(version)
+        if sent is None or (not in_shm and sent.ref is None):
             raise RuntimeError(f"weights of {pid!r} version {version} are no longer kept for a worker "
                                f"that lacks them (ray.max_staleness = {self.rc.max_staleness})")
-        if r in self.local and sent.shm is not None:
+        if r in self.local and in_shm:
             return sent.shm
         if sent.ref is None:
             sent.ref = self.ray.put(to_wire(slots.read_back(version)))

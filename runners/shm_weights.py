@@ -89,7 +89,7 @@ class WeightSlots:
             for _ in range(self.slots):
                 self.segments.append(shared_memory.SharedMemory(
                     name=f"{tag}-{secrets.token_hex(6)}", create=True, size=self.size))
-                self._header(self.segments[-1])[0] = WRITING
+                _header(self.segments[-1])[0] = WRITING
                 _OWN.add(self.segments[-1].name)
         except BaseException:
             self.close()
@@ -97,31 +97,22 @@ class WeightSlots:
         self.held: list[int | None] = [None] * self.slots  # the version in each slot
         self.writes = 0
 
-    @staticmethod
-    def _header(seg: shared_memory.SharedMemory) -> np.ndarray:
-        return np.ndarray((1,), dtype=np.int64, buffer=seg.buf)
-
     def fits(self, state: dict[str, torch.Tensor]) -> bool:
         return layout(state) == (self.entries, self.size)
 
     def write(self, version: int, state: dict[str, torch.Tensor]) -> ShmWeights:
-        """Copy ``state`` (the layout this was made for) into the slot written longest ago. CPU tensors
-        are copied with numpy, on this thread (torch's copy would wake its intra-op threads, which then
-        spin against the worker that starts loading)."""
+        """Copy ``state`` (CPU tensors, as ``state_of`` gives them, in the layout this was made for) into
+        the slot written longest ago, with numpy on this thread (torch's copy would wake its intra-op
+        threads, which then spin against the worker that starts loading)."""
         k = self.writes % self.slots
         self.writes += 1
         seg = self.segments[k]
-        head = self._header(seg)
+        head = _header(seg)
         head[0] = WRITING
         self.held[k] = None
         flat = np.ndarray((self.size,), dtype=np.uint8, buffer=seg.buf)
         for e in self.entries:
-            src = state[e.name]
-            dst = flat[e.offset:e.offset + e.nbytes]
-            if src.device.type == "cpu":
-                np.copyto(dst, _bytes_of(src))
-            else:  # device to host, straight into the segment
-                torch.from_numpy(dst).view(src.dtype).view(src.shape).copy_(src.detach())
+            np.copyto(flat[e.offset:e.offset + e.nbytes], _bytes_of(state[e.name]))
         head[0] = version
         self.held[k] = version
         return ShmWeights(seg.name, version, self.entries, self.size)
@@ -176,8 +167,13 @@ def attach(name: str) -> shared_memory.SharedMemory:
     return seg
 
 
+def _header(seg: shared_memory.SharedMemory) -> np.ndarray:
+    """The segment's version field (the first 8 of its header's bytes)."""
+    return np.ndarray((1,), dtype=np.int64, buffer=seg.buf)
+
+
 def version_in(seg: shared_memory.SharedMemory) -> int:
-    return int(np.ndarray((1,), dtype=np.int64, buffer=seg.buf)[0])
+    return int(_header(seg)[0])
 
 
 def read(desc: ShmWeights, cache: dict) -> dict[str, torch.Tensor]:
