@@ -83,7 +83,8 @@ With ``verifier="majority"`` each solver also gets ``"metrics"``, the label-free
 the hidden true answer and never rewarded: ``majority_correct`` (the group's majority answer is the
 true one; the same for every solver of a game) and ``true_correct`` (this solver's answer is), both
 None when the true answer is unknown; logged as ``solver/majority_correct`` and
-``solver/true_correct``. A run collapsing into a wrong consensus shows it there while the agreement
+``solver/true_correct``; and ``label_kept`` (the group's majority passed ``majority_min``; logged as
+``solver/label_kept``; None when the proposal was invalid). A run collapsing into a wrong consensus shows it there while the agreement
 reward rises.
 Before the end only ``"role"``.
     ``reference``  the correct answer exactly as a perfect solver writes it: the same string the
@@ -101,6 +102,9 @@ Arguments (all validated at construction; a bad dataset raises ``DatasetError`` 
                         cogym/envs/data (``arithmetic_train.jsonl``: 1000 uniform problems of the default
                         domain, none in the held-out set); required for "dataset".
     verifier="exact"    "exact" | "math_verify" | "majority" (label-free; ignores the answer).
+    majority_min=0.0    verifier="majority" only, in [0, 1]: SeRL's majority threshold. A group whose
+                        majority answer holds fewer than this share of the k votes earns 0 for every
+                        answer (no trusted label: no signal); 0 keeps every group.
     proposer_reward="learnability"  "learnability" | "band".
     band=(0.2, 0.8)     inclusive success-rate band for proposer_reward="band", 0<=low<=high<=1.
     format_bonus=0.0    >= 0, added to a solver's reward when it replies with one integer.
@@ -137,7 +141,7 @@ from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.errors import DatasetError
 from cogym.envs.novelty import NoveltyFilter, shared_pool
-from cogym.envs.verifiers import VERIFIER_NAMES, Verifier, make_verifier
+from cogym.envs.verifiers import VERIFIER_NAMES, MajorityVote, Verifier, majority_key, majority_rewards, make_verifier
 
 GAME_ID = "proposer_solver-v0"
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
@@ -325,6 +329,7 @@ class ProposerSolverEnv(CogymEnv):
         source: str = "proposer",
         dataset: str | os.PathLike[str] | None = None,
         verifier: str = "exact",
+        majority_min: float = 0.0,
         proposer_reward: str = "learnability",
         band: Sequence[float] = (0.2, 0.8),
         format_bonus: float = 0.0,
@@ -360,7 +365,10 @@ class ProposerSolverEnv(CogymEnv):
         if dataset is not None:  # a path, or the name of a file shipped in cogym/envs/data (arithmetic_train.jsonl)
             dataset = shipped_or_path(dataset) or dataset
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []
-        self.verifier = make_verifier(verifier)  # after the file: a bad file fails before a worker starts
+        if majority_min != 0.0 and verifier != "majority":
+            raise ValueError(f"majority_min applies to verifier='majority' only, got verifier={verifier!r}")
+        # after the file: a bad file fails before a worker starts
+        self.verifier = make_verifier(verifier, min_share=majority_min) if verifier == "majority" else make_verifier(verifier)
         # Label-free: the truth is never rewarded, only reported (the guard metrics in infos "metrics").
         self._truth = make_verifier("exact") if verifier == "majority" else None
         self._init_self_instruction(source, seeds, few_shot, novelty, novelty_pool, novelty_size)
@@ -536,7 +544,7 @@ class ProposerSolverEnv(CogymEnv):
                 self.infos[a]["correct"] = None
                 self.infos[a]["reference"] = None
                 if self._truth is not None:
-                    self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None}
+                    self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None, "label_kept": None}
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game({"proposer": self.invalid_penalty})
@@ -560,25 +568,30 @@ class ProposerSolverEnv(CogymEnv):
             self.infos[s]["correct"] = bool(c)
             self.infos[s]["reference"] = reference
         if self._truth is not None:
-            self._guard_metrics(replies, correct)
+            self._guard_metrics(replies)
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game(rewards)
 
-    def _guard_metrics(self, replies: list[str], agreed: list[bool]) -> None:
+    def _guard_metrics(self, replies: list[str]) -> None:
         """Label-free play (``verifier="majority"``): what the hidden truth says, logged and never rewarded.
         ``majority_correct``: the group's majority answer is the true one (a collapse into a wrong
         consensus shows here while the agreement reward rises); ``true_correct``: this solver's answer
         is. Both None when the true answer is unknown (a blank dataset answer)."""
         assert self._truth is not None and self._problem is not None
+        # The vote before the threshold: the guard reports the majority answer of every group, kept or not.
+        votes = majority_rewards([majority_key(r) for r in replies])
+        assert isinstance(self.verifier, MajorityVote)
+        kept = self.verifier.kept(votes)
         if reference_text(self._reference) is None:
             truth = [None] * len(replies)
             majority = None
         else:
             truth = self._truth.judge(self._problem, self._reference, replies)
-            majority = any(a and t for a, t in zip(agreed, truth))
+            majority = any(a and t for a, t in zip(votes, truth))
         for s, t in zip(self.solvers, truth):
-            self.infos[s]["metrics"] = {"majority_correct": majority, "true_correct": None if t is None else bool(t)}
+            self.infos[s]["metrics"] = {"majority_correct": majority, "true_correct": None if t is None else bool(t),
+                                        "label_kept": kept}
 
     def _render_text(self) -> str:
         phase = {PHASE_PROPOSE: "proposing", PHASE_SOLVE: "solving", PHASE_OVER: "over"}[self._phase]

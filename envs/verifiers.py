@@ -107,13 +107,27 @@ def majority_rewards(keys: Sequence[Hashable | None]) -> list[bool]:
 
 
 class MajorityVote:
-    """Label-free (TTRL/SeRL): the group's majority answer is taken as the reference."""
+    """Label-free (TTRL/SeRL): the group's majority answer is taken as the reference.
+
+    ``min_share`` (SeRL's majority threshold, in [0, 1]): a group whose majority answer holds fewer
+    than ``min_share`` of the votes has no trusted label, and every answer in it is judged False (so a
+    group-normalised learner gets no signal from it). 0 keeps every group."""
 
     name = "majority"
 
+    def __init__(self, min_share: float = 0.0) -> None:
+        if isinstance(min_share, bool) or not isinstance(min_share, (int, float)) or not 0.0 <= float(min_share) <= 1.0:
+            raise ValueError(f"min_share must be a number in [0, 1], got {min_share!r}")
+        self.min_share = float(min_share)
+
+    def kept(self, agreed: Sequence[bool]) -> bool:
+        """Whether a group whose majority agreement is ``agreed`` (``majority_rewards``) passes the threshold."""
+        return bool(agreed) and sum(agreed) >= self.min_share * len(agreed)
+
     def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
         _check_responses(responses)
-        return majority_rewards([majority_key(r) for r in responses])
+        agreed = majority_rewards([majority_key(r) for r in responses])
+        return agreed if self.kept(agreed) else [False] * len(agreed)
 
 
 # ------------------------------------------------------------------------------ math_verify

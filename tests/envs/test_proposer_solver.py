@@ -106,9 +106,40 @@ def test_label_free_play_reports_the_hidden_truth_without_rewarding_it(replies: 
         rewards = act(env, f"solver_{i}", reply)
     for i, reply in enumerate(replies):
         metrics = env.infos[f"solver_{i}"]["metrics"]
-        assert metrics == {"majority_correct": majority_correct, "true_correct": reply == "4"}
+        assert metrics == {"majority_correct": majority_correct, "true_correct": reply == "4", "label_kept": True}
     # the rewards are agreement with the majority, whatever the truth
     assert [rewards[f"solver_{i}"] for i in range(3)] == [float(env.infos[f"solver_{i}"]["correct"]) for i in range(3)]
+
+
+@pytest.mark.parametrize(("replies", "kept", "majority_correct"),
+                         [(["5", "5", "5", "4"], True, False), (["5", "5", "4", "3"], False, False),
+                          (["4", "4", "4", "4"], True, True), (["", "", "", "4"], False, True)])
+def test_majority_min_withholds_the_reward_of_a_group_without_a_confident_majority(
+        replies: list[str], kept: bool, majority_correct: bool) -> None:
+    env = make("proposer_solver-v0", num_solvers=4, verifier="majority", majority_min=0.75)
+    env.reset(seed=0)
+    act(env, "proposer", "2+2")
+    for i, reply in enumerate(replies):
+        rewards = act(env, f"solver_{i}", reply)
+    solver_rewards = [rewards[f"solver_{i}"] for i in range(4)]
+    if kept:  # 3 or 4 of 4 agree: the agreement reward as without the threshold
+        majority = max(set(replies), key=replies.count)
+        assert solver_rewards == [float(r == majority) for r in replies]
+    else:  # at most 2 of 4 agree: no label, no reward
+        assert solver_rewards == [0.0] * 4
+    for i, reply in enumerate(replies):
+        metrics = env.infos[f"solver_{i}"]["metrics"]
+        # the guard reads the vote before the threshold
+        assert metrics["label_kept"] is kept and metrics["true_correct"] is (reply == "4")
+    assert env.infos["solver_0"]["metrics"]["majority_correct"] is majority_correct  # blanks vote for nothing
+
+
+def test_majority_min_is_checked() -> None:
+    with pytest.raises(ValueError, match="majority_min applies to verifier='majority' only"):
+        make("proposer_solver-v0", verifier="exact", majority_min=0.5)
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="min_share must be a number in"):
+            make("proposer_solver-v0", verifier="majority", majority_min=bad)
 
 
 def test_the_guard_metrics_are_only_for_label_free_play() -> None:
@@ -122,7 +153,7 @@ def test_the_guard_metrics_are_only_for_label_free_play() -> None:
     labelfree = make("proposer_solver-v0", num_solvers=2, verifier="majority")
     labelfree.reset(seed=0)
     act(labelfree, "proposer", "2+")  # invalid: the game ends before any answer
-    assert labelfree.infos["solver_0"]["metrics"] == {"majority_correct": None, "true_correct": None}
+    assert labelfree.infos["solver_0"]["metrics"] == {"majority_correct": None, "true_correct": None, "label_kept": None}
 
 
 def test_math_verify_game_accepts_equivalent_forms() -> None:
