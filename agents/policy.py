@@ -28,23 +28,38 @@ from .lora import AdapterView, is_adapter_dir, load_adapter_policy
 RENDER_CACHE_SIZE = 4096
 
 
+# The models that ship inside cogym, by the name a config gives them, and their directory under cogym/agents.
+# "tiny": the char-level arithmetic model; "tiny-verifier": a copy of it fine-tuned to judge the tiny model's
+# own answers, a weak learned verifier (``cogym build-tiny-model --verifier``; docs/claims.md, reward_hacking).
+EMBEDDED_MODELS: dict[str, str] = {"tiny": "tiny", "tiny-verifier": "tiny_verifier"}
+
+
+def embedded_model_path(name: str = "tiny") -> Path:
+    """Directory of the embedded model ``name`` (a key of ``EMBEDDED_MODELS``)."""
+    if name not in EMBEDDED_MODELS:
+        raise ValueError(f"no embedded model {name!r}; the embedded models are {', '.join(EMBEDDED_MODELS)}")
+    return Path(str(resources.files("cogym.agents").joinpath(EMBEDDED_MODELS[name])))
+
+
 def tiny_model_path() -> Path:
     """Directory of the embedded char-level model that ships with cogym."""
-    return Path(str(resources.files("cogym.agents").joinpath("tiny")))
+    return embedded_model_path("tiny")
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the Hugging Face Hub spells model ids
 
 
 def resolve_model_dir(path: str | Path) -> Path:
-    """The HF model directory ``path`` names, checked to be one: a directory, ``"tiny"`` (the embedded
-    model) or a Hub id (``"Qwen/Qwen2.5-0.5B"``) whose snapshot is in the local Hugging Face cache."""
-    path = tiny_model_path() if str(path) == "tiny" else Path(path)
+    """The HF model directory ``path`` names, checked to be one: a directory, an embedded model's name
+    (``"tiny"``, ``"tiny-verifier"``) or a Hub id (``"Qwen/Qwen2.5-0.5B"``) whose snapshot is in the local
+    Hugging Face cache."""
+    path = embedded_model_path(str(path)) if str(path) in EMBEDDED_MODELS else Path(path)
     if not path.is_dir() and HUB_ID.match(str(path)):
         path = _hub_snapshot(str(path))
     if not path.is_dir():
         raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; give an HF model "
-                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or 'tiny'")
+                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or 'tiny' "
+                             "(or 'tiny-verifier')")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
     return path

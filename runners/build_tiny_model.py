@@ -10,6 +10,13 @@ problems are never used as training examples.
 
 Runs in a few minutes on 2 CPU cores and writes an HF directory (config.json,
 model.safetensors, tokenizer.json, tokenizer_config.json, chat template, build_info.json).
+
+``--verifier`` builds the embedded *weak learned verifier* instead (``tiny-verifier``): a copy of the
+tiny model fine-tuned, by cross-entropy on a one-character verdict (``1`` right, ``0`` wrong), to
+judge answers the tiny model itself samples, shown as ``generator_verifier-v0`` shows them
+(``37+45=82`` under the system prompt ``Verify.``). It is what a reward model trained on the initial
+policy's samples is in the papers: it checks a little (about a third of the wrong answers get past
+its sampled verdict, half the right ones), and a generator paid by it alone learns to please it.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cogym.agents.char_tokenizer import build_char_tokenizer
-from cogym.agents.policy import Policy, SamplingParams, tiny_model_path
-from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, load_heldout
+from cogym.agents.policy import Policy, SamplingParams, embedded_model_path, tiny_model_path
+from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, extract_answer, load_heldout
+from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 
 from .config import load_config
 from .evaluate import heldout_accuracy
@@ -122,15 +130,124 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high
     return info
 
 
+VERIFIER_SYSTEM = "Verify."  # configs/generator_verifier.yaml's verifier instruction
+SOLVER_SYSTEM = "Solve."
+
+
+def _sampled_answers(policy: Policy, domain: Domain, rng: np.random.Generator, n: int,
+                     banned: set[str]) -> list[tuple[str, bool]]:
+    """``n`` problems of the domain (none held out), each with one answer ``policy`` samples at temperature
+    1: the verifier's view of it (``problem=answer``) and whether it is right."""
+    problems = []
+    while len(problems) < n:
+        p = domain.sample(rng)
+        if p.text not in banned:
+            problems.append(p)
+    prompts = [policy.render([{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": p.text}])
+               for p in problems]
+    outs = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0))
+    return [(show_answer(p.text, o.text), extract_answer(o.text) == p.answer) for p, o in zip(problems, outs)]
+
+
+def _verdict_probs(verifier: Policy, views: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The verifier's next-character probability of accepting (``1``) and rejecting (``0``) each view."""
+    tok = verifier.tokenizer
+    accept, reject = (tok.encode(c, add_special_tokens=False)[0] for c in (ACCEPT_DIGIT, REJECT_DIGIT))
+    ids = [verifier.render([{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": v}]) for v in views]
+    width = max(map(len, ids))
+    batch = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)  # left-padded: the last column is next
+    attn = torch.zeros_like(batch)
+    for i, row in enumerate(ids):
+        batch[i, width - len(row):] = torch.tensor(row)
+        attn[i, width - len(row):] = 1
+    verifier.model.eval()
+    with torch.no_grad():
+        probs = torch.softmax(verifier.model(input_ids=batch, attention_mask=attn).logits[:, -1].float(), dim=-1)
+    return probs[:, accept], probs[:, reject]
+
+
+def verifier_quality(verifier: Policy, test: list[tuple[str, bool]]) -> dict[str, float]:
+    """How the verifier judges ``test`` (views with their truth): the share of wrong answers it accepts and
+    of right ones it rejects, by its greedy verdict and in expectation over its sampled verdict (the
+    generator_verifier game samples at temperature 1), and the probability mass on a valid verdict."""
+    p_accept, p_reject = _verdict_probs(verifier, [v for v, _ in test])
+    right = torch.tensor([c for _, c in test])
+    greedy_accept = p_accept > p_reject
+    return {"right_share": round(float(right.float().mean()), 4),
+            "accepted_wrong_greedy": round(float(greedy_accept[~right].float().mean()), 4),
+            "rejected_right_greedy": round(float((~greedy_accept[right]).float().mean()), 4),
+            "accepted_wrong_sampled": round(float(p_accept[~right].mean()), 4),
+            "rejected_right_sampled": round(float(p_reject[right].mean()), 4),
+            "valid_mass": round(float((p_accept + p_reject).mean()), 4)}
+
+
+def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, steps: int = 400, batch_size: int = 128,
+                   lr: float = 1e-3, test_size: int = 1000, eval_every: int = 50, quiet: bool = False) -> dict:
+    """Fine-tune a copy of ``base`` into a verifier of ``base``'s own sampled answers (module docstring):
+    ``steps`` steps of ``batch_size`` fresh answers, AdamW at ``lr`` with a cosine decay to 0. Writes the
+    model and ``build_info.json`` (its quality on ``test_size`` answers drawn with another seed)."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    generator, verifier = Policy.from_pretrained(base), Policy.from_pretrained(base)
+    generator.model.eval()
+    tok = verifier.tokenizer
+    verdict_ids = {ok: tok.encode(ACCEPT_DIGIT if ok else REJECT_DIGIT, add_special_tokens=False)[0] for ok in (True, False)}
+    domain, banned = Domain(), {r["question"] for r in load_heldout()}
+    test = _sampled_answers(generator, domain, np.random.default_rng(seed + 10_000), test_size, banned)
+    before = verifier_quality(verifier, test)
+    opt = torch.optim.AdamW(verifier.model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + float(np.cos(np.pi * min(s, steps) / steps))))
+    t0, history = time.time(), []
+    for step in range(1, steps + 1):
+        examples = []
+        for view, right in _sampled_answers(generator, domain, rng, batch_size, banned):
+            prompt = verifier.render([{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": view}])
+            examples.append((list(prompt), [verdict_ids[right]]))
+        ids, attn, labels = _batch(examples, tok.pad_token_id)
+        verifier.model.train()
+        loss = verifier.model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(verifier.model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % eval_every == 0 or step == steps:
+            quality = verifier_quality(verifier, test)
+            history.append({"step": step, "loss": round(float(loss.detach()), 4), **quality, "t": round(time.time() - t0, 1)})
+            if not quiet:
+                print(f"step {step:4d} loss {float(loss.detach()):.4f} accepted wrong {quality['accepted_wrong_sampled']:.3f} "
+                      f"rejected right {quality['rejected_right_sampled']:.3f} (sampled verdicts; {time.time() - t0:.0f}s)", flush=True)
+    verifier.save(out_dir)
+    info = {"base": str(base), "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "before": before,
+            "after": history[-1], "seconds": round(time.time() - t0, 1), "history": history}
+    (Path(out_dir) / "build_info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="cogym build-tiny-model", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=tiny_model_path(), help="output directory (default: the embedded model's)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap = argparse.ArgumentParser(prog="cogym build-tiny-model", description=(
+        "Train the embedded tiny model from scratch (agents/tiny), or with --verifier fine-tune a copy of it into "
+        "the weak learned verifier tiny-verifier (agents/tiny_verifier)."))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output directory (default: the embedded model's, agents/tiny or with --verifier agents/tiny_verifier)")
+    ap.add_argument("--verifier", action="store_true",
+                    help="build the weak learned verifier (tiny-verifier) from the embedded tiny model instead")
+    ap.add_argument("--steps", type=int, default=400, help="--verifier: fine-tuning steps of 128 answers (default 400)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     ap.add_argument("--target-low", type=float, default=0.35, help="stop once greedy held-out accuracy reaches this")
     ap.add_argument("--target-high", type=float, default=0.55, help="fail if accuracy overshoots this")
     ap.add_argument("--max-steps", type=int, default=6000)
     ap.add_argument("--eval-every", type=int, default=100)
     args = ap.parse_args(argv)
+    if args.verifier:
+        out = args.out or embedded_model_path("tiny-verifier")
+        info = build_verifier(out, seed=args.seed, steps=args.steps)
+        after = info["after"]
+        print(f"wrote {out}: verdicts on 1000 answers of the tiny model, sampled: accepts "
+              f"{after['accepted_wrong_sampled']:.3f} of the wrong ones, rejects {after['rejected_right_sampled']:.3f} "
+              f"of the right ones; {info['seconds']}s")
+        return 0
+    args.out = args.out or tiny_model_path()
     info = build(args.out, seed=args.seed, target_low=args.target_low, target_high=args.target_high,
                  max_steps=args.max_steps, eval_every=args.eval_every)
     print(f"wrote {args.out}: {info['params']:,} parameters, held-out greedy accuracy {info['heldout_greedy_acc']:.3f}, "

@@ -431,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training bar
+    raw = sys.argv[1:] if argv is None else list(argv)
+    if raw[:1] == ["build-tiny-model"]:  # its own parser reads everything after it, options and --help included
+        from .build_tiny_model import main as build_main
+
+        return build_main(raw[1:])
     ap = parser()
     args, extra = ap.parse_known_args(argv)
     if extra:

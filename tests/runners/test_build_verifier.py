@@ -1,0 +1,78 @@
+"""The embedded weak learned verifier (``tiny-verifier``, ``cogym build-tiny-model --verifier``): built from the
+tiny model, loadable by its name, and a verifier that checks a little, as docs/claims.md (reward_hacking) says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cogym.agents.errors import ModelLoadError
+from cogym.agents.policy import EMBEDDED_MODELS, Policy, embedded_model_path, resolve_model_dir
+from cogym.envs.arithmetic import Domain, load_heldout
+from cogym.runners.build_tiny_model import _sampled_answers, build_verifier, main, verifier_quality
+
+
+def test_embedded_models_resolve_by_name() -> None:
+    assert set(EMBEDDED_MODELS) == {"tiny", "tiny-verifier"}
+    for name in EMBEDDED_MODELS:
+        assert resolve_model_dir(name) == embedded_model_path(name)
+        assert (embedded_model_path(name) / "model.safetensors").is_file()
+    with pytest.raises(ValueError, match="no embedded model 'tiny-judge'"):
+        embedded_model_path("tiny-judge")
+    with pytest.raises(ModelLoadError, match="tiny-verifier"):  # the error names every embedded model
+        resolve_model_dir("tiny-judge")
+
+
+def test_build_verifier_writes_a_loadable_model_and_its_quality(tmp_path) -> None:
+    info = build_verifier(tmp_path / "v", steps=2, batch_size=8, test_size=32, eval_every=1, quiet=True)
+    assert [h["step"] for h in info["history"]] == [1, 2]
+    written = json.loads((tmp_path / "v" / "build_info.json").read_text())
+    assert written["after"] == info["after"] and written["steps"] == 2
+    keys = set(info["before"])  # the quality measures; "after" adds the step, its loss and the time
+    assert keys == {"right_share", "accepted_wrong_greedy", "rejected_right_greedy", "accepted_wrong_sampled",
+                    "rejected_right_sampled", "valid_mass"} and keys < set(info["after"])
+    for quality in (info["before"], info["after"]):
+        assert all(0.0 <= quality[k] <= 1.0 for k in keys)
+    verifier = Policy.from_pretrained(tmp_path / "v")
+    assert verifier_quality(verifier, [("2+2=4", True), ("2+2=5", False)])["right_share"] == 0.5
+
+
+def test_verifier_quality_reads_greedy_and_sampled_verdicts() -> None:
+    verifier = Policy.from_pretrained("tiny-verifier")
+    test = [("2+2=4", True), ("2+2=5", False), ("7*8=56", True), ("7*8=54", False)]
+    q = verifier_quality(verifier, test)
+    assert q["right_share"] == 0.5
+    # the greedy shares are counts over two answers each; the sampled ones are mean probabilities
+    assert q["accepted_wrong_greedy"] in (0.0, 0.5, 1.0) and q["rejected_right_greedy"] in (0.0, 0.5, 1.0)
+    assert q["valid_mass"] > 0.99  # fine-tuned: nearly all its mass is on a verdict
+
+
+def test_the_shipped_verifier_is_weak_but_checks() -> None:
+    """On fresh answers of the tiny model it accepts right answers more often than wrong ones, and lets
+    through a real share of the wrong ones: the opening a generator paid by it alone learns to use."""
+    generator, verifier = Policy.from_pretrained("tiny"), Policy.from_pretrained("tiny-verifier")
+    banned = {r["question"] for r in load_heldout()}
+    test = _sampled_answers(generator, Domain(), np.random.default_rng(7), 400, banned)
+    q = verifier_quality(verifier, test)
+    accept_right = 1.0 - q["rejected_right_sampled"]
+    assert accept_right > q["accepted_wrong_sampled"] + 0.1, q
+    assert 0.15 < q["accepted_wrong_sampled"] < 0.6, q
+    built = json.loads((embedded_model_path("tiny-verifier") / "build_info.json").read_text())
+    assert built["base"] == "tiny" and built["after"]["valid_mass"] > 0.99
+
+
+def test_cli_builds_the_verifier_to_out(tmp_path, capsys, monkeypatch) -> None:
+    import cogym.runners.build_tiny_model as btm
+
+    seen = {}
+
+    def fake(out, **kw):
+        seen.update(out=out, **kw)
+        return {"after": {"accepted_wrong_sampled": 0.3, "rejected_right_sampled": 0.45}, "seconds": 1.0}
+
+    monkeypatch.setattr(btm, "build_verifier", fake)
+    assert main(["--verifier", "--out", str(tmp_path / "v"), "--steps", "5"]) == 0
+    assert seen == {"out": tmp_path / "v", "seed": 0, "steps": 5}
+    assert "accepts 0.300 of the wrong ones, rejects 0.450 of the right ones" in capsys.readouterr().out
