@@ -12,6 +12,7 @@ from cogym.agents.errors import ModelLoadError
 from cogym.agents.policy import EMBEDDED_MODELS, Policy, embedded_model_path, resolve_model_dir
 from cogym.envs.arithmetic import Domain, load_heldout
 from cogym.runners.build_tiny_model import _sampled_answers, build_verifier, main, verifier_quality
+from cogym.runners.cli import main as cli_main
 
 
 def test_embedded_models_resolve_by_name() -> None:
@@ -73,6 +74,11 @@ def test_cli_builds_the_verifier_to_out(tmp_path, capsys, monkeypatch) -> None:
         return {"after": {"accepted_wrong_sampled": 0.3, "rejected_right_sampled": 0.45}, "seconds": 1.0}
 
     monkeypatch.setattr(btm, "build_verifier", fake)
-    assert main(["--verifier", "--out", str(tmp_path / "v"), "--steps", "5"]) == 0
+    # through the cogym command: its options reach build-tiny-model's own parser
+    assert cli_main(["build-tiny-model", "--verifier", "--out", str(tmp_path / "v"), "--steps", "5"]) == 0
     assert seen == {"out": tmp_path / "v", "seed": 0, "steps": 5}
     assert "accepts 0.300 of the wrong ones, rejects 0.450 of the right ones" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["build-tiny-model", "--help"])
+    assert exit_.value.code == 0 and "--verifier" in capsys.readouterr().out
+    assert main(["--verifier", "--out", str(tmp_path / "w")]) == 0 and seen["steps"] == 400
