@@ -72,14 +72,20 @@ register_claim(Claim(
 
 # ------------------------------------------------------------------------------ ttrl
 TTRL_SHARE = 0.8
+# Label-free training as SeRL and TTRL guard it: SeRL's majority threshold (a group whose majority holds fewer
+# than 6 of the 8 votes has no label and no reward) and a KL penalty to the initial model. Without them the
+# agreement reward is hacked into a wrong consensus (the plain arm); with them held-out accuracy holds
+# (docs/claims.md: which piece matters).
+TTRL_GUARDS = ("game.kwargs.majority_min=0.75", "learners.solver.kl_in_loss=k3", "learners.solver.kl_loss_coef=0.1")
 
 
 def _ttrl(values: Values) -> tuple[str, str]:
     truth, free = mean(values["ground_truth"]["heldout_gain"]), mean(values["label_free"]["heldout_gain"])
     ratio = free / truth if truth > 0 else float("nan")
     ok = truth > 0 and free >= TTRL_SHARE * truth
+    plain = f"; without the guards {mean(values['label_free_plain']['heldout_gain']):+.3f}" if "label_free_plain" in values else ""
     return ("reproduced" if ok else "not reproduced",
-            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE})")
+            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE}){plain}")
 
 
 register_claim(Claim(
@@ -88,19 +94,28 @@ register_claim(Claim(
     statement=f"Training on a label-free majority-vote reward gains at least {TTRL_SHARE:.0%} of what the "
               "ground-truth reward gains on held-out accuracy, on the same problems with the same budget.",
     arms=(Arm("ground_truth", "ttrl.yaml", ("game.kwargs.verifier=exact",), "rewarded by the true answer"),
-          Arm("label_free", "ttrl.yaml", (), "rewarded by agreement with the majority of 8 answers")),
+          Arm("label_free", "ttrl.yaml", TTRL_GUARDS,
+              "agreement with the majority of 8 answers, groups under 6 agreeing votes dropped, KL to the initial model"),
+          Arm("label_free_plain", "ttrl.yaml", (), "agreement with the majority of 8 answers, unguarded")),
     measures=(HELDOUT,
               Measure("majority_correct", "the majority answer is the true one (last 20 iterations)",
                       last("solver/majority_correct")),
+              Measure("true_correct", "a sampled answer is right (last 20 iterations)", last("solver/true_correct")),
+              Measure("label_kept", "groups whose majority passed the threshold (last 20 iterations)",
+                      last("solver/label_kept")),
               Measure("reward", "the solver's training reward (last 20 iterations)", last("solver/reward"))),
     judge=_ttrl,
     curve="solver/reward",
-    minutes=12.0,
+    minutes=21.0,
 ))
 
 
 # ------------------------------------------------------------------------------ reward_hacking
-GV_BASE = ("eval.evaluators.heldout.kind=heldout_arithmetic", "eval.evaluators.heldout.role=generator")
+# The weak verifier is tiny-verifier: the tiny model fine-tuned on its own sampled answers (a reward model of
+# the initial policy; cogym build-tiny-model --verifier). The generator learns at 1e-4: at the config's 2e-5
+# it does not move far enough in 300 iterations to find the verifier's blind spots (docs/claims.md).
+GV_BASE = ("eval.evaluators.heldout.kind=heldout_arithmetic", "eval.evaluators.heldout.role=generator",
+           "policies.verifier.model=tiny-verifier", "learners.generator.lr=1e-4")
 
 
 def _hacking(values: Values) -> tuple[str, str]:
@@ -112,7 +127,8 @@ def _hacking(values: Values) -> tuple[str, str]:
         wrong, g = mean(values[arm]["accepted_wrong"]), mean(values[arm]["heldout_gain"])
         ok = wrong <= 0.5 * base_wrong and g >= base_gain + 0.05
         held += [arm] if ok else []
-        parts.append(f"{arm}: accepted_wrong {wrong:.3f}, gain {g:+.3f} ({'holds' if ok else 'does not hold'})")
+        strict = f", rejects {mean(values[arm]['rejected_right']):.3f} of the right" if "rejected_right" in values[arm] else ""
+        parts.append(f"{arm}: accepted_wrong {wrong:.3f}{strict}, gain {g:+.3f} ({'holds' if ok else 'does not hold'})")
     # The "other arm" is either form (a truth mix or a co-trained verifier): one that holds is enough.
     return (_verdict(hacked + bool(held), 2),
             f"verifier_only: accepted_wrong {base_wrong:.3f} ({'rising' if hacked else 'not rising'}), gain {base_gain:+.3f}; "
@@ -128,9 +144,9 @@ register_claim(Claim(
               "held-out points (either form of the guard holding is the claim).",
     arms=(Arm("verifier_only", "generator_verifier.yaml",
               (*GV_BASE, "game.kwargs.generator_reward=verifier", "learners.verifier.algorithm=frozen"),
-              "rewarded by the verdict of the frozen initial model"),
+              "rewarded by the verdict of the frozen weak verifier"),
           Arm("cooper", "generator_verifier.yaml", (*GV_BASE, "game.kwargs.generator_reward=verifier"),
-              "rewarded by the verdict of a verifier trained on the truth alongside"),
+              "rewarded by the verdict of the same verifier, trained on the truth alongside"),
           Arm("truth_mix", "generator_verifier.yaml",
               (*GV_BASE, "game.kwargs.generator_reward=mix", "learners.verifier.algorithm=frozen"),
               "half the frozen verdict, half the truth")),
@@ -138,10 +154,12 @@ register_claim(Claim(
                       last("verifier/accepted_wrong"), "low"),
               Measure("accepted_wrong_rise", "the same, last 20 iterations less first 20 (the hack, learned)",
                       rise("verifier/accepted_wrong"), ""),
+              Measure("rejected_right", "right answers the verifier rejects (last 20 iterations)",
+                      last("verifier/rejected_right"), ""),
               HELDOUT),
     judge=_hacking,
     curve="verifier/accepted_wrong",
-    minutes=14.4,
+    minutes=8.1,
 ))
 
 

@@ -83,6 +83,9 @@ def test_the_ttrl_judge_compares_the_gains() -> None:
                   "label_free": {"heldout_gain": [0.07, 0.08, 0.08]}})[0] == "not reproduced"
     assert judge({"ground_truth": {"heldout_gain": [-0.01, 0.0, 0.0]},  # nothing to match
                   "label_free": {"heldout_gain": [0.0, 0.0, 0.0]}})[0] == "not reproduced"
+    verdict, reason = judge({"ground_truth": {"heldout_gain": [0.16, 0.16, 0.16]}, "label_free": {"heldout_gain": [-0.03] * 3},
+                             "label_free_plain": {"heldout_gain": [-0.19] * 3}})
+    assert verdict == "not reproduced" and "ratio -0.19" in reason and "without the guards -0.190" in reason  # shown, not judged
 
 
 def test_the_reward_hacking_judge_asks_for_a_rising_hack_and_a_guard_at_half_and_five_points() -> None:
@@ -99,6 +102,10 @@ def test_the_reward_hacking_judge_asks_for_a_rising_hack_and_a_guard_at_half_and
     assert judge({"verifier_only": flat, "cooper": good, "truth_mix": weak})[0] == "partially"
     assert judge({"verifier_only": base, "cooper": poor, "truth_mix": weak})[0] == "partially"
     assert judge({"verifier_only": flat, "cooper": weak, "truth_mix": poor})[0] == "not reproduced"
+    # how strict a guarded verifier got is shown (a verifier that rejects everything accepts no wrong answer)
+    strict = {**good, "rejected_right": [0.9, 0.8, 0.85]}
+    verdict, reason = judge({"verifier_only": base, "cooper": strict, "truth_mix": weak})
+    assert verdict == "reproduced" and "cooper: accepted_wrong 0.400, rejects 0.850 of the right, gain +0.060 (holds)" in reason
 
 
 def test_the_azr_judge_asks_for_the_gain_and_a_difficulty_that_rises_with_the_solver() -> None:
