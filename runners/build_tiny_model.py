@@ -15,8 +15,10 @@ model.safetensors, tokenizer.json, tokenizer_config.json, chat template, build_i
 tiny model fine-tuned, by cross-entropy on a one-character verdict (``1`` right, ``0`` wrong), to
 judge answers the tiny model itself samples, shown as ``generator_verifier-v0`` shows them
 (``37+45=82`` under the system prompt ``Verify.``). It is what a reward model trained on the initial
-policy's samples is in the papers: it checks a little (about a third of the wrong answers get past
-its sampled verdict, half the right ones), and a generator paid by it alone learns to please it.
+policy's samples is in the papers: it checks a little (its sampled verdict lets about 29% of the
+wrong answers past and rejects about 45% of the right ones; more of the wrong ones, about 40%, in the
+game, whose problems include the held-out set's multiplications, which its training leaves out), and a
+generator paid by it alone learns to please it.
 """
 
 from __future__ import annotations
@@ -186,6 +188,10 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
     """Fine-tune a copy of ``base`` into a verifier of ``base``'s own sampled answers (module docstring):
     ``steps`` steps of ``batch_size`` fresh answers, AdamW at ``lr`` with a cosine decay to 0. Writes the
     model and ``build_info.json`` (its quality on ``test_size`` answers drawn with another seed)."""
+    bad = [f"{k}={v!r}" for k, v in (("steps", steps), ("batch_size", batch_size), ("test_size", test_size),
+                                      ("eval_every", eval_every)) if v < 1]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: must be >= 1")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     generator, verifier = Policy.from_pretrained(base), Policy.from_pretrained(base)

@@ -36,6 +36,8 @@ def test_build_verifier_writes_a_loadable_model_and_its_quality(tmp_path) -> Non
                     "rejected_right_sampled", "valid_mass"} and keys < set(info["after"])
     for quality in (info["before"], info["after"]):
         assert all(0.0 <= quality[k] <= 1.0 for k in keys)
+    with pytest.raises(ValueError, match="steps=0: must be >= 1"):
+        build_verifier(tmp_path / "x", steps=0)
     verifier = Policy.from_pretrained(tmp_path / "v")
     assert verifier_quality(verifier, [("2+2=4", True), ("2+2=5", False)])["right_share"] == 0.5
 
