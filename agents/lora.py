@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .embedded import EMBEDDED_MODELS
 from .errors import ModelLoadError
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -83,7 +84,7 @@ def peft_available() -> bool:
 
 def is_adapter_dir(path: str | Path) -> bool:
     """A peft adapter directory (what a LoRA policy saves), as opposed to a full HF model directory."""
-    if str(path) == "tiny":  # the embedded model's name, not a path
+    if str(path) in EMBEDDED_MODELS:  # an embedded model's name, not a path
         return False
     path = Path(path)
     return (path / ADAPTER_CONFIG).is_file() and not (path / "config.json").is_file()

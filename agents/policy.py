@@ -22,16 +22,11 @@ from transformers import GenerationConfig
 
 from .backends import GenerationBackend, HFBackend
 from .errors import ModelLoadError
+from .embedded import EMBEDDED_MODELS
 from .lora import AdapterView, is_adapter_dir, load_adapter_policy
 
 
 RENDER_CACHE_SIZE = 4096
-
-
-# The models that ship inside cogym, by the name a config gives them, and their directory under cogym/agents.
-# "tiny": the char-level arithmetic model; "tiny-verifier": a copy of it fine-tuned to judge the tiny model's
-# own answers, a weak learned verifier (``cogym build-tiny-model --verifier``; docs/claims.md, reward_hacking).
-EMBEDDED_MODELS: dict[str, str] = {"tiny": "tiny", "tiny-verifier": "tiny_verifier"}
 
 
 def embedded_model_path(name: str = "tiny") -> Path:
@@ -58,8 +53,8 @@ def resolve_model_dir(path: str | Path) -> Path:
         path = _hub_snapshot(str(path))
     if not path.is_dir():
         raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; give an HF model "
-                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or 'tiny' "
-                             "(or 'tiny-verifier')")
+                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or an embedded "
+                             f"model ({', '.join(repr(n) for n in EMBEDDED_MODELS)})")
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
     return path
@@ -203,7 +198,7 @@ class Policy:
     def from_pretrained(cls, path: str | Path, name: str | None = None, dtype: str | torch.dtype = torch.float32,
                         device: str = "auto", attn_implementation: str | None = None,
                         gradient_checkpointing: bool = False) -> "Policy":
-        """Load any HF causal-LM directory by path (``"tiny"`` names the embedded model).
+        """Load any HF causal-LM directory by path (``"tiny"`` and ``"tiny-verifier"`` name the embedded models).
 
         ``dtype`` (float32, bfloat16, float16) is the dtype the weights are held and computed in, for
         generation and the training forward alike (the engines keep float32 master weights for the
@@ -229,7 +224,8 @@ class Policy:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"could not load the tokenizer at {str(path)!r}: {exc}") from exc
         model = load_causal_lm(path, dtype, device, **options)
-        return cls(model, tokenizer, name=name or (given.split("/")[-1] if HUB_ID.match(given) else path.name))
+        default = given if given in EMBEDDED_MODELS else (given.split("/")[-1] if HUB_ID.match(given) else path.name)
+        return cls(model, tokenizer, name=name or default)
 
     @property
     def lora(self) -> bool:

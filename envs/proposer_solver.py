@@ -83,8 +83,8 @@ With ``verifier="majority"`` each solver also gets ``"metrics"``, the label-free
 the hidden true answer and never rewarded: ``majority_correct`` (the group's majority answer is the
 true one; the same for every solver of a game) and ``true_correct`` (this solver's answer is), both
 None when the true answer is unknown; logged as ``solver/majority_correct`` and
-``solver/true_correct``; and ``label_kept`` (the group's majority passed ``majority_min``; logged as
-``solver/label_kept``; None when the proposal was invalid). A run collapsing into a wrong consensus shows it there while the agreement
+``solver/true_correct``; with ``majority_min`` > 0 also ``label_kept`` (the group's majority passed the
+threshold; logged as ``solver/label_kept``; None when the proposal was invalid). A run collapsing into a wrong consensus shows it there while the agreement
 reward rises.
 Before the end only ``"role"``.
     ``reference``  the correct answer exactly as a perfect solver writes it: the same string the
@@ -103,8 +103,10 @@ Arguments (all validated at construction; a bad dataset raises ``DatasetError`` 
                         domain, none in the held-out set); required for "dataset".
     verifier="exact"    "exact" | "math_verify" | "majority" (label-free; ignores the answer).
     majority_min=0.0    verifier="majority" only, in [0, 1]: SeRL's majority threshold. A group whose
-                        majority answer holds fewer than this share of the k votes earns 0 for every
-                        answer (no trusted label: no signal); 0 keeps every group.
+                        majority answer holds fewer than this share of the k votes has no trusted label:
+                        no answer in it earns the agreement reward (format_bonus is still paid). The
+                        proposer's reward and ``success_rate`` read the vote before the threshold.
+                        0 keeps every group.
     proposer_reward="learnability"  "learnability" | "band".
     band=(0.2, 0.8)     inclusive success-rate band for proposer_reward="band", 0<=low<=high<=1.
     format_bonus=0.0    >= 0, added to a solver's reward when it replies with one integer.
@@ -365,6 +367,9 @@ class ProposerSolverEnv(CogymEnv):
         if dataset is not None:  # a path, or the name of a file shipped in cogym/envs/data (arithmetic_train.jsonl)
             dataset = shipped_or_path(dataset) or dataset
         self._records = load_problems(dataset, integer_answers_for="verifier='exact'" if verifier == "exact" else None) if dataset is not None else []
+        majority_min = finite_arg("majority_min", majority_min)
+        if not 0.0 <= majority_min <= 1.0:
+            raise ValueError(f"majority_min must be in [0, 1], got {majority_min}")
         if majority_min != 0.0 and verifier != "majority":
             raise ValueError(f"majority_min applies to verifier='majority' only, got verifier={verifier!r}")
         # after the file: a bad file fails before a worker starts
@@ -544,7 +549,9 @@ class ProposerSolverEnv(CogymEnv):
                 self.infos[a]["correct"] = None
                 self.infos[a]["reference"] = None
                 if self._truth is not None:
-                    self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None, "label_kept": None}
+                    self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None}
+                    if isinstance(self.verifier, MajorityVote) and self.verifier.min_share > 0:
+                        self.infos[a]["metrics"]["label_kept"] = None
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game({"proposer": self.invalid_penalty})
@@ -553,7 +560,10 @@ class ProposerSolverEnv(CogymEnv):
         assert self._problem is not None
         replies = [self._answers[s] for s in self.solvers]
         correct = self.verifier.judge(self._problem, self._reference, replies)
-        successes, k = sum(correct), self.num_solvers
+        # The success count the proposer is paid by and success_rate report: in label-free play the agreement
+        # with the majority before majority_min, which withholds the solvers' label, not the problem's difficulty.
+        votes = majority_rewards([majority_key(r) for r in replies]) if self._truth is not None else correct
+        successes, k = sum(votes), self.num_solvers
         rewards = {s: solver_reward(c, r, self.format_bonus) for s, c, r in zip(self.solvers, correct, replies)}
         if "proposer" in self.possible_agents:
             if self.proposer_reward == "learnability":
@@ -568,21 +578,19 @@ class ProposerSolverEnv(CogymEnv):
             self.infos[s]["correct"] = bool(c)
             self.infos[s]["reference"] = reference
         if self._truth is not None:
-            self._guard_metrics(replies)
+            self._guard_metrics(replies, votes)
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
         self._end_game(rewards)
 
-    def _guard_metrics(self, replies: list[str]) -> None:
+    def _guard_metrics(self, replies: list[str], votes: list[bool]) -> None:
         """Label-free play (``verifier="majority"``): what the hidden truth says, logged and never rewarded.
-        ``majority_correct``: the group's majority answer is the true one (a collapse into a wrong
-        consensus shows here while the agreement reward rises); ``true_correct``: this solver's answer
-        is. Both None when the true answer is unknown (a blank dataset answer)."""
+        ``majority_correct``: the group's majority answer (``votes``, before ``majority_min``) is the true
+        one (a collapse into a wrong consensus shows here while the agreement reward rises);
+        ``true_correct``: this solver's answer is. Both None when the true answer is unknown (a blank
+        dataset answer). With ``majority_min`` > 0 also ``label_kept``: the group passed the threshold."""
         assert self._truth is not None and self._problem is not None
-        # The vote before the threshold: the guard reports the majority answer of every group, kept or not.
-        votes = majority_rewards([majority_key(r) for r in replies])
         assert isinstance(self.verifier, MajorityVote)
-        kept = self.verifier.kept(votes)
         if reference_text(self._reference) is None:
             truth = [None] * len(replies)
             majority = None
@@ -590,8 +598,9 @@ class ProposerSolverEnv(CogymEnv):
             truth = self._truth.judge(self._problem, self._reference, replies)
             majority = any(a and t for a, t in zip(votes, truth))
         for s, t in zip(self.solvers, truth):
-            self.infos[s]["metrics"] = {"majority_correct": majority, "true_correct": None if t is None else bool(t),
-                                        "label_kept": kept}
+            self.infos[s]["metrics"] = {"majority_correct": majority, "true_correct": None if t is None else bool(t)}
+            if self.verifier.min_share > 0:
+                self.infos[s]["metrics"]["label_kept"] = self.verifier.kept(votes)
 
     def _render_text(self) -> str:
         phase = {PHASE_PROPOSE: "proposing", PHASE_SOLVE: "solving", PHASE_OVER: "over"}[self._phase]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
+import numbers
 import os
 import select
 import subprocess
@@ -111,18 +113,20 @@ class MajorityVote:
 
     ``min_share`` (SeRL's majority threshold, in [0, 1]): a group whose majority answer holds fewer
     than ``min_share`` of the votes has no trusted label, and every answer in it is judged False (so a
-    group-normalised learner gets no signal from it). 0 keeps every group."""
+    group-normalised learner gets no agreement signal from it). 0 keeps every group, an empty or
+    all-blank one included."""
 
     name = "majority"
 
     def __init__(self, min_share: float = 0.0) -> None:
-        if isinstance(min_share, bool) or not isinstance(min_share, (int, float)) or not 0.0 <= float(min_share) <= 1.0:
+        if isinstance(min_share, bool) or not isinstance(min_share, numbers.Real) or not 0.0 <= float(min_share) <= 1.0:
             raise ValueError(f"min_share must be a number in [0, 1], got {min_share!r}")
         self.min_share = float(min_share)
 
     def kept(self, agreed: Sequence[bool]) -> bool:
-        """Whether a group whose majority agreement is ``agreed`` (``majority_rewards``) passes the threshold."""
-        return bool(agreed) and sum(agreed) >= self.min_share * len(agreed)
+        """Whether a group whose majority agreement is ``agreed`` (``majority_rewards``) passes the threshold:
+        at least ``ceil(min_share * k)`` agreeing votes (with a tolerance, so 0.28 of 25 asks for 7)."""
+        return sum(agreed) >= math.ceil(self.min_share * len(agreed) - 1e-9)
 
     def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
         _check_responses(responses)

@@ -15,10 +15,10 @@ model.safetensors, tokenizer.json, tokenizer_config.json, chat template, build_i
 tiny model fine-tuned, by cross-entropy on a one-character verdict (``1`` right, ``0`` wrong), to
 judge answers the tiny model itself samples, shown as ``generator_verifier-v0`` shows them
 (``37+45=82`` under the system prompt ``Verify.``). It is what a reward model trained on the initial
-policy's samples is in the papers: it checks a little (its sampled verdict lets about 29% of the
-wrong answers past and rejects about 45% of the right ones; more of the wrong ones, about 40%, in the
-game, whose problems include the held-out set's multiplications, which its training leaves out), and a
-generator paid by it alone learns to please it.
+policy's samples is in the papers: it checks a little (its sampled verdict lets 29% of the wrong
+answers past and rejects 45% of the right ones; in the game, whose problems include the held-out set's
+multiplications that its training leaves out, 42% and 47%), and a generator paid by it alone learns to
+please it.
 """
 
 from __future__ import annotations
@@ -164,16 +164,20 @@ def _verdict_probs(verifier: Policy, views: list[str]) -> tuple[torch.Tensor, to
         attn[i, width - len(row):] = 1
     verifier.model.eval()
     with torch.no_grad():
-        probs = torch.softmax(verifier.model(input_ids=batch, attention_mask=attn).logits[:, -1].float(), dim=-1)
+        logits = verifier.model(input_ids=batch.to(verifier.device), attention_mask=attn.to(verifier.device)).logits
+        probs = torch.softmax(logits[:, -1].float(), dim=-1).cpu()
     return probs[:, accept], probs[:, reject]
 
 
 def verifier_quality(verifier: Policy, test: list[tuple[str, bool]]) -> dict[str, float]:
     """How the verifier judges ``test`` (views with their truth): the share of wrong answers it accepts and
-    of right ones it rejects, by its greedy verdict and in expectation over its sampled verdict (the
-    generator_verifier game samples at temperature 1), and the probability mass on a valid verdict."""
-    p_accept, p_reject = _verdict_probs(verifier, [v for v, _ in test])
+    of right ones it rejects, by its greedy verdict (``1`` against ``0``) and in expectation over its sampled
+    verdict (the generator_verifier game samples at temperature 1; the probability of the verdict, so a
+    share of an invalid reply counts as neither), and the probability mass on a valid verdict."""
     right = torch.tensor([c for _, c in test])
+    if bool(right.all()) or not bool(right.any()):
+        raise ValueError("verifier_quality needs right and wrong answers among the test answers")
+    p_accept, p_reject = _verdict_probs(verifier, [v for v, _ in test])
     greedy_accept = p_accept > p_reject
     return {"right_share": round(float(right.float().mean()), 4),
             "accepted_wrong_greedy": round(float(greedy_accept[~right].float().mean()), 4),
@@ -194,7 +198,7 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
         raise ValueError(f"{', '.join(bad)}: must be >= 1")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    generator, verifier = Policy.from_pretrained(base), Policy.from_pretrained(base)
+    generator, verifier = Policy.from_pretrained(base, device="cpu"), Policy.from_pretrained(base, device="cpu")
     generator.model.eval()
     tok = verifier.tokenizer
     verdict_ids = {ok: tok.encode(ACCEPT_DIGIT if ok else REJECT_DIGIT, add_special_tokens=False)[0] for ok in (True, False)}
@@ -238,21 +242,31 @@ def main(argv: list[str] | None = None) -> int:
                     help="output directory (default: the embedded model's, agents/tiny or with --verifier agents/tiny_verifier)")
     ap.add_argument("--verifier", action="store_true",
                     help="build the weak learned verifier (tiny-verifier) from the embedded tiny model instead")
-    ap.add_argument("--steps", type=int, default=400, help="--verifier: fine-tuning steps of 128 answers (default 400)")
+    ap.add_argument("--steps", type=int, default=None, help="--verifier: fine-tuning steps of 128 answers (default 400)")
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    ap.add_argument("--target-low", type=float, default=0.35, help="stop once greedy held-out accuracy reaches this")
-    ap.add_argument("--target-high", type=float, default=0.55, help="fail if accuracy overshoots this")
-    ap.add_argument("--max-steps", type=int, default=6000)
-    ap.add_argument("--eval-every", type=int, default=100)
+    tiny_only = {"target_low": 0.35, "target_high": 0.55, "max_steps": 6000, "eval_every": 100}
+    ap.add_argument("--target-low", type=float, default=None, help="stop once greedy held-out accuracy reaches this (default 0.35)")
+    ap.add_argument("--target-high", type=float, default=None, help="fail if accuracy overshoots this (default 0.55)")
+    ap.add_argument("--max-steps", type=int, default=None, help="most training steps (default 6000)")
+    ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evaluations (default 100)")
     args = ap.parse_args(argv)
     if args.verifier:
+        given = [f"--{k.replace('_', '-')}" for k in tiny_only if getattr(args, k) is not None]
+        if given:
+            ap.error(f"{', '.join(given)}: options of the tiny model's build, not of --verifier")
+        if args.steps is not None and args.steps < 1:
+            ap.error(f"--steps must be >= 1, got {args.steps}")
         out = args.out or embedded_model_path("tiny-verifier")
-        info = build_verifier(out, seed=args.seed, steps=args.steps)
+        info = build_verifier(out, seed=args.seed, steps=400 if args.steps is None else args.steps)
         after = info["after"]
-        print(f"wrote {out}: verdicts on 1000 answers of the tiny model, sampled: accepts "
+        print(f"wrote {out}: verdicts on fresh answers of the tiny model, sampled: accepts "
               f"{after['accepted_wrong_sampled']:.3f} of the wrong ones, rejects {after['rejected_right_sampled']:.3f} "
               f"of the right ones; {info['seconds']}s")
         return 0
+    if args.steps is not None:
+        ap.error("--steps: an option of --verifier (the tiny model's build stops at its target, --max-steps at most)")
+    for k, default in tiny_only.items():
+        setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     args.out = args.out or tiny_model_path()
     info = build(args.out, seed=args.seed, target_low=args.target_low, target_high=args.target_high,
                  max_steps=args.max_steps, eval_every=args.eval_every)

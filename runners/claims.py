@@ -91,8 +91,9 @@ def _ttrl(values: Values) -> tuple[str, str]:
 register_claim(Claim(
     name="ttrl",
     paper="TTRL (Zuo et al. 2025); SeRL (Fang et al. 2025)",
-    statement=f"Training on a label-free majority-vote reward gains at least {TTRL_SHARE:.0%} of what the "
-              "ground-truth reward gains on held-out accuracy, on the same problems with the same budget.",
+    statement=f"Training on a label-free majority-vote reward (guarded by SeRL's majority threshold and a KL "
+              f"penalty) gains at least {TTRL_SHARE:.0%} of what the ground-truth reward gains on held-out accuracy, "
+              "on the same problems with the same budget.",
     arms=(Arm("ground_truth", "ttrl.yaml", ("game.kwargs.verifier=exact",), "rewarded by the true answer"),
           Arm("label_free", "ttrl.yaml", TTRL_GUARDS,
               "agreement with the majority of 8 answers, groups under 6 agreeing votes dropped, KL to the initial model"),

@@ -51,6 +51,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.types import Agent
 
 from .agent_factory import AgentFactory, twin_name
@@ -173,11 +174,11 @@ def resolve_players(specs: Sequence[str], policy: str | None = None, role: str |
             steps = sorted(p for p in (path / "checkpoints").glob("step_*") if (p / "trainer_state.json").is_file())
             if not steps:
                 raise ConfigError(f"player {full!r}: the run has no complete checkpoint under {path / 'checkpoints'}")
-        elif (path / "config.json").is_file() or (path / "adapter_config.json").is_file() or spec == "tiny":
-            players.append(Player(name=path.name if spec != "tiny" else "tiny", path=path, bind=bind))
+        elif (path / "config.json").is_file() or (path / "adapter_config.json").is_file() or spec in EMBEDDED_MODELS:
+            players.append(Player(name=spec if spec in EMBEDDED_MODELS else path.name, path=path, bind=bind))
             continue
         else:
-            raise ConfigError(f"player {full!r} is not scripted:<twin>, a model directory, 'tiny', a checkpoint or a run "
+            raise ConfigError(f"player {full!r} is not scripted:<twin>, a model directory, 'tiny' or 'tiny-verifier', a checkpoint or a run "
                               "directory (optionally :POLICY, then @ROLE)")
         for step in steps:
             run = step.parent.parent

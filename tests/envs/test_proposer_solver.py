@@ -106,7 +106,7 @@ def test_label_free_play_reports_the_hidden_truth_without_rewarding_it(replies: 
         rewards = act(env, f"solver_{i}", reply)
     for i, reply in enumerate(replies):
         metrics = env.infos[f"solver_{i}"]["metrics"]
-        assert metrics == {"majority_correct": majority_correct, "true_correct": reply == "4", "label_kept": True}
+        assert metrics == {"majority_correct": majority_correct, "true_correct": reply == "4"}  # no threshold: no label_kept
     # the rewards are agreement with the majority, whatever the truth
     assert [rewards[f"solver_{i}"] for i in range(3)] == [float(env.infos[f"solver_{i}"]["correct"]) for i in range(3)]
 
@@ -134,12 +134,39 @@ def test_majority_min_withholds_the_reward_of_a_group_without_a_confident_majori
     assert env.infos["solver_0"]["metrics"]["majority_correct"] is majority_correct  # blanks vote for nothing
 
 
+def test_majority_min_pays_the_proposer_by_the_vote_before_the_threshold() -> None:
+    """The threshold withholds the solvers' label; the problem's difficulty (the proposer's band reward,
+    success_rate) is still the share agreeing with the majority."""
+    env = make("proposer_solver-v0", num_solvers=4, verifier="majority", majority_min=0.75,
+               proposer_reward="band", band=(0.4, 0.6))
+    env.reset(seed=0)
+    act(env, "proposer", "2+2")
+    for i, reply in enumerate(["5", "5", "4", "3"]):  # 2 of 4 agree: dropped, but inside the band
+        rewards = act(env, f"solver_{i}", reply)
+    assert rewards == {"proposer": 1.0, "solver_0": 0.0, "solver_1": 0.0, "solver_2": 0.0, "solver_3": 0.0}
+    assert env.infos["solver_0"]["success_rate"] == 0.5 and env.infos["solver_0"]["correct"] is False
+
+
 def test_majority_min_is_checked() -> None:
     with pytest.raises(ValueError, match="majority_min applies to verifier='majority' only"):
         make("proposer_solver-v0", verifier="exact", majority_min=0.5)
-    for bad in (-0.1, 1.5, True, "0.5"):
-        with pytest.raises(ValueError, match="min_share must be a number in"):
+    for bad in (True, False, "0.5", float("nan")):
+        with pytest.raises(ValueError, match="majority_min must be a finite number"):
             make("proposer_solver-v0", verifier="majority", majority_min=bad)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"majority_min must be in \[0, 1\]"):
+            make("proposer_solver-v0", verifier="majority", majority_min=bad)
+    assert make("proposer_solver-v0", verifier="majority", majority_min=np.float32(0.5)).verifier.min_share == 0.5
+
+
+def test_the_majority_threshold_counts_votes_exactly() -> None:
+    from cogym.envs.verifiers import MajorityVote
+
+    assert MajorityVote(0.28).kept([True] * 7 + [False] * 18)  # 0.28 * 25 is 7.000000000000001 in floats
+    assert not MajorityVote(0.28).kept([True] * 6 + [False] * 19)
+    assert MajorityVote(0.0).kept([False, False]) and MajorityVote(1.0).kept([True, True])
+    with pytest.raises(ValueError, match="min_share must be a number in"):
+        MajorityVote(True)
 
 
 def test_the_guard_metrics_are_only_for_label_free_play() -> None:
@@ -153,7 +180,7 @@ def test_the_guard_metrics_are_only_for_label_free_play() -> None:
     labelfree = make("proposer_solver-v0", num_solvers=2, verifier="majority")
     labelfree.reset(seed=0)
     act(labelfree, "proposer", "2+")  # invalid: the game ends before any answer
-    assert labelfree.infos["solver_0"]["metrics"] == {"majority_correct": None, "true_correct": None, "label_kept": None}
+    assert labelfree.infos["solver_0"]["metrics"] == {"majority_correct": None, "true_correct": None}
 
 
 def test_math_verify_game_accepts_equivalent_forms() -> None:

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.policy import EMBEDDED_MODELS, Policy, embedded_model_path, resolve_model_dir
@@ -38,24 +39,44 @@ def test_build_verifier_writes_a_loadable_model_and_its_quality(tmp_path) -> Non
         assert all(0.0 <= quality[k] <= 1.0 for k in keys)
     with pytest.raises(ValueError, match="steps=0: must be >= 1"):
         build_verifier(tmp_path / "x", steps=0)
-    verifier = Policy.from_pretrained(tmp_path / "v")
+    verifier = Policy.from_pretrained(tmp_path / "v", device="cpu")
     assert verifier_quality(verifier, [("2+2=4", True), ("2+2=5", False)])["right_share"] == 0.5
 
 
-def test_verifier_quality_reads_greedy_and_sampled_verdicts() -> None:
-    verifier = Policy.from_pretrained("tiny-verifier")
-    test = [("2+2=4", True), ("2+2=5", False), ("7*8=56", True), ("7*8=54", False)]
+def test_verifier_quality_reads_each_view_as_a_lone_prompt_would() -> None:
+    """The batched, left-padded forward gives each view the verdict probabilities of a forward on it alone."""
+    verifier = Policy.from_pretrained("tiny-verifier", device="cpu")
+    test = [("2+2=4", True), ("2+2=5", False), ("7*8=56", True), ("71-9=61", False), ("123+456=5", False)]
+    tok = verifier.tokenizer
+    one, zero = (tok.encode(c, add_special_tokens=False)[0] for c in "10")
+    lone = []
+    for view, _ in test:
+        ids = torch.tensor([verifier.render([{"role": "system", "content": "Verify."}, {"role": "user", "content": view}])])
+        with torch.no_grad():
+            probs = torch.softmax(verifier.model(input_ids=ids).logits[0, -1].float(), dim=-1)
+        lone.append((float(probs[one]), float(probs[zero])))
     q = verifier_quality(verifier, test)
-    assert q["right_share"] == 0.5
-    # the greedy shares are counts over two answers each; the sampled ones are mean probabilities
-    assert q["accepted_wrong_greedy"] in (0.0, 0.5, 1.0) and q["rejected_right_greedy"] in (0.0, 0.5, 1.0)
-    assert q["valid_mass"] > 0.99  # fine-tuned: nearly all its mass is on a verdict
+    wrong = [p for p, (_, right) in zip(lone, test) if not right]
+    right = [p for p, (_, ok) in zip(lone, test) if ok]
+    assert q["right_share"] == 0.4
+    assert q["accepted_wrong_sampled"] == pytest.approx(sum(a for a, _ in wrong) / 3, abs=1e-4)
+    assert q["rejected_right_sampled"] == pytest.approx(sum(r for _, r in right) / 2, abs=1e-4)
+    assert q["accepted_wrong_greedy"] == pytest.approx(sum(a > r for a, r in wrong) / 3, abs=1e-4)
+    with pytest.raises(ValueError, match="needs right and wrong answers"):
+        verifier_quality(verifier, [("2+2=4", True)])
+
+
+def test_a_tournament_takes_tiny_verifier_as_a_player() -> None:
+    from cogym.runners.tournament import resolve_players
+
+    (player, _) = resolve_players(["tiny-verifier", "scripted:random"])
+    assert player.name == "tiny-verifier" and Policy.from_pretrained(player.path, device="cpu").name == "tiny-verifier"
 
 
 def test_the_shipped_verifier_is_weak_but_checks() -> None:
     """On fresh answers of the tiny model it accepts right answers more often than wrong ones, and lets
     through a real share of the wrong ones: the opening a generator paid by it alone learns to use."""
-    generator, verifier = Policy.from_pretrained("tiny"), Policy.from_pretrained("tiny-verifier")
+    generator, verifier = Policy.from_pretrained("tiny", device="cpu"), Policy.from_pretrained("tiny-verifier", device="cpu")
     banned = {r["question"] for r in load_heldout()}
     test = _sampled_answers(generator, Domain(), np.random.default_rng(7), 400, banned)
     q = verifier_quality(verifier, test)
@@ -84,3 +105,9 @@ def test_cli_builds_the_verifier_to_out(tmp_path, capsys, monkeypatch) -> None:
         cli_main(["build-tiny-model", "--help"])
     assert exit_.value.code == 0 and "--verifier" in capsys.readouterr().out
     assert main(["--verifier", "--out", str(tmp_path / "w")]) == 0 and seen["steps"] == 400
+    for wrong, says in ((["--steps", "5"], "an option of --verifier"),
+                        (["--verifier", "--max-steps", "9"], "--max-steps: options of the tiny model's build"),
+                        (["--verifier", "--steps", "0"], "--steps must be >= 1")):
+        with pytest.raises(SystemExit) as exit_:
+            main(wrong)
+        assert exit_.value.code == 2 and says in capsys.readouterr().err

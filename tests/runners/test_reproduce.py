@@ -52,8 +52,10 @@ def test_a_measure_an_arm_does_not_log_reads_not_logged_in_the_table() -> None:
     claim = claim_named("ttrl")
     nan = float("nan")
     values = {"ground_truth": {"heldout_gain": [0.16, 0.17], "majority_correct": [nan, nan], "reward": [0.6, 0.7]},
-              "label_free": {"heldout_gain": [-0.1, -0.2], "majority_correct": [0.3, nan], "reward": [0.8, 0.8]}}
-    results = Results("ttrl", [0, 1], values, cpu_s={"ground_truth": [60, 60], "label_free": [60, 60]},
+              "label_free": {"heldout_gain": [-0.1, -0.2], "majority_correct": [0.3, nan], "reward": [0.8, 0.8]},
+              "label_free_plain": {"heldout_gain": [-0.2, -0.2], "majority_correct": [0.2, 0.2], "reward": [0.8, 0.8]}}
+    values = {arm: {m.name: v.get(m.name, [nan, nan]) for m in claim.measures} for arm, v in values.items()}
+    results = Results("ttrl", [0, 1], values, cpu_s={arm: [60, 60] for arm in values},
                       verdict="not reproduced", reason="r")
     rows = {tuple(line.split()[:2]): line for line in format_results(claim, results).splitlines()
             if line.strip().startswith("majority_correct")}

@@ -1,0 +1,11 @@
+"""The models that ship inside cogym, by the name a config gives them (``model: tiny``), and their
+directory under ``cogym/agents``. No torch here: the CLI and the tournament read the names cheaply.
+
+- ``tiny``: the char-level arithmetic model (``cogym build-tiny-model``).
+- ``tiny-verifier``: a copy of it fine-tuned to judge the tiny model's own sampled answers, a weak learned
+  verifier (``cogym build-tiny-model --verifier``; docs/claims.md, reward_hacking).
+"""
+
+from __future__ import annotations
+
+EMBEDDED_MODELS: dict[str, str] = {"tiny": "tiny", "tiny-verifier": "tiny_verifier"}
