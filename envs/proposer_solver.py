@@ -143,7 +143,7 @@ from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.errors import DatasetError
 from cogym.envs.novelty import NoveltyFilter, shared_pool
-from cogym.envs.verifiers import VERIFIER_NAMES, MajorityVote, Verifier, majority_key, majority_rewards, make_verifier
+from cogym.envs.verifiers import VERIFIER_NAMES, MajorityVote, Verifier, make_verifier
 
 GAME_ID = "proposer_solver-v0"
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
@@ -559,10 +559,13 @@ class ProposerSolverEnv(CogymEnv):
     def _score(self) -> None:
         assert self._problem is not None
         replies = [self._answers[s] for s in self.solvers]
-        correct = self.verifier.judge(self._problem, self._reference, replies)
-        # The success count the proposer is paid by and success_rate report: in label-free play the agreement
-        # with the majority before majority_min, which withholds the solvers' label, not the problem's difficulty.
-        votes = majority_rewards([majority_key(r) for r in replies]) if self._truth is not None else correct
+        if isinstance(self.verifier, MajorityVote):
+            # Label-free: the proposer is paid by, and success_rate reports, the agreement with the majority
+            # before majority_min, which withholds the solvers' label, not the problem's difficulty.
+            votes = self.verifier.votes(replies)
+            correct = self.verifier.threshold(votes)
+        else:
+            correct = votes = self.verifier.judge(self._problem, self._reference, replies)
         successes, k = sum(votes), self.num_solvers
         rewards = {s: solver_reward(c, r, self.format_bonus) for s, c, r in zip(self.solvers, correct, replies)}
         if "proposer" in self.possible_agents:

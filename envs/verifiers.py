@@ -128,10 +128,17 @@ class MajorityVote:
         at least ``ceil(min_share * k)`` agreeing votes (with a tolerance, so 0.28 of 25 asks for 7)."""
         return sum(agreed) >= math.ceil(self.min_share * len(agreed) - 1e-9)
 
-    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
+    def votes(self, responses: Sequence[str]) -> list[bool]:
+        """Which responses agree with the group's majority answer, before the threshold."""
         _check_responses(responses)
-        agreed = majority_rewards([majority_key(r) for r in responses])
-        return agreed if self.kept(agreed) else [False] * len(agreed)
+        return majority_rewards([majority_key(r) for r in responses])
+
+    def threshold(self, agreed: Sequence[bool]) -> list[bool]:
+        """The verdicts ``votes`` leave after the threshold: themselves if the group is kept, else all False."""
+        return list(agreed) if self.kept(agreed) else [False] * len(agreed)
+
+    def judge(self, question: str, reference: str | None, responses: Sequence[str]) -> list[bool]:
+        return self.threshold(self.votes(responses))
 
 
 # ------------------------------------------------------------------------------ math_verify

@@ -151,10 +151,16 @@ def _sampled_answers(policy: Policy, domain: Domain, rng: np.random.Generator, n
     return [(show_answer(p.text, o.text), extract_answer(o.text) == p.answer) for p, o in zip(problems, outs)]
 
 
+def _verdict_ids(tok) -> tuple[int, int]:
+    """The token ids of the accepting (``1``) and the rejecting (``0``) verdict."""
+    accept, reject = (tok.encode(c, add_special_tokens=False)[0] for c in (ACCEPT_DIGIT, REJECT_DIGIT))
+    return accept, reject
+
+
 def _verdict_probs(verifier: Policy, views: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """The verifier's next-character probability of accepting (``1``) and rejecting (``0``) each view."""
     tok = verifier.tokenizer
-    accept, reject = (tok.encode(c, add_special_tokens=False)[0] for c in (ACCEPT_DIGIT, REJECT_DIGIT))
+    accept, reject = _verdict_ids(tok)
     ids = [verifier.render([{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": v}]) for v in views]
     width = max(map(len, ids))
     batch = torch.full((len(ids), width), tok.pad_token_id, dtype=torch.long)  # left-padded: the last column is next
@@ -201,7 +207,7 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
     generator, verifier = Policy.from_pretrained(base, device="cpu"), Policy.from_pretrained(base, device="cpu")
     generator.model.eval()
     tok = verifier.tokenizer
-    verdict_ids = {ok: tok.encode(ACCEPT_DIGIT if ok else REJECT_DIGIT, add_special_tokens=False)[0] for ok in (True, False)}
+    verdict_ids = dict(zip((True, False), _verdict_ids(tok)))
     domain, banned = Domain(), {r["question"] for r in load_heldout()}
     test = _sampled_answers(generator, domain, np.random.default_rng(seed + 10_000), test_size, banned)
     before = verifier_quality(verifier, test)
