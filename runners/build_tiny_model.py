@@ -19,6 +19,13 @@ policy's samples is in the papers: it checks a little (its sampled verdict lets 
 answers past and rejects 45% of the right ones; in the game, whose problems include the held-out set's
 multiplications that its training leaves out, 42% and 47%), and a generator paid by it alone learns to
 please it.
+
+``--reasoner`` builds the embedded *scratchpad solver* (``tiny-reasoner``): the same architecture trained from
+scratch to write out its working before the answer (``37+45`` -> ``5+30=35,35+40=75,75+7=82``), each worked
+solution taking one of several routes (the order in which the operands' tens and ones are added, how a
+product is split). Its routes fail on different steps, so its errors scatter while its right answers agree:
+the majority of 8 sampled solutions is right more often than its greedy one, as self-consistency is for
+large models, which is what label-free majority-vote training (TTRL) needs (docs/claims.md, ttrl).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -34,11 +42,20 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.agents.policy import Policy, SamplingParams, embedded_model_path, tiny_model_path
-from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, extract_answer, load_heldout
+from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_answer, load_heldout
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 
 from .config import load_config
 from .evaluate import heldout_accuracy
+
+
+def _tiny_config(tok, hidden: int = 128, layers: int = 4) -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
 
 
 def _examples(tok, prompts: dict, domain: Domain, rng: np.random.Generator, n: int, banned: set[str],
@@ -83,13 +100,7 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high
     prompts = {role: cfg.prompts[role].system for role in ("proposer", "solver")}
     domain = Domain()
     tok = build_char_tokenizer()
-    mcfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256, rms_norm_eps=1e-5,
-        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    model = LlamaForCausalLM(mcfg)
+    model = LlamaForCausalLM(_tiny_config(tok, hidden, layers))
     n_params = sum(p.numel() for p in model.parameters())
     policy = Policy(model, tok, name="tiny")
     heldout = load_heldout()
@@ -240,15 +251,142 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
     return info
 
 
+# ------------------------------------------------------------------------------ tiny-reasoner
+REASONER_MAX_CHARS = 32  # the longest worked solution is 30 characters (+ end of text): max_new_tokens for it
+
+
+def _parts(n: int) -> list[int]:
+    """The nonzero tens and ones of ``|n|``: 47 -> [40, 7], 40 -> [40], 0 -> []."""
+    return [x for x in ((abs(n) // 10) * 10, abs(n) % 10) if x]
+
+
+def scratchpad(problem: Problem, rng: np.random.Generator) -> str:
+    """A worked solution of ``problem`` along a route drawn from ``rng``; its last number is the answer.
+
+    ``a+b`` and ``a-b`` add up the signed tens and ones of both operands, in a random order, as a running
+    sum (``37-45`` -> ``-5+30=25,25+7=32,32-40=-8``): up to 24 routes, each of up to three steps, whose
+    steps differ from route to route. ``a*b`` splits one factor, drawn at random, into two parts and adds the
+    partial products (``7*8`` -> ``8*3=24,8*4=32,24+32=56``). A product with a factor of 0 or 1, or a sum
+    with one nonzero part, is answered at once."""
+    a, op, b = problem.a, problem.op, problem.b
+    if op == "*":
+        if min(a, b) <= 1:
+            return str(a * b)
+        if rng.random() < 0.5:
+            a, b = b, a
+        b1 = int(rng.integers(1, b))
+        b2 = b - b1
+        return f"{a}*{b1}={a * b1},{a}*{b2}={a * b2},{a * b1}+{a * b2}={a * b}"
+    sign = 1 if op == "+" else -1
+    parts = _parts(a) + [sign * x for x in _parts(b)]
+    if not parts:
+        return "0"
+    parts = [parts[i] for i in rng.permutation(len(parts))]
+    total, steps = parts[0], []
+    for x in parts[1:]:
+        steps.append(f"{total}{'+' if x >= 0 else '-'}{abs(x)}={total + x}")
+        total += x
+    return ",".join(steps) if steps else str(total)
+
+
+def vote_quality(policy: Policy, records: list[dict], *, votes: int = 8, max_new_tokens: int = REASONER_MAX_CHARS,
+                 system: str = SOLVER_SYSTEM) -> dict[str, float]:
+    """How often ``policy`` answers ``records`` right: greedily, by one sample at temperature 1 (the mean over
+    ``votes`` samples), and by the majority answer of those ``votes`` samples (ties: the answer seen first)."""
+    if votes < 1 or not records:
+        raise ValueError(f"vote_quality needs votes >= 1 and records, got votes={votes} and {len(records)} records")
+    prompts = [policy.render([{"role": "system", "content": system}, {"role": "user", "content": r["question"]}])
+               for r in records]
+    greedy = policy.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
+    sampled = policy.generate([p for p in prompts for _ in range(votes)],
+                              SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
+    one = majority = 0
+    for i, r in enumerate(records):
+        answers = [extract_answer(o.text) for o in sampled[i * votes:(i + 1) * votes]]
+        one += sum(a == int(r["answer"]) for a in answers)
+        counts = Counter(a for a in answers if a is not None)
+        majority += bool(counts) and counts.most_common(1)[0][0] == int(r["answer"])
+    n = len(records)
+    return {"greedy": round(sum(extract_answer(g.text) == int(r["answer"]) for g, r in zip(greedy, records)) / n, 4),
+            "one_sample": round(one / (n * votes), 4), f"majority_of_{votes}": round(majority / n, 4)}
+
+
+def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size: int = 128, lr: float = 2e-3,
+                   eval_every: int = 100, votes: int = 8, quiet: bool = False) -> dict:
+    """Train ``tiny-reasoner`` from scratch (module docstring): ``steps`` steps of ``batch_size`` worked
+    solutions of fresh problems (none held out) under the solver's instruction, AdamW at ``lr`` after a
+    100-step warm-up. It stops at a fixed step, not at an accuracy band, so the build is one deterministic
+    path. Every ``eval_every`` steps and at the end it records ``vote_quality`` on held-out problems (200,
+    then all 500) and writes the model and ``build_info.json``."""
+    bad = [f"{k}={v!r}" for k, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
+                                      ("votes", votes)) if v < 1]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: must be >= 1")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    tok = build_char_tokenizer()
+    model = LlamaForCausalLM(_tiny_config(tok))
+    policy = Policy(model, tok, name="tiny-reasoner")
+    heldout = load_heldout()
+    banned = {r["question"] for r in heldout}
+    domain = Domain()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100))
+    t0, history = time.time(), []
+    for step in range(1, steps + 1):
+        examples = []
+        while len(examples) < batch_size:
+            p = domain.sample(rng)
+            if p.text in banned:
+                continue
+            prompt = policy.render([{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": p.text}])
+            examples.append((prompt, tok.encode(scratchpad(p, rng), add_special_tokens=False) + [tok.eos_token_id]))
+        ids, attn, labels = _batch(examples, tok.pad_token_id)
+        model.train()
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % eval_every == 0 and step < steps:
+            model.eval()
+            quality = vote_quality(policy, heldout[:200], votes=votes)
+            history.append({"step": step, "loss": round(float(loss.detach()), 4), **quality, "t": round(time.time() - t0, 1)})
+            if not quiet:
+                print(f"step {step:4d} loss {float(loss.detach()):.4f} held-out (200): {_quality_line(quality)} "
+                      f"({time.time() - t0:.0f}s)", flush=True)
+    model.eval()
+    final = vote_quality(policy, heldout, votes=votes)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    policy.save(out_dir)
+    info = {"params": sum(p.numel() for p in model.parameters()), "seed": seed, "steps": steps,
+            "batch_size": batch_size, "lr": lr, "heldout": final, "loss": round(float(loss.detach()), 4),
+            "seconds": round(time.time() - t0, 1), "history": history}
+    (Path(out_dir) / "build_info.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _quality_line(q: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in q.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="cogym build-tiny-model", description=(
-        "Train the embedded tiny model from scratch (agents/tiny), or with --verifier fine-tune a copy of it into "
-        "the weak learned verifier tiny-verifier (agents/tiny_verifier)."))
-    ap.add_argument("--out", type=Path, default=None,
-                    help="output directory (default: the embedded model's, agents/tiny or with --verifier agents/tiny_verifier)")
-    ap.add_argument("--verifier", action="store_true",
-                    help="build the weak learned verifier (tiny-verifier) from the embedded tiny model instead")
-    ap.add_argument("--steps", type=int, default=None, help="--verifier: fine-tuning steps of 128 answers (default 400)")
+        "Train the embedded tiny model from scratch (agents/tiny); with --verifier fine-tune a copy of it into "
+        "the weak learned verifier tiny-verifier (agents/tiny_verifier); with --reasoner train the scratchpad "
+        "solver tiny-reasoner from scratch (agents/tiny_reasoner)."))
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default: the embedded model's, "
+                    "agents/tiny, agents/tiny_verifier or agents/tiny_reasoner)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--verifier", action="store_true",
+                       help="build the weak learned verifier (tiny-verifier) from the embedded tiny model instead")
+    which.add_argument("--reasoner", action="store_true",
+                       help="build the scratchpad solver (tiny-reasoner) from scratch instead")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="--verifier: fine-tuning steps of 128 answers (default 400); --reasoner: training steps of "
+                    "128 worked solutions (default 500)")
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     tiny_only = {"target_low": 0.35, "target_high": 0.55, "max_steps": 6000, "eval_every": 100}
     ap.add_argument("--target-low", type=float, default=None, help="stop once greedy held-out accuracy reaches this (default 0.35)")
@@ -256,12 +394,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-steps", type=int, default=None, help="most training steps (default 6000)")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evaluations (default 100)")
     args = ap.parse_args(argv)
-    if args.verifier:
-        given = [f"--{k.replace('_', '-')}" for k in tiny_only if getattr(args, k) is not None]
+    if args.verifier or args.reasoner:
+        flag = "--verifier" if args.verifier else "--reasoner"
+        given = [f"--{k.replace('_', '-')}" for k in tiny_only if getattr(args, k) is not None and
+                 not (args.reasoner and k == "eval_every")]
         if given:
-            ap.error(f"{', '.join(given)}: options of the tiny model's build, not of --verifier")
+            ap.error(f"{', '.join(given)}: options of the tiny model's build, not of {flag}")
         if args.steps is not None and args.steps < 1:
             ap.error(f"--steps must be >= 1, got {args.steps}")
+        if args.eval_every is not None and args.eval_every < 1:
+            ap.error(f"--eval-every must be >= 1, got {args.eval_every}")
+    if args.reasoner:
+        out = args.out or embedded_model_path("tiny-reasoner")
+        info = build_reasoner(out, seed=args.seed, steps=500 if args.steps is None else args.steps,
+                              eval_every=100 if args.eval_every is None else args.eval_every)
+        print(f"wrote {out}: held-out (500 problems): {_quality_line(info['heldout'])}; {info['seconds']}s")
+        return 0
+    if args.verifier:
         out = args.out or embedded_model_path("tiny-verifier")
         info = build_verifier(out, seed=args.seed, steps=400 if args.steps is None else args.steps)
         after = info["after"]
@@ -270,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
               f"of the right ones; {info['seconds']}s")
         return 0
     if args.steps is not None:
-        ap.error("--steps: an option of --verifier (the tiny model's build stops at its target, --max-steps at most)")
+        ap.error("--steps: an option of --verifier and --reasoner (the tiny model's build stops at its target, "
+                 "--max-steps at most)")
     for k, default in tiny_only.items():
         setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     args.out = args.out or tiny_model_path()

@@ -17,7 +17,7 @@ from cogym.runners.cli import main as cli_main
 
 
 def test_embedded_models_resolve_by_name() -> None:
-    assert set(EMBEDDED_MODELS) == {"tiny", "tiny-verifier"}
+    assert set(EMBEDDED_MODELS) == {"tiny", "tiny-verifier", "tiny-reasoner"}
     for name in EMBEDDED_MODELS:
         assert resolve_model_dir(name) == embedded_model_path(name)
         assert (embedded_model_path(name) / "model.safetensors").is_file()
