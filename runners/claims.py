@@ -72,32 +72,28 @@ register_claim(Claim(
 
 # ------------------------------------------------------------------------------ ttrl
 TTRL_SHARE = 0.8
-# Label-free training as SeRL and TTRL guard it: SeRL's majority threshold (a group whose majority holds fewer
-# than 6 of the 8 votes has no label and no reward) and a KL penalty to the initial model. Without them the
-# agreement reward is hacked into a wrong consensus (the plain arm); with them held-out accuracy holds
-# (docs/claims.md: which piece matters).
-TTRL_GUARDS = ("game.kwargs.majority_min=0.75", "learners.solver.kl_in_loss=k3", "learners.solver.kl_loss_coef=0.1")
+# The solver is tiny-reasoner, whose majority vote beats its greedy answer (a scratchpad along random routes):
+# with the tiny model, whose vote does not, label-free training can only lose (docs/claims.md). The label-free
+# arm is guarded by SeRL's majority threshold (5 of 8 votes, in the config).
 
 
 def _ttrl(values: Values) -> tuple[str, str]:
     truth, free = mean(values["ground_truth"]["heldout_gain"]), mean(values["label_free"]["heldout_gain"])
     ratio = free / truth if truth > 0 else float("nan")
     ok = truth > 0 and free >= TTRL_SHARE * truth
-    plain = f"; without the guards {mean(values['label_free_plain']['heldout_gain']):+.3f}" if "label_free_plain" in values else ""
     return ("reproduced" if ok else "not reproduced",
-            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE}){plain}")
+            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE})")
 
 
 register_claim(Claim(
     name="ttrl",
     paper="TTRL (Zuo et al. 2025); SeRL (Fang et al. 2025)",
-    statement=f"Training on a label-free majority-vote reward (guarded by SeRL's majority threshold and a KL "
-              f"penalty) gains at least {TTRL_SHARE:.0%} of what the ground-truth reward gains on held-out accuracy, "
-              "on the same problems with the same budget.",
-    arms=(Arm("ground_truth", "ttrl.yaml", ("game.kwargs.verifier=exact",), "rewarded by the true answer"),
-          Arm("label_free", "ttrl.yaml", TTRL_GUARDS,
-              "agreement with the majority of 8 answers, groups under 6 agreeing votes dropped, KL to the initial model"),
-          Arm("label_free_plain", "ttrl.yaml", (), "agreement with the majority of 8 answers, unguarded")),
+    statement=f"Training on a label-free majority-vote reward (guarded by SeRL's majority threshold) gains at least "
+              f"{TTRL_SHARE:.0%} of what the ground-truth reward gains on held-out accuracy, on the same problems "
+              "with the same budget.",
+    arms=(Arm("ground_truth", "ttrl_reasoner.yaml", ("game.kwargs.verifier=exact", "game.kwargs.majority_min=0"), "rewarded by the true answer"),
+          Arm("label_free", "ttrl_reasoner.yaml", (),
+              "agreement with the majority of 8 answers, groups under 5 agreeing votes dropped")),
     measures=(HELDOUT,
               Measure("majority_correct", "the majority answer is the true one (last 20 iterations)",
                       last("solver/majority_correct")),
@@ -107,7 +103,7 @@ register_claim(Claim(
               Measure("reward", "the solver's training reward (last 20 iterations)", last("solver/reward"))),
     judge=_ttrl,
     curve="solver/reward",
-    minutes=21.0,
+    minutes=17.8,
 ))
 
 

@@ -83,13 +83,13 @@ def test_vote_quality_counts_right_answers() -> None:
 
 
 def test_the_shipped_reasoners_vote_beats_its_greedy_answer() -> None:
-    """What label-free training needs: the majority of 8 samples is right more often than the greedy answer
-    (build_info.json: 41.4% against 35.0% on the 500 held-out problems), and both are partial."""
+    """What label-free training needs: a majority of samples is right more often than the greedy answer, and
+    both are partial (docs/claims.md: of the first 300 held-out problems, greedy 38.3%, majority of 32 52.3%)."""
     torch.manual_seed(0)
     policy = Policy.from_pretrained("tiny-reasoner", device="cpu")
-    q = vote_quality(policy, load_heldout()[:200], votes=8)
+    q = vote_quality(policy, load_heldout()[:200], votes=32)
     assert 0.2 < q["greedy"] < 0.5
-    assert q["majority_of_8"] >= q["greedy"] + 0.04
+    assert q["majority_of_32"] >= q["greedy"] + 0.08
     assert q["one_sample"] < q["greedy"]
 
 
@@ -103,3 +103,22 @@ def test_the_cli_builds_the_reasoner_and_refuses_the_other_builds_options(tmp_pa
         with pytest.raises(SystemExit):
             main(bad)
         assert said in capsys.readouterr().err
+
+
+def test_the_vote_accuracy_script_prints_the_vote_and_threshold_tables(capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "vote_accuracy.py"
+    spec = importlib.util.spec_from_file_location("vote_accuracy", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.majority([None, 3, 4, 4, None]) == 4 and script.majority([2, 3]) == 2 and script.majority([None]) is None
+    assert script.main(["--n", "6", "--votes", "4", "--group", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-reasoner, 6 held-out problems, 4 samples" in out and "majority of 4:" in out and "majority of 8" not in out
+    rows = [line for line in out.splitlines() if line.startswith(">=")]
+    assert len(rows) == 2 and rows[0].split("|")[1].strip() == "1.000"  # every problem has a majority of >= 1 vote
+    with pytest.raises(SystemExit):
+        script.main(["--votes", "4", "--group", "8"])
+    assert "--group at most --votes" in capsys.readouterr().err

@@ -52,8 +52,7 @@ def test_a_measure_an_arm_does_not_log_reads_not_logged_in_the_table() -> None:
     claim = claim_named("ttrl")
     nan = float("nan")
     values = {"ground_truth": {"heldout_gain": [0.16, 0.17], "majority_correct": [nan, nan], "reward": [0.6, 0.7]},
-              "label_free": {"heldout_gain": [-0.1, -0.2], "majority_correct": [0.3, nan], "reward": [0.8, 0.8]},
-              "label_free_plain": {"heldout_gain": [-0.2, -0.2], "majority_correct": [0.2, 0.2], "reward": [0.8, 0.8]}}
+              "label_free": {"heldout_gain": [-0.1, -0.2], "majority_correct": [0.3, nan], "reward": [0.8, 0.8]}}
     values = {arm: {m.name: v.get(m.name, [nan, nan]) for m in claim.measures} for arm, v in values.items()}
     results = Results("ttrl", [0, 1], values, cpu_s={arm: [60, 60] for arm in values},
                       verdict="not reproduced", reason="r")
@@ -85,9 +84,8 @@ def test_the_ttrl_judge_compares_the_gains() -> None:
                   "label_free": {"heldout_gain": [0.07, 0.08, 0.08]}})[0] == "not reproduced"
     assert judge({"ground_truth": {"heldout_gain": [-0.01, 0.0, 0.0]},  # nothing to match
                   "label_free": {"heldout_gain": [0.0, 0.0, 0.0]}})[0] == "not reproduced"
-    verdict, reason = judge({"ground_truth": {"heldout_gain": [0.16, 0.16, 0.16]}, "label_free": {"heldout_gain": [-0.03] * 3},
-                             "label_free_plain": {"heldout_gain": [-0.19] * 3}})
-    assert verdict == "not reproduced" and "ratio -0.19" in reason and "without the guards -0.190" in reason  # shown, not judged
+    verdict, reason = judge({"ground_truth": {"heldout_gain": [0.40, 0.42, 0.44]}, "label_free": {"heldout_gain": [0.0, 0.01, -0.01]}})
+    assert verdict == "not reproduced" and "label-free gain +0.000 vs ground-truth gain +0.420 (ratio 0.00" in reason
 
 
 def test_the_reward_hacking_judge_asks_for_a_rising_hack_and_a_guard_at_half_and_five_points() -> None:
