@@ -90,6 +90,26 @@ def _batch(examples, pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return ids, attn, labels
 
 
+def _require_positive(**values: int) -> None:
+    bad = [f"{k}={v!r}" for k, v in values.items() if v < 1]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: must be >= 1")
+
+
+def _train_step(model, opt, sched, examples, pad: int) -> torch.Tensor:
+    """One optimizer step of next-token cross-entropy on the replies of ``examples`` (``_batch``), the
+    gradient clipped to norm 1; returns the loss."""
+    ids, attn, labels = _batch(examples, pad)
+    model.train()
+    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
 def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high: float = 0.55,
           max_steps: int = 6000, batch_size: int = 128, lr: float = 2e-3, eval_every: int = 100,
           eval_every_close: int = 25,
@@ -111,14 +131,7 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high
     t0 = time.time()
     acc, step, history = 0.0, 0, []
     for step in range(1, max_steps + 1):
-        model.train()
-        ids, attn, labels = _batch(_examples(tok, prompts, domain, rng, batch_size, banned, 0.2), tok.pad_token_id)
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = _train_step(model, opt, sched, _examples(tok, prompts, domain, rng, batch_size, banned, 0.2), tok.pad_token_id)
         # Accuracy rises steeply once the model "gets" carries, so evaluate often near the band.
         if step % (eval_every_close if acc >= 0.1 else eval_every) == 0:
             acc = heldout_accuracy(policy, heldout, prompts["solver"])
@@ -209,10 +222,7 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
     """Fine-tune a copy of ``base`` into a verifier of ``base``'s own sampled answers (module docstring):
     ``steps`` steps of ``batch_size`` fresh answers, AdamW at ``lr`` with a cosine decay to 0. Writes the
     model and ``build_info.json`` (its quality on ``test_size`` answers drawn with another seed)."""
-    bad = [f"{k}={v!r}" for k, v in (("steps", steps), ("batch_size", batch_size), ("test_size", test_size),
-                                      ("eval_every", eval_every)) if v < 1]
-    if bad:
-        raise ValueError(f"{', '.join(bad)}: must be >= 1")
+    _require_positive(steps=steps, batch_size=batch_size, test_size=test_size, eval_every=eval_every)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     generator, verifier = Policy.from_pretrained(base, device="cpu"), Policy.from_pretrained(base, device="cpu")
@@ -230,14 +240,7 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
         for view, right in _sampled_answers(generator, domain, rng, batch_size, banned):
             prompt = verifier.render([{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": view}])
             examples.append((list(prompt), [verdict_ids[right]]))
-        ids, attn, labels = _batch(examples, tok.pad_token_id)
-        verifier.model.train()
-        loss = verifier.model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(verifier.model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = _train_step(verifier.model, opt, sched, examples, tok.pad_token_id)
         if step % eval_every == 0 or step == steps:
             quality = verifier_quality(verifier, test)
             history.append({"step": step, "loss": round(float(loss.detach()), 4), **quality, "t": round(time.time() - t0, 1)})
@@ -318,10 +321,7 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size
     100-step warm-up. It stops at a fixed step, not at an accuracy band, so the build is one deterministic
     path. Every ``eval_every`` steps and at the end it records ``vote_quality`` on held-out problems (200,
     then all 500) and writes the model and ``build_info.json``."""
-    bad = [f"{k}={v!r}" for k, v in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
-                                      ("votes", votes)) if v < 1]
-    if bad:
-        raise ValueError(f"{', '.join(bad)}: must be >= 1")
+    _require_positive(steps=steps, batch_size=batch_size, eval_every=eval_every, votes=votes)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     tok = build_char_tokenizer()
@@ -341,14 +341,7 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size
                 continue
             prompt = policy.render([{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": p.text}])
             examples.append((prompt, tok.encode(scratchpad(p, rng), add_special_tokens=False) + [tok.eos_token_id]))
-        ids, attn, labels = _batch(examples, tok.pad_token_id)
-        model.train()
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = _train_step(model, opt, sched, examples, tok.pad_token_id)
         if step % eval_every == 0 and step < steps:
             model.eval()
             quality = vote_quality(policy, heldout[:200], votes=votes)
