@@ -24,8 +24,9 @@ please it.
 scratch to write out its working before the answer (``37+45`` -> ``5+30=35,35+40=75,75+7=82``), each worked
 solution taking one of several routes (the order in which the operands' tens and ones are added, how a
 product is split). Its routes fail on different steps, so its errors scatter while its right answers agree:
-the majority of 8 sampled solutions is right more often than its greedy one, as self-consistency is for
-large models, which is what label-free majority-vote training (TTRL) needs (docs/claims.md, ttrl).
+a majority of sampled solutions is right more often than its greedy one, the more so the more votes (of 32,
+52% of held-out problems against 38%), as self-consistency is for large models. That is what label-free
+majority-vote training (TTRL) needs (docs/claims.md, ttrl).
 """
 
 from __future__ import annotations
