@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from cogym.agents.policy import tiny_model_path
+from cogym.agents.policy import resolve_model_dir
 from cogym.envs import registered
 from cogym.runners.config import load_config
 from cogym.runners.train import train
@@ -75,4 +75,4 @@ def test_config_trains_one_iteration(name: str, tmp_path: Path) -> None:
 
 
 def _model_dir(model: str) -> Path:
-    return tiny_model_path() if model == "tiny" else Path(model)
+    return resolve_model_dir(model)  # an embedded model's name (tiny, tiny-reasoner) or a directory
