@@ -113,7 +113,7 @@ def _eval(args: argparse.Namespace) -> int:
     policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
     records = load_heldout()[: args.size]
     acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "",
-                           batch_size=args.batch_size)
+                           batch_size=args.batch_size, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens)
     print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
     return 0
 
@@ -305,6 +305,9 @@ def parser() -> argparse.ArgumentParser:
                    help="HF model directory, a Hub id in the local cache, or 'tiny' (default)")
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
     e.add_argument("--size", type=_positive_int, default=500, help="how many held-out problems (1-500)")
+    e.add_argument("--max-new-tokens", type=_positive_int, default=None, metavar="N",
+                   help="longest answer read (default: the config's eval.max_new_tokens, 8 in the shipped one; "
+                   "tiny-reasoner writes out its working and needs 32)")
     e.add_argument("--batch-size", type=_positive_int, default=500,
                    help="prompts per generate call (default 500; lower it for a real model's memory)")
     e.add_argument("--dtype", default="float32", choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],
