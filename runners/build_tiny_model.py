@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +44,7 @@ from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.agents.policy import Policy, SamplingParams, embedded_model_path, tiny_model_path
 from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_answer, load_heldout
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
+from cogym.envs.verifiers import majority_key, majority_rewards
 
 from .config import load_config
 from .evaluate import heldout_accuracy
@@ -293,26 +293,39 @@ def scratchpad(problem: Problem, rng: np.random.Generator) -> str:
     return ",".join(steps) if steps else str(total)
 
 
-def vote_quality(policy: Policy, records: list[dict], *, votes: int = 8, max_new_tokens: int = REASONER_MAX_CHARS,
-                 system: str = SOLVER_SYSTEM) -> dict[str, float]:
-    """How often ``policy`` answers ``records`` right: greedily, by one sample at temperature 1 (the mean over
-    ``votes`` samples), and by the majority answer of those ``votes`` samples (ties: the answer seen first)."""
+def sample_answers(policy: Policy, records: list[dict], *, votes: int, max_new_tokens: int = REASONER_MAX_CHARS,
+                   system: str = SOLVER_SYSTEM) -> tuple[list, list[list]]:
+    """The answer ``policy`` votes for on each of ``records`` (``majority_key``, as the label-free game reads
+    it): greedily, and in ``votes`` samples at temperature 1. Returns (greedy keys, one row of keys per record)."""
     if votes < 1 or not records:
-        raise ValueError(f"vote_quality needs votes >= 1 and records, got votes={votes} and {len(records)} records")
+        raise ValueError(f"sample_answers needs votes >= 1 and records, got votes={votes} and {len(records)} records")
     prompts = [policy.render([{"role": "system", "content": system}, {"role": "user", "content": r["question"]}])
                for r in records]
     greedy = policy.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
     sampled = policy.generate([p for p in prompts for _ in range(votes)],
                               SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
-    one = majority = 0
-    for i, r in enumerate(records):
-        answers = [extract_answer(o.text) for o in sampled[i * votes:(i + 1) * votes]]
-        one += sum(a == int(r["answer"]) for a in answers)
-        counts = Counter(a for a in answers if a is not None)
-        majority += bool(counts) and counts.most_common(1)[0][0] == int(r["answer"])
+    keys = [majority_key(o.text) for o in sampled]
+    return [majority_key(g.text) for g in greedy], [keys[i * votes:(i + 1) * votes] for i in range(len(records))]
+
+
+def majority_of(keys: list) -> tuple[object, int]:
+    """The majority answer of ``keys`` and its votes, as ``majority_rewards`` picks it (first on ties; a
+    blank agrees with nothing): (None, 0) if every key is blank."""
+    agreed = majority_rewards(keys)
+    votes = sum(agreed)
+    return (keys[agreed.index(True)], votes) if votes else (None, 0)
+
+
+def vote_quality(policy: Policy, records: list[dict], *, votes: int = 8, max_new_tokens: int = REASONER_MAX_CHARS,
+                 system: str = SOLVER_SYSTEM) -> dict[str, float]:
+    """How often ``policy`` answers ``records`` right: greedily, by one sample at temperature 1 (the mean over
+    ``votes`` samples), and by the majority answer of those ``votes`` samples (``majority_of``)."""
+    greedy, rows = sample_answers(policy, records, votes=votes, max_new_tokens=max_new_tokens, system=system)
+    truth = [int(r["answer"]) for r in records]
     n = len(records)
-    return {"greedy": round(sum(extract_answer(g.text) == int(r["answer"]) for g, r in zip(greedy, records)) / n, 4),
-            "one_sample": round(one / (n * votes), 4), f"majority_of_{votes}": round(majority / n, 4)}
+    return {"greedy": round(sum(g == t for g, t in zip(greedy, truth)) / n, 4),
+            "one_sample": round(sum(a == t for row, t in zip(rows, truth) for a in row) / (n * votes), 4),
+            f"majority_of_{votes}": round(sum(majority_of(row)[0] == t for row, t in zip(rows, truth)) / n, 4)}
 
 
 def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size: int = 128, lr: float = 2e-3,

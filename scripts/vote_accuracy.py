@@ -2,7 +2,7 @@
 (docs/claims.md, ttrl): the question label-free (majority-vote) training rests on.
 
 It samples ``--votes`` answers per problem at temperature 1 and reads each as the games read an answer
-(its last integer). It prints the greedy accuracy, the majority of the first k samples for k = 1, 2, 4, ...
+(``majority_key``: its last integer). It prints the greedy accuracy, the majority of the first k samples for k = 1, 2, 4, ...
 up to ``--votes``, and, for the first ``--group`` samples (the training group), SeRL's threshold table:
 the share of problems whose majority holds at least t votes and how often that majority is right::
 
@@ -13,13 +13,6 @@ the share of problems whose majority holds at least t votes and how often that m
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-
-
-def majority(answers: list) -> int | None:
-    """The most common readable answer (ties: the one seen first), or None if none is readable."""
-    counts = Counter(a for a in answers if a is not None)
-    return counts.most_common(1)[0][0] if counts else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,29 +31,26 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from cogym.agents.policy import Policy, SamplingParams
-    from cogym.envs.arithmetic import extract_answer, load_heldout
+    from cogym.agents.policy import Policy
+    from cogym.envs.arithmetic import load_heldout
+    from cogym.runners.build_tiny_model import majority_of, sample_answers
 
     torch.manual_seed(args.seed)
     policy = Policy.from_pretrained(args.model, device="cpu")
     records = load_heldout()[:args.n]
     truth = [int(r["answer"]) for r in records]
-    prompts = [policy.render([{"role": "system", "content": args.system}, {"role": "user", "content": r["question"]}])
-               for r in records]
-    greedy = policy.generate(prompts, SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0))
-    outs = policy.generate([p for p in prompts for _ in range(args.votes)],
-                           SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0))
-    answers = [[extract_answer(o.text) for o in outs[i * args.votes:(i + 1) * args.votes]] for i in range(len(records))]
+    greedy, answers = sample_answers(policy, records, votes=args.votes, max_new_tokens=args.max_new_tokens,
+                                     system=args.system)
     n = len(records)
     print(f"{args.model}, {n} held-out problems, {args.votes} samples each at temperature 1")
-    print(f"greedy: {sum(extract_answer(g.text) == t for g, t in zip(greedy, truth)) / n:.3f}")
+    print(f"greedy: {sum(g == t for g, t in zip(greedy, truth)) / n:.3f}")
     print(f"one sample: {sum(a == t for row, t in zip(answers, truth) for a in row) / (n * args.votes):.3f}")
     k = 2
     while k <= args.votes:
-        print(f"majority of {k}: {sum(majority(row[:k]) == t for row, t in zip(answers, truth)) / n:.3f}")
+        print(f"majority of {k}: {sum(majority_of(row[:k])[0] == t for row, t in zip(answers, truth)) / n:.3f}")
         k *= 2
     print(f"\nmajority of the first {args.group}: agreeing votes | problems kept | majority right")
-    top = [(Counter(a for a in row[:args.group] if a is not None).most_common(1) or [(None, 0)])[0] for row in answers]
+    top = [majority_of(row[:args.group]) for row in answers]
     for t in range(1, args.group + 1):
         kept = [answer == y for (answer, count), y in zip(top, truth) if count >= t]
         print(f">= {t:2d} | {len(kept) / n:.3f} | {sum(kept) / len(kept) if kept else float('nan'):.3f}")

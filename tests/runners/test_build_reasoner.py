@@ -13,7 +13,7 @@ import torch
 
 from cogym.agents.policy import Policy
 from cogym.envs.arithmetic import Domain, Problem, extract_answer, load_heldout
-from cogym.runners.build_tiny_model import REASONER_MAX_CHARS, build_reasoner, main, scratchpad, vote_quality
+from cogym.runners.build_tiny_model import REASONER_MAX_CHARS, build_reasoner, main, majority_of, scratchpad, vote_quality
 
 
 def _every_problem(domain: Domain):
@@ -68,6 +68,13 @@ def test_build_reasoner_writes_a_loadable_model_and_its_vote_quality(tmp_path) -
         build_reasoner(tmp_path / "x", steps=0)
 
 
+def test_majority_of_picks_the_answer_the_label_free_game_picks() -> None:
+    assert majority_of([None, 3, 4, 4, None]) == (4, 2)
+    assert majority_of([2, 3]) == (2, 1)  # first on ties
+    assert majority_of([None, None]) == (None, 0)  # a blank agrees with nothing
+    assert majority_of(["idk", 5, "idk"]) == ("idk", 2)  # text votes too, as majority_key reads it
+
+
 def test_vote_quality_counts_right_answers() -> None:
     class Fixed:  # answers 4 to everything, greedy or sampled
         def render(self, messages):
@@ -113,7 +120,6 @@ def test_the_vote_accuracy_script_prints_the_vote_and_threshold_tables(capsys) -
     spec = importlib.util.spec_from_file_location("vote_accuracy", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    assert script.majority([None, 3, 4, 4, None]) == 4 and script.majority([2, 3]) == 2 and script.majority([None]) is None
     assert script.main(["--n", "6", "--votes", "4", "--group", "2"]) == 0
     out = capsys.readouterr().out
     assert "tiny-reasoner, 6 held-out problems, 4 samples" in out and "majority of 4:" in out and "majority of 8" not in out
