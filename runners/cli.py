@@ -63,6 +63,9 @@ def print_summary(summary: dict) -> None:
     before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
     if before is not None and after is not None:
         table.add_row("held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+    before, after = summary.get("heldout_sampled_acc_before"), summary.get("heldout_sampled_acc_after")
+    if before is not None and after is not None:  # eval.temperature > 0
+        table.add_row("held-out accuracy (sampled)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
     for key in summary:  # declared evaluators (eval.evaluators): eval/<name>/<metric>, before -> after
         if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
             first, last = summary[key], summary[f"{key[:-7]}_after"]

@@ -116,6 +116,9 @@ class EvalConfig:
     size: int = 500
     max_new_tokens: int = 8
     batch_size: int = 500  # prompts per generate call of the held-out evaluation (lower it for a real model)
+    # > 0: also heldout_sampled_acc, the mean accuracy of `samples` answers a problem sampled at this temperature
+    temperature: float = 0.0
+    samples: int = 4
     # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation), e.g.
     # vs_nash: {kind: vs_scripted, opponent: nash, games: 200}
     evaluators: dict = field(default_factory=dict)
@@ -634,9 +637,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.transcripts_every must be >= 0 (0: no transcripts), got {cfg.run.transcripts_every}")
     if cfg.run.transcripts_games < 0:
         raise ConfigError(f"run.transcripts_games must be >= 0 (games kept per iteration), got {cfg.run.transcripts_games}")
-    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1:
-        raise ConfigError(f"eval.size, eval.max_new_tokens and eval.batch_size must be >= 1, got {cfg.eval.size}, "
-                          f"{cfg.eval.max_new_tokens} and {cfg.eval.batch_size}")
+    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1 or cfg.eval.samples < 1:
+        raise ConfigError(f"eval.size, eval.max_new_tokens, eval.batch_size and eval.samples must be >= 1, got "
+                          f"{cfg.eval.size}, {cfg.eval.max_new_tokens}, {cfg.eval.batch_size} and {cfg.eval.samples}")
+    if not (math.isfinite(cfg.eval.temperature) and cfg.eval.temperature >= 0):
+        raise ConfigError(f"eval.temperature must be >= 0 (0: greedy accuracy only), got {cfg.eval.temperature}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
     if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:

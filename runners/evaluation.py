@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -66,18 +67,25 @@ def register_evaluator(kind: str) -> Callable[[type], type]:
 @register_evaluator("heldout_arithmetic")
 @dataclass
 class HeldoutArithmetic:
-    """Greedy accuracy of ``role``'s policy on the held-out arithmetic set (its first ``size`` problems)."""
+    """Greedy accuracy of ``role``'s policy on the held-out arithmetic set (its first ``size`` problems),
+    ``heldout_acc``; with ``temperature`` > 0 also ``heldout_sampled_acc``, the mean accuracy of ``samples``
+    answers to each problem sampled at that temperature (the pass@1 the papers report)."""
 
     name: str = "heldout"
     role: str = "solver"
     size: int = 500
     max_new_tokens: int = 8
     batch_size: int = 500  # prompts per generate call
+    temperature: float = 0.0
+    samples: int = 4
 
     def __post_init__(self) -> None:
-        bad = [f"{k}={getattr(self, k)!r}" for k in ("size", "max_new_tokens", "batch_size") if getattr(self, k) < 1]
+        bad = [f"{k}={getattr(self, k)!r}" for k in ("size", "max_new_tokens", "batch_size", "samples")
+               if getattr(self, k) < 1]
         if bad:
             raise ValueError(f"{', '.join(bad)}: must be >= 1")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature={self.temperature!r}: must be >= 0 (0: greedy accuracy only)")
 
     def evaluate(self, run) -> dict[str, float]:
         from cogym.envs.arithmetic import load_heldout
@@ -87,8 +95,13 @@ class HeldoutArithmetic:
             return {}
         system = run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else ""
         records = load_heldout()[: self.size]
-        return {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
-                                                batch_size=self.batch_size)}
+        out = {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
+                                               batch_size=self.batch_size)}
+        if self.temperature > 0:
+            out["heldout_sampled_acc"] = heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
+                                                          batch_size=self.batch_size, temperature=self.temperature,
+                                                          samples=self.samples)
+        return out
 
 
 def evaluated_policy(name: str, policy: str, run) -> str:
@@ -415,7 +428,8 @@ def evaluators_of(cfg, build_section: Callable) -> list:
     out: list = []
     if cfg.eval.heldout:
         out.append(HeldoutArithmetic(size=cfg.eval.size, max_new_tokens=cfg.eval.max_new_tokens,
-                                     batch_size=cfg.eval.batch_size))
+                                     batch_size=cfg.eval.batch_size, temperature=cfg.eval.temperature,
+                                     samples=cfg.eval.samples))
     for name, spec in cfg.eval.evaluators.items():
         out.append(evaluator_from(name, spec, build_section))
     return out

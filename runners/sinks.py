@@ -152,6 +152,9 @@ def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration:
     return Sinks(sinks, jsonl)
 
 
+HELDOUT_LABELS = {"heldout_acc": "held-out accuracy (greedy)", "heldout_sampled_acc": "held-out accuracy (sampled)"}
+
+
 def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -> None:
     import matplotlib
 
@@ -161,7 +164,7 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     its = [r for r in rows if "rollout_s" in r]
     # Evaluations in [0, 1]: the arithmetic accuracy and every declared evaluator's win rate.
-    eval_keys = sorted({k for r in rows for k in r if k == "heldout_acc" or (k.startswith("eval/") and k.endswith("/win_rate"))})
+    eval_keys = sorted({k for r in rows for k in r if k in HELDOUT_LABELS or (k.startswith("eval/") and k.endswith("/win_rate"))})
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     for role in roles:
         xs = [r["iteration"] for r in its if f"{role}/reward" in r]
@@ -173,8 +176,9 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
             ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
     for key, marker in zip(eval_keys, "osD^v<>"):
         pts = [(r["iteration"], r[key]) for r in rows if key in r]
-        label = "held-out accuracy (greedy)" if key == "heldout_acc" else key[len("eval/"):]
-        ax.plot(*zip(*pts), marker=marker, linestyle="--", color="k" if key == "heldout_acc" else None, label=label)
+        label = HELDOUT_LABELS.get(key) or key[len("eval/"):]
+        ax.plot(*zip(*pts), marker=marker, linestyle="--", color={"heldout_acc": "k", "heldout_sampled_acc": "0.5"}.get(key),
+                label=label)
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward / accuracy")
     ax.grid(alpha=0.3)

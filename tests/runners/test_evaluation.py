@@ -267,3 +267,44 @@ def test_proposal_difficulty_is_checked_when_the_config_loads(tiny_model_dir: Pa
         _difficulty_run(PS, tiny_model_dir, extra)
     with pytest.raises(CogymError, match="is for proposer_solver-v0"):
         build(load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators={d: {kind: proposal_difficulty}}"])))
+
+
+def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(policy, monkeypatch) -> None:
+    from cogym.envs.arithmetic import load_heldout
+    from cogym.runners.evaluate import heldout_accuracy
+
+    records = load_heldout()[:5]
+    seen: list = []
+    # A policy that answers right exactly on the first of each problem's samples: accuracy 1/samples.
+    def generate(prompts, sampling):
+        seen.append((len(prompts), sampling.temperature))
+        return [type("G", (), {"text": str(int(records[i // 3]["answer"]) + (i % 3))})() for i in range(len(prompts))]
+
+    monkeypatch.setattr(policy, "generate", generate)
+    assert heldout_accuracy(policy, records, "", temperature=0.7, samples=3) == pytest.approx(1 / 3)
+    assert seen == [(15, 0.7)]
+    for kwargs, message in [({"temperature": 0.7, "samples": 0}, "samples must be >= 1"),
+                            ({"temperature": -1.0}, "temperature must be >= 0"),
+                            ({"samples": 2}, "greedy decoding")]:
+        with pytest.raises(ValueError, match=message):
+            heldout_accuracy(policy, records, "", **kwargs)
+
+
+def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
+    from cogym.runners.build import _build
+    from cogym.runners.evaluation import HeldoutArithmetic, evaluators_of
+
+    (greedy,) = [e for e in evaluators_of(load_config(None, []), _build) if isinstance(e, HeldoutArithmetic)]
+    (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.temperature=0.7", "eval.samples=2", "eval.size=6"]),
+                                           _build) if isinstance(e, HeldoutArithmetic)]
+    assert (greedy.temperature, sampled.temperature, sampled.samples) == (0.0, 0.7, 2)
+    run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
+                           "cfg": load_config(None, [])})()
+    assert set(greedy.evaluate(run)) == {"heldout_acc"}
+    out = sampled.evaluate(run)
+    assert set(out) == {"heldout_acc", "heldout_sampled_acc"} and 0.0 <= out["heldout_sampled_acc"] <= 1.0
+    for bad, message in [("eval.temperature=-0.5", "eval.temperature must be >= 0"), ("eval.samples=0", "eval.samples")]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [bad])
+    with pytest.raises(ValueError, match="temperature=nan"):
+        HeldoutArithmetic(temperature=float("nan"))
