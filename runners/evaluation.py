@@ -78,6 +78,7 @@ class HeldoutArithmetic:
     batch_size: int = 500  # prompts per generate call
     temperature: float = 0.0
     samples: int = 4
+    seed: int = 2468  # the sampling stream of heldout_sampled_acc: the same before and after training
 
     def __post_init__(self) -> None:
         bad = [f"{k}={getattr(self, k)!r}" for k in ("size", "max_new_tokens", "batch_size", "samples")
@@ -98,9 +99,10 @@ class HeldoutArithmetic:
         out = {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
                                                batch_size=self.batch_size)}
         if self.temperature > 0:
-            out["heldout_sampled_acc"] = heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
-                                                          batch_size=self.batch_size, temperature=self.temperature,
-                                                          samples=self.samples)
+            with forked_rng(self.seed):  # a fixed stream, and the caller's continues as if nothing ran
+                out["heldout_sampled_acc"] = heldout_accuracy(
+                    policy, records, system, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
+                    temperature=self.temperature, samples=self.samples)
         return out
 
 

@@ -301,8 +301,15 @@ def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch)
     run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
                            "cfg": load_config(None, [])})()
     assert set(greedy.evaluate(run)) == {"heldout_acc"}
+    import torch
+
+    torch.manual_seed(3)
+    expected_next = torch.rand(2)
+    torch.manual_seed(3)
     out = sampled.evaluate(run)
+    assert torch.equal(torch.rand(2), expected_next)  # the caller's stream continues as if nothing ran
     assert set(out) == {"heldout_acc", "heldout_sampled_acc"} and 0.0 <= out["heldout_sampled_acc"] <= 1.0
+    assert sampled.evaluate(run) == out  # a fixed sampling stream: before and after compare like with like
     for bad, message in [("eval.temperature=-0.5", "eval.temperature must be >= 0"), ("eval.samples=0", "eval.samples")]:
         with pytest.raises(ConfigError, match=message):
             load_config(None, [bad])
