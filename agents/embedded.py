@@ -5,8 +5,8 @@ directory under ``cogym/agents``. No torch here: the CLI and the tournament read
 - ``tiny-verifier``: a copy of it fine-tuned to judge the tiny model's own sampled answers, a weak learned
   verifier (``cogym build-tiny-model --verifier``; docs/claims.md, reward_hacking).
 - ``tiny-reasoner``: a solver of the same size trained from scratch to write out its working along one of
-  several routes, so that its majority vote beats its greedy answer (``cogym build-tiny-model --reasoner``;
-  docs/claims.md, ttrl).
+  several routes, slipping now and then as a sampled language model does, so that the majority of its samples
+  is right far more often than one sample (``cogym build-tiny-model --reasoner``; docs/claims.md, ttrl).
 """
 
 from __future__ import annotations

@@ -23,10 +23,13 @@ please it.
 ``--reasoner`` builds the embedded *scratchpad solver* (``tiny-reasoner``): the same architecture trained from
 scratch to write out its working before the answer (``37+45`` -> ``5+30=35,35+40=75,75+7=82``), each worked
 solution taking one of several routes (the order in which the operands' tens and ones are added, how a
-product is split). Its routes fail on different steps, so its errors scatter while its right answers agree:
-a majority of sampled solutions is right more often than its greedy one, the more so the more votes (of 32,
-52% of held-out problems against 38%), as self-consistency is for large models. That is what label-free
-majority-vote training (TTRL) needs (docs/claims.md, ttrl).
+product is split), and one step in ten of its training solutions slipping (off by 1 to 10, the working going
+on from the slip). Sampled, it slips as a language model at temperature 1 does, at random, so its wrong answers
+scatter while its right ones agree: the majority of 8 samples is right far more often than one sample (80.6%
+of the held-out problems against 48.4%; greedy 77.4%), as self-consistency is for large models. That is what
+label-free majority-vote training (TTRL) needs (docs/claims.md, ttrl). ``--slip 0 --steps 500 --eval-every 100``
+builds the first tiny-reasoner, whose errors were its own systematic ones: its vote barely beat its answer,
+and label-free training could not gain on it.
 """
 
 from __future__ import annotations
@@ -257,6 +260,9 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
 
 # ------------------------------------------------------------------------------ tiny-reasoner
 REASONER_MAX_CHARS = 32  # the longest worked solution is 30 characters (+ end of text): max_new_tokens for it
+REASONER_STEPS = 1200
+REASONER_EVAL_EVERY = 300
+REASONER_SLIP = 0.1  # the chance that a step of a training solution slips (``_slip``)
 
 
 def _parts(n: int) -> list[int]:
@@ -264,14 +270,28 @@ def _parts(n: int) -> list[int]:
     return [x for x in ((abs(n) // 10) * 10, abs(n) % 10) if x]
 
 
-def scratchpad(problem: Problem, rng: np.random.Generator) -> str:
+def _slip(value: int, slip: float, rng: np.random.Generator) -> int:
+    """``value``, or with probability ``slip`` a slip of it: off by 1 to 10 either way, drawn uniformly."""
+    if slip <= 0 or rng.random() >= slip:
+        return value
+    off = int(rng.integers(1, 11))
+    return value + (off if rng.random() < 0.5 else -off)
+
+
+def scratchpad(problem: Problem, rng: np.random.Generator, slip: float = 0.0) -> str:
     """A worked solution of ``problem`` along a route drawn from ``rng``; its last number is the answer.
 
     ``a+b`` and ``a-b`` add up the signed tens and ones of both operands, in a random order, as a running
     sum (``37-45`` -> ``-5+30=25,25+7=32,32-40=-8``): up to 24 routes, each of up to three steps, whose
     steps differ from route to route. ``a*b`` splits one factor, drawn at random, into two parts and adds the
     partial products (``7*8`` -> ``8*3=24,8*4=32,24+32=56``). A product with a factor of 0 or 1, or a sum
-    with one nonzero part, is answered at once."""
+    with one nonzero part, is answered at once.
+
+    With ``slip`` > 0 each step's result slips with that chance (``_slip``: off by 1 to 10) and the working goes
+    on from the slipped number, as a sampled language model's does: the answer is then wrong, and differently
+    wrong from draw to draw. Without a slip the longest solution is 30 characters; a slip can make one as long
+    as 34 (2 in 10,000 solutions at slip 0.1), which ``REASONER_MAX_CHARS`` then cuts short: a wrong answer
+    either way."""
     a, op, b = problem.a, problem.op, problem.b
     if op == "*":
         if min(a, b) <= 1:
@@ -280,7 +300,8 @@ def scratchpad(problem: Problem, rng: np.random.Generator) -> str:
             a, b = b, a
         b1 = int(rng.integers(1, b))
         b2 = b - b1
-        return f"{a}*{b1}={a * b1},{a}*{b2}={a * b2},{a * b1}+{a * b2}={a * b}"
+        p1, p2 = _slip(a * b1, slip, rng), _slip(a * b2, slip, rng)
+        return f"{a}*{b1}={p1},{a}*{b2}={p2},{p1}+{p2}={_slip(p1 + p2, slip, rng)}"
     sign = 1 if op == "+" else -1
     parts = _parts(a) + [sign * x for x in _parts(b)]
     if not parts:
@@ -288,22 +309,24 @@ def scratchpad(problem: Problem, rng: np.random.Generator) -> str:
     parts = [parts[i] for i in rng.permutation(len(parts))]
     total, steps = parts[0], []
     for x in parts[1:]:
-        steps.append(f"{total}{'+' if x >= 0 else '-'}{abs(x)}={total + x}")
-        total += x
+        result = _slip(total + x, slip, rng)
+        steps.append(f"{total}{'+' if x >= 0 else '-'}{abs(x)}={result}")
+        total = result
     return ",".join(steps) if steps else str(total)
 
 
 def sample_answers(policy: Policy, records: list[dict], *, votes: int, max_new_tokens: int = REASONER_MAX_CHARS,
-                   system: str = SOLVER_SYSTEM) -> tuple[list, list[list]]:
+                   system: str = SOLVER_SYSTEM, temperature: float = 1.0) -> tuple[list, list[list]]:
     """The answer ``policy`` votes for on each of ``records`` (``majority_key``, as the label-free game reads
-    it): greedily, and in ``votes`` samples at temperature 1. Returns (greedy keys, one row of keys per record)."""
+    it): greedily, and in ``votes`` samples at ``temperature`` (default 1). Returns (greedy keys, one row of
+    keys per record)."""
     if votes < 1 or not records:
         raise ValueError(f"sample_answers needs votes >= 1 and records, got votes={votes} and {len(records)} records")
     prompts = [policy.render([{"role": "system", "content": system}, {"role": "user", "content": r["question"]}])
                for r in records]
     greedy = policy.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0))
     sampled = policy.generate([p for p in prompts for _ in range(votes)],
-                              SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
+                              SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature))
     keys = [majority_key(o.text) for o in sampled]
     return [majority_key(g.text) for g in greedy], [keys[i * votes:(i + 1) * votes] for i in range(len(records))]
 
@@ -328,8 +351,9 @@ def vote_quality(policy: Policy, records: list[dict], *, votes: int = 8, max_new
             f"majority_of_{votes}": round(sum(majority_of(row)[0] == t for row, t in zip(rows, truth)) / n, 4)}
 
 
-def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size: int = 128, lr: float = 2e-3,
-                   eval_every: int = 100, votes: int = 8, quiet: bool = False) -> dict:
+def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = REASONER_STEPS, batch_size: int = 128, lr: float = 2e-3,
+                   eval_every: int = REASONER_EVAL_EVERY, votes: int = 8, slip: float = REASONER_SLIP,
+                   quiet: bool = False) -> dict:
     """Train ``tiny-reasoner`` from scratch (module docstring): ``steps`` steps of ``batch_size`` worked
     solutions of fresh problems (none held out) under the solver's instruction, AdamW at ``lr`` after a
     100-step warm-up. It stops at a fixed step, not at an accuracy band, so the build is one deterministic
@@ -354,7 +378,7 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size
             if p.text in banned:
                 continue
             prompt = policy.render([{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": p.text}])
-            examples.append((prompt, tok.encode(scratchpad(p, rng), add_special_tokens=False) + [tok.eos_token_id]))
+            examples.append((prompt, tok.encode(scratchpad(p, rng, slip), add_special_tokens=False) + [tok.eos_token_id]))
         loss = _train_step(model, opt, sched, examples, tok.pad_token_id)
         if step % eval_every == 0 and step < steps:
             model.eval()
@@ -369,7 +393,7 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = 500, batch_size
     model.generation_config.pad_token_id = tok.pad_token_id
     policy.save(out_dir)
     info = {"params": sum(p.numel() for p in model.parameters()), "seed": seed, "steps": steps,
-            "batch_size": batch_size, "lr": lr, "heldout": final, "loss": round(float(loss.detach()), 4),
+            "batch_size": batch_size, "lr": lr, "slip": slip, "eval_every": eval_every, "heldout": final, "loss": round(float(loss.detach()), 4),
             "seconds": round(time.time() - t0, 1), "history": history}
     (Path(out_dir) / "build_info.json").write_text(json.dumps(info, indent=1))
     return info
@@ -393,13 +417,17 @@ def main(argv: list[str] | None = None) -> int:
                        help="build the scratchpad solver (tiny-reasoner) from scratch instead")
     ap.add_argument("--steps", type=int, default=None,
                     help="--verifier: fine-tuning steps of 128 answers (default 400); --reasoner: training steps of "
-                    "128 worked solutions (default 500)")
+                    f"128 worked solutions (default {REASONER_STEPS})")
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ap.add_argument("--slip", type=float, default=None,
+                    help="--reasoner: the chance that a step of a worked solution slips, off by 1 to 10 (default "
+                    f"{REASONER_SLIP}; 0: they never slip; the first tiny-reasoner was --slip 0 --steps 500 --eval-every 100)")
     tiny_only = {"target_low": 0.35, "target_high": 0.55, "max_steps": 6000, "eval_every": 100}
     ap.add_argument("--target-low", type=float, default=None, help="stop once greedy held-out accuracy reaches this (default 0.35)")
     ap.add_argument("--target-high", type=float, default=None, help="fail if accuracy overshoots this (default 0.55)")
     ap.add_argument("--max-steps", type=int, default=None, help="most training steps (default 6000)")
-    ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evaluations (default 100)")
+    ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evaluations (default 100; --reasoner "
+                    f"{REASONER_EVAL_EVERY}, and they draw from the training's random stream)")
     args = ap.parse_args(argv)
     if args.verifier or args.reasoner:
         flag = "--verifier" if args.verifier else "--reasoner"
@@ -411,10 +439,15 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--steps must be >= 1, got {args.steps}")
         if args.eval_every is not None and args.eval_every < 1:
             ap.error(f"--eval-every must be >= 1, got {args.eval_every}")
+    if args.slip is not None and not args.reasoner:
+        ap.error("--slip: an option of --reasoner")
+    if args.slip is not None and not 0.0 <= args.slip < 0.5:
+        ap.error(f"--slip must be in [0, 0.5), got {args.slip}")
     if args.reasoner:
         out = args.out or embedded_model_path("tiny-reasoner")
-        info = build_reasoner(out, seed=args.seed, steps=500 if args.steps is None else args.steps,
-                              eval_every=100 if args.eval_every is None else args.eval_every)
+        info = build_reasoner(out, seed=args.seed, steps=REASONER_STEPS if args.steps is None else args.steps,
+                              eval_every=REASONER_EVAL_EVERY if args.eval_every is None else args.eval_every,
+                              slip=REASONER_SLIP if args.slip is None else args.slip)
         print(f"wrote {out}: held-out (500 problems): {_quality_line(info['heldout'])}; {info['seconds']}s")
         return 0
     if args.verifier:

@@ -1,7 +1,7 @@
 """How often a solver's majority vote is right against its greedy answer, on held-out arithmetic
 (docs/claims.md, ttrl): the question label-free (majority-vote) training rests on.
 
-It samples ``--votes`` answers per problem at temperature 1 and reads each as the games read an answer
+It samples ``--votes`` answers per problem at ``--temperature`` (default 1) and reads each as the games read an answer
 (``majority_key``: its last integer). It prints the greedy accuracy, the majority of the first k samples for k = 1, 2, 4, ...
 up to ``--votes``, and, for the first ``--group`` samples (the training group), SeRL's threshold table:
 the share of problems whose majority holds at least t votes and how often that majority is right::
@@ -24,10 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", type=int, default=8, help="the training group the threshold table reads (default 8)")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="default 32 (tiny-reasoner's longest solution is 30)")
     ap.add_argument("--system", default="Solve.", help="the solver's system message (default Solve.)")
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
     ap.add_argument("--seed", type=int, default=0, help="torch seed (default 0)")
     args = ap.parse_args(argv)
     if min(args.n, args.votes, args.group, args.max_new_tokens) < 1 or args.group > args.votes:
         ap.error("--n, --votes, --group and --max-new-tokens must be >= 1, and --group at most --votes")
+    if not args.temperature > 0:
+        ap.error(f"--temperature must be > 0 (greedy is printed anyway), got {args.temperature}")
 
     import torch
 
@@ -40,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     records = load_heldout()[:args.n]
     truth = [int(r["answer"]) for r in records]
     greedy, answers = sample_answers(policy, records, votes=args.votes, max_new_tokens=args.max_new_tokens,
-                                     system=args.system)
+                                     system=args.system, temperature=args.temperature)
     n = len(records)
-    print(f"{args.model}, {n} held-out problems, {args.votes} samples each at temperature 1")
+    print(f"{args.model}, {n} held-out problems, {args.votes} samples each at temperature {args.temperature:g}")
     print(f"greedy: {sum(g == t for g, t in zip(greedy, truth)) / n:.3f}")
     print(f"one sample: {sum(a == t for row, t in zip(answers, truth) for a in row) / (n * args.votes):.3f}")
     k = 2

@@ -1,10 +1,11 @@
 """The embedded scratchpad solver (``tiny-reasoner``, ``cogym build-tiny-model --reasoner``): its worked
-solutions end in the answer and take several routes, the build writes a loadable model, and the shipped
-model's majority vote beats its greedy answer, as docs/claims.md (ttrl) says."""
+solutions end in the answer and take several routes, its training solutions slip at random, the build writes a
+loadable model, and the shipped model's majority vote beats one sample, as docs/claims.md (ttrl) says."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -42,6 +43,37 @@ def test_each_step_of_a_worked_solution_is_right() -> None:
             for step in scratchpad(p, rng).split(","):
                 lhs, rhs = step.split("=")
                 assert eval(lhs) == int(rhs), (p.text, step)  # noqa: S307  (our own digits and + - *)
+
+
+def test_a_slipped_step_is_off_by_1_to_10_and_the_working_goes_on_from_it() -> None:
+    """The training solutions of the shipped model slip (REASONER_SLIP): a step's result is off by 1 to 10 with
+    that chance, and the next step starts from the slipped number, so the answer is wrong and the slip shows."""
+    rng = np.random.default_rng(3)
+    steps = slipped = wrong = solutions = 0
+    for p in _every_problem(Domain(max_operand=40, mul_max_operand=12)):
+        text = scratchpad(p, rng, 0.2)
+        assert len(text) < REASONER_MAX_CHARS
+        if "=" not in text:
+            assert int(text) == p.answer  # answered at once: no step to slip
+            continue
+        solutions += 1
+        results = []
+        for step in text.split(","):
+            lhs, rhs = step.split("=")
+            off = abs(eval(lhs) - int(rhs))  # noqa: S307  (our own digits and + - *)
+            assert off <= 10, (p.text, text)
+            steps, slipped = steps + 1, slipped + (off > 0)
+            results.append(int(rhs))
+        firsts = [int(re.match(r"-?\d+", step).group()) for step in text.split(",")]
+        if p.op != "*":  # a running sum: each step starts from the last result
+            assert firsts[1:] == results[:-1], text
+        else:  # the partial products, as written, are what the last step adds
+            assert text.split(",")[2].split("=")[0] == f"{results[0]}+{results[1]}", text
+        wrong += results[-1] != p.answer
+    assert slipped / steps == pytest.approx(0.2, abs=0.02)
+    assert 0.3 < wrong / solutions < 0.55  # one slip or more in 2 to 3 steps; rarely two that cancel
+    assert all(scratchpad(Problem(37, "+", 45), np.random.default_rng(i), 0.0) == scratchpad(Problem(37, "+", 45), np.random.default_rng(i))
+               for i in range(5))  # slip 0 draws nothing more: the first tiny-reasoner's data
 
 
 def test_worked_solutions_take_several_routes() -> None:
@@ -89,15 +121,15 @@ def test_vote_quality_counts_right_answers() -> None:
         vote_quality(Fixed(), [{"question": "2+2", "answer": 4}], votes=0)
 
 
-def test_the_shipped_reasoners_vote_beats_its_greedy_answer() -> None:
-    """What label-free training needs: a majority of samples is right more often than the greedy answer, and
-    both are partial (docs/claims.md: of the first 300 held-out problems, greedy 38.3%, majority of 32 52.3%)."""
+def test_the_shipped_reasoners_vote_beats_one_sample() -> None:
+    """What label-free training needs: a majority of samples is right far more often than one sample, because the
+    shipped model slips at random (docs/claims.md, ttrl: on the 500 held-out problems one sample 48.4%, greedy
+    77.4%, majority of 8 80.6%)."""
     torch.manual_seed(0)
     policy = Policy.from_pretrained("tiny-reasoner", device="cpu")
-    q = vote_quality(policy, load_heldout()[:200], votes=32)
-    assert 0.2 < q["greedy"] < 0.5
-    assert q["majority_of_32"] >= q["greedy"] + 0.08
-    assert q["one_sample"] < q["greedy"]
+    q = vote_quality(policy, load_heldout()[:200], votes=8)
+    assert q["majority_of_8"] >= q["one_sample"] + 0.2
+    assert 0.3 < q["one_sample"] < q["greedy"] < 0.9
 
 
 def test_the_cli_builds_the_reasoner_and_refuses_the_other_builds_options(tmp_path, capsys) -> None:
@@ -106,7 +138,9 @@ def test_the_cli_builds_the_reasoner_and_refuses_the_other_builds_options(tmp_pa
     assert (tmp_path / "r" / "model.safetensors").is_file()
     for bad, said in ((["--reasoner", "--target-low", "0.3"], "--target-low: options of the tiny model's build"),
                       (["--reasoner", "--verifier"], "not allowed with argument"),
-                      (["--reasoner", "--steps", "0"], "--steps must be >= 1")):
+                      (["--reasoner", "--steps", "0"], "--steps must be >= 1"),
+                      (["--slip", "0.1"], "--slip: an option of --reasoner"),
+                      (["--reasoner", "--slip", "0.5"], "--slip must be in [0, 0.5)")):
         with pytest.raises(SystemExit):
             main(bad)
         assert said in capsys.readouterr().err
