@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -115,9 +116,18 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
     records = load_heldout()[: args.size]
-    acc = heldout_accuracy(policy, records, cfg.prompts["solver"].system if "solver" in cfg.prompts else "",
-                           batch_size=args.batch_size, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens)
+    system = cfg.prompts["solver"].system if "solver" in cfg.prompts else ""
+    max_new_tokens = args.max_new_tokens or cfg.eval.max_new_tokens
+    acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens)
     print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
+    if args.temperature > 0:
+        import torch
+
+        torch.manual_seed(args.seed)
+        acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
+                               temperature=args.temperature, samples=args.samples)
+        print(f"held-out pass@1 of {args.model} at temperature {args.temperature:g}: {acc:.3f} "
+              f"({args.samples} samples of each of {len(records)} problems)")
     return 0
 
 
@@ -282,6 +292,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="cogym", description="LLM co-training setups as multi-agent games.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -303,7 +320,8 @@ def parser() -> argparse.ArgumentParser:
                         "ray.num_rollout_workers=N sets the workers, ray.learners=colocated|separate puts the "
                         "learners in Ray actors (needs: pip install 'cogym[ray]'; docs/ray.md)")
     t.set_defaults(fn=_train)
-    e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set")
+    e = sub.add_parser("eval", help="greedy solver accuracy of a model on the 500-problem held-out set "
+                       "(and pass@1 with --temperature)")
     e.add_argument("--model", default="tiny",
                    help="HF model directory, a Hub id in the local cache, or 'tiny' (default)")
     e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
@@ -311,6 +329,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=_positive_int, default=None, metavar="N",
                    help="longest answer read (default: the config's eval.max_new_tokens, 8 in the shipped one; "
                    "tiny-reasoner writes out its working and needs 32)")
+    e.add_argument("--temperature", type=_nonnegative_float, default=0.0, metavar="T",
+                   help="above 0, also pass@1: the mean accuracy of --samples answers a problem sampled at this "
+                   "temperature (default 0: greedy only)")
+    e.add_argument("--samples", type=_positive_int, default=4, metavar="K", help="answers a problem for pass@1 (default 4)")
+    e.add_argument("--seed", type=int, default=0, help="torch seed of the sampled answers (default 0)")
     e.add_argument("--batch-size", type=_positive_int, default=500,
                    help="prompts per generate call (default 500; lower it for a real model's memory)")
     e.add_argument("--dtype", default="float32", choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],

@@ -270,3 +270,23 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch) -> None
     monkeypatch.setattr(cli, "_games", broken)
     with pytest.raises(BrokenPipeError, match="worker"):
         cli.main(["games"])
+
+
+def test_eval_adds_pass_at_1_at_a_temperature(capsys, monkeypatch):
+    from cogym.agents.policy import Policy
+
+    calls: list[tuple[int, float]] = []
+    generate = Policy.generate
+    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: calls.append((len(prompts), sampling.temperature))
+                        or generate(self, prompts, sampling))
+    assert main(["eval", "--size", "5", "--temperature", "0.8", "--samples", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy of tiny" in out and "pass@1 of tiny at temperature 0.8" in out
+    assert "3 samples of each of 5 problems" in out
+    assert calls == [(5, 0.0), (15, 0.8)]
+    calls.clear()
+    assert main(["eval", "--size", "5"]) == 0
+    assert "pass@1" not in capsys.readouterr().out and calls == [(5, 0.0)]
+    with pytest.raises(SystemExit):
+        main(["eval", "--temperature", "-0.1"])
+    assert "must be a number >= 0" in capsys.readouterr().err
