@@ -72,29 +72,36 @@ register_claim(Claim(
 
 # ------------------------------------------------------------------------------ ttrl
 TTRL_SHARE = 0.8
-# The solver is tiny-reasoner, whose majority vote beats its greedy answer (a scratchpad along random routes):
-# with the tiny model, whose vote does not, label-free training can only lose (docs/claims.md). The label-free
-# arm is guarded by SeRL's majority threshold (5 of 8 votes, in the config).
+# The solver is tiny-reasoner, whose samples slip at random along its worked solutions, so the majority of 8 is
+# right far more often than one sample (docs/claims.md). The held-out accuracy is judged as the papers report it,
+# sampled at the training temperature (pass@1: heldout_sampled_acc), and greedy as well; the label-free arm is
+# guarded by SeRL's majority threshold (5 of 8 votes, in the config).
+SAMPLED = Measure("sampled_gain", "held-out accuracy sampled at temperature 1 (pass@1, 4 samples a problem) after "
+                  "training less before", gain("heldout_sampled_acc"))
 
 
 def _ttrl(values: Values) -> tuple[str, str]:
-    truth, free = mean(values["ground_truth"]["heldout_gain"]), mean(values["label_free"]["heldout_gain"])
-    ratio = free / truth if truth > 0 else float("nan")
-    ok = truth > 0 and free >= TTRL_SHARE * truth
-    return ("reproduced" if ok else "not reproduced",
-            f"label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratio:.2f}; needs >= {TTRL_SHARE})")
+    """Judged on pass@1, the papers' measure; the greedy gains are shown beside it. Greedy decoding already
+    removes most slips by itself (it takes each step's likeliest digit), so it sees only part of the gain."""
+    ratios, parts = {}, []
+    for key, what in (("sampled_gain", "pass@1"), ("heldout_gain", "greedy")):
+        truth, free = mean(values["ground_truth"][key]), mean(values["label_free"][key])
+        ratios[what] = free / truth if truth > 0 else float("nan")
+        parts.append(f"{what}: label-free gain {free:+.3f} vs ground-truth gain {truth:+.3f} (ratio {ratios[what]:.2f})")
+    ok = ratios["pass@1"] >= TTRL_SHARE  # False for NaN: no ground-truth gain, nothing to reproduce
+    return "reproduced" if ok else "not reproduced", "; ".join(parts) + f"; pass@1 needs a ratio >= {TTRL_SHARE}"
 
 
 register_claim(Claim(
     name="ttrl",
     paper="TTRL (Zuo et al. 2025); SeRL (Fang et al. 2025)",
     statement=f"Training on a label-free majority-vote reward (guarded by SeRL's majority threshold) gains at least "
-              f"{TTRL_SHARE:.0%} of what the ground-truth reward gains on held-out accuracy, on the same problems "
-              "with the same budget.",
+              f"{TTRL_SHARE:.0%} of what the ground-truth reward gains on held-out pass@1 (accuracy sampled at "
+              "the training temperature), on the same problems with the same budget.",
     arms=(Arm("ground_truth", "ttrl_reasoner.yaml", ("game.kwargs.verifier=exact", "game.kwargs.majority_min=0"), "rewarded by the true answer"),
           Arm("label_free", "ttrl_reasoner.yaml", (),
               "agreement with the majority of 8 answers, groups under 5 agreeing votes dropped")),
-    measures=(HELDOUT,
+    measures=(SAMPLED, HELDOUT,
               Measure("majority_correct", "the majority answer is the true one (last 20 iterations)",
                       last("solver/majority_correct")),
               Measure("true_correct", "a sampled answer is right (last 20 iterations)", last("solver/true_correct")),
@@ -103,7 +110,7 @@ register_claim(Claim(
               Measure("reward", "the solver's training reward (last 20 iterations)", last("solver/reward"))),
     judge=_ttrl,
     curve="solver/reward",
-    minutes=17.8,
+    minutes=17.7,
 ))
 
 

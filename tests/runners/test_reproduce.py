@@ -76,15 +76,22 @@ def test_the_kuhn_judge_needs_every_variant_at_or_below_the_target() -> None:
     assert verdict == "not reproduced" and "average strategy: self_play 0.120" in reason  # shown, the last iterate judged
 
 
-def test_the_ttrl_judge_compares_the_gains() -> None:
+def test_the_ttrl_judge_compares_the_pass_at_1_gains_and_shows_the_greedy_ones() -> None:
     judge = claim_named("ttrl").judge
-    assert judge({"ground_truth": {"heldout_gain": [0.10, 0.12, 0.08]},
-                  "label_free": {"heldout_gain": [0.09, 0.08, 0.08]}})[0] == "reproduced"  # 0.083 >= 0.8 * 0.1
-    assert judge({"ground_truth": {"heldout_gain": [0.10, 0.12, 0.08]},
-                  "label_free": {"heldout_gain": [0.07, 0.08, 0.08]}})[0] == "not reproduced"
-    assert judge({"ground_truth": {"heldout_gain": [-0.01, 0.0, 0.0]},  # nothing to match
-                  "label_free": {"heldout_gain": [0.0, 0.0, 0.0]}})[0] == "not reproduced"
-    verdict, reason = judge({"ground_truth": {"heldout_gain": [0.40, 0.42, 0.44]}, "label_free": {"heldout_gain": [0.0, 0.01, -0.01]}})
+
+    def arms(truth: list[float], free: list[float], greedy=([0.1] * 3, [0.0] * 3)) -> dict:
+        return {"ground_truth": {"sampled_gain": truth, "heldout_gain": greedy[0]},
+                "label_free": {"sampled_gain": free, "heldout_gain": greedy[1]}}
+
+    assert judge(arms([0.10, 0.12, 0.08], [0.09, 0.08, 0.08]))[0] == "reproduced"  # 0.083 >= 0.8 * 0.1
+    assert judge(arms([0.10, 0.12, 0.08], [0.07, 0.08, 0.08]))[0] == "not reproduced"
+    assert judge(arms([-0.01, 0.0, 0.0], [0.0, 0.0, 0.0]))[0] == "not reproduced"  # nothing to match
+    # the greedy gains are shown, not judged: greedy decoding already drops most slips
+    verdict, reason = judge(arms([0.30, 0.32, 0.34], [0.28, 0.30, 0.29], greedy=([0.1] * 3, [0.06] * 3)))
+    assert verdict == "reproduced"
+    assert "pass@1: label-free gain +0.290 vs ground-truth gain +0.320 (ratio 0.91)" in reason
+    assert "greedy: label-free gain +0.060 vs ground-truth gain +0.100 (ratio 0.60)" in reason
+    verdict, reason = judge(arms([0.40, 0.42, 0.44], [0.0, 0.01, -0.01]))
     assert verdict == "not reproduced" and "label-free gain +0.000 vs ground-truth gain +0.420 (ratio 0.00" in reason
 
 
