@@ -357,9 +357,12 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = REASONER_STEPS,
     """Train ``tiny-reasoner`` from scratch (module docstring): ``steps`` steps of ``batch_size`` worked
     solutions of fresh problems (none held out) under the solver's instruction, AdamW at ``lr`` after a
     100-step warm-up. It stops at a fixed step, not at an accuracy band, so the build is one deterministic
-    path. Every ``eval_every`` steps and at the end it records ``vote_quality`` on held-out problems (200,
-    then all 500) and writes the model and ``build_info.json``."""
+    path. Each step of a worked solution slips with chance ``slip`` (``scratchpad``). Every ``eval_every`` steps
+    and at the end it records ``vote_quality`` on held-out problems (200, then all 500) and writes the model
+    and ``build_info.json``."""
     _require_positive(steps=steps, batch_size=batch_size, eval_every=eval_every, votes=votes)
+    if not 0.0 <= slip < 0.5:  # at 0.5 a step would be as often wrong as right: nothing left to vote on
+        raise ValueError(f"slip must be in [0, 0.5), got {slip}")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     tok = build_char_tokenizer()
@@ -393,8 +396,8 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = REASONER_STEPS,
     model.generation_config.pad_token_id = tok.pad_token_id
     policy.save(out_dir)
     info = {"params": sum(p.numel() for p in model.parameters()), "seed": seed, "steps": steps,
-            "batch_size": batch_size, "lr": lr, "slip": slip, "eval_every": eval_every, "heldout": final, "loss": round(float(loss.detach()), 4),
-            "seconds": round(time.time() - t0, 1), "history": history}
+            "batch_size": batch_size, "lr": lr, "slip": slip, "eval_every": eval_every, "heldout": final,
+            "loss": round(float(loss.detach()), 4), "seconds": round(time.time() - t0, 1), "history": history}
     (Path(out_dir) / "build_info.json").write_text(json.dumps(info, indent=1))
     return info
 

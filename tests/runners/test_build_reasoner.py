@@ -98,6 +98,9 @@ def test_build_reasoner_writes_a_loadable_model_and_its_vote_quality(tmp_path) -
     assert policy.model.config.eos_token_id == policy.tokenizer.eos_token_id
     with pytest.raises(ValueError, match="steps=0: must be >= 1"):
         build_reasoner(tmp_path / "x", steps=0)
+    with pytest.raises(ValueError, match=r"slip must be in \[0, 0.5\), got 0.5"):
+        build_reasoner(tmp_path / "x", slip=0.5)
+    assert written["slip"] == 0.1 and written["eval_every"] == 1  # the shipped default, recorded
 
 
 def test_majority_of_picks_the_answer_the_label_free_game_picks() -> None:
