@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-high", type=float, default=None, help="fail if accuracy overshoots this (default 0.55)")
     ap.add_argument("--max-steps", type=int, default=None, help="most training steps (default 6000)")
     ap.add_argument("--eval-every", type=int, default=None, help="steps between held-out evaluations (default 100; --reasoner "
-                    f"{REASONER_EVAL_EVERY}, and they draw from the training's random stream)")
+                    f"{REASONER_EVAL_EVERY})")
     args = ap.parse_args(argv)
     if args.verifier or args.reasoner:
         flag = "--verifier" if args.verifier else "--reasoner"

@@ -76,8 +76,8 @@ TTRL_SHARE = 0.8
 # right far more often than one sample (docs/claims.md). The held-out accuracy is judged as the papers report it,
 # sampled at the training temperature (pass@1: heldout_sampled_acc), and greedy as well; the label-free arm is
 # guarded by SeRL's majority threshold (5 of 8 votes, in the config).
-SAMPLED = Measure("sampled_gain", "held-out accuracy sampled at temperature 1 (pass@1, 4 samples a problem) after "
-                  "training less before", gain("heldout_sampled_acc"))
+SAMPLED = Measure("sampled_gain", "held-out pass@1 (accuracy sampled at eval.temperature, eval.samples answers a "
+                  "problem) after training less before", gain("heldout_sampled_acc"))
 
 
 def _ttrl(values: Values) -> tuple[str, str]:

@@ -120,14 +120,17 @@ def _eval(args: argparse.Namespace) -> int:
     max_new_tokens = args.max_new_tokens or cfg.eval.max_new_tokens
     acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens)
     print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
-    if args.temperature > 0:
-        import torch
+    temperature = cfg.eval.temperature if args.temperature is None else args.temperature
+    samples = args.samples or cfg.eval.samples
+    if temperature > 0:
+        from .evaluation import HeldoutArithmetic, forked_rng
 
-        torch.manual_seed(args.seed)
-        acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
-                               temperature=args.temperature, samples=args.samples)
-        print(f"held-out pass@1 of {args.model} at temperature {args.temperature:g}: {acc:.3f} "
-              f"({args.samples} samples of each of {len(records)} problems)")
+        # the training evaluator's draws by default: the same figure as the run's heldout_sampled_acc
+        with forked_rng(HeldoutArithmetic.seed if args.seed is None else args.seed):
+            acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, samples=samples)
+        print(f"held-out pass@1 of {args.model} at temperature {temperature:g}: {acc:.3f} "
+              f"({samples} samples of each of {len(records)} problems)")
     return 0
 
 
@@ -329,11 +332,14 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=_positive_int, default=None, metavar="N",
                    help="longest answer read (default: the config's eval.max_new_tokens, 8 in the shipped one; "
                    "tiny-reasoner writes out its working and needs 32)")
-    e.add_argument("--temperature", type=_nonnegative_float, default=0.0, metavar="T",
+    e.add_argument("--temperature", type=_nonnegative_float, default=None, metavar="T",
                    help="above 0, also pass@1: the mean accuracy of --samples answers a problem sampled at this "
-                   "temperature (default 0: greedy only)")
-    e.add_argument("--samples", type=_positive_int, default=4, metavar="K", help="answers a problem for pass@1 (default 4)")
-    e.add_argument("--seed", type=int, default=0, help="torch seed of the sampled answers (default 0)")
+                   "temperature (default: the config's eval.temperature, 0 in the shipped one: greedy only)")
+    e.add_argument("--samples", type=_positive_int, default=None, metavar="K",
+                   help="answers a problem for pass@1 (default: the config's eval.samples, 4)")
+    e.add_argument("--seed", type=int, default=None,
+                   help="torch seed of the sampled answers (default: the training evaluator's, so a run's "
+                   "heldout_sampled_acc is reproduced)")
     e.add_argument("--batch-size", type=_positive_int, default=500,
                    help="prompts per generate call (default 500; lower it for a real model's memory)")
     e.add_argument("--dtype", default="float32", choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],

@@ -310,7 +310,7 @@ def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch)
     assert torch.equal(torch.rand(2), expected_next)  # the caller's stream continues as if nothing ran
     assert set(out) == {"heldout_acc", "heldout_sampled_acc"} and 0.0 <= out["heldout_sampled_acc"] <= 1.0
     assert sampled.evaluate(run) == out  # a fixed sampling stream: before and after compare like with like
-    for bad, message in [("eval.temperature=-0.5", "eval.temperature must be >= 0"), ("eval.samples=0", "eval.samples")]:
+    for bad, message in [("eval.temperature=-0.5", "eval.temperature must be >= 0"), ("eval.samples=0", "and 0$")]:
         with pytest.raises(ConfigError, match=message):
             load_config(None, [bad])
     with pytest.raises(ValueError, match="temperature=nan"):

@@ -196,8 +196,8 @@ def test_eval_reads_answers_as_long_as_the_config_or_the_flag_says(capsys, monke
     short = accuracy([])
     from_config = accuracy(["--config", reasoner])
     from_flag = accuracy(["--max-new-tokens", "32"])
-    assert lengths == [8, 32, 32]
-    assert from_config == from_flag > short + 0.1  # 0.28 against 0.08 on these 50
+    assert lengths == [8, 32, 32, 32]  # the config's also asks for pass@1 (eval.temperature 1), read as long
+    assert from_config == from_flag > short + 0.1  # 0.74 against 0.10 on these 50
     with pytest.raises(SystemExit):
         main(["eval", "--max-new-tokens", "0"])
 
@@ -287,6 +287,54 @@ def test_eval_adds_pass_at_1_at_a_temperature(capsys, monkeypatch):
     calls.clear()
     assert main(["eval", "--size", "5"]) == 0
     assert "pass@1" not in capsys.readouterr().out and calls == [(5, 0.0)]
+    calls.clear()  # a config's eval.temperature and eval.samples are the defaults
+    reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
+    assert main(["eval", "--size", "5", "--config", reasoner]) == 0
+    assert "at temperature 1: " in capsys.readouterr().out and calls == [(5, 0.0), (20, 1.0)]
     with pytest.raises(SystemExit):
         main(["eval", "--temperature", "-0.1"])
     assert "must be a number >= 0" in capsys.readouterr().err
+
+
+def test_eval_reproduces_the_training_evaluators_pass_at_1(capsys):
+    """`cogym eval --config` draws as the run's held-out evaluator does: the same heldout_sampled_acc."""
+    from cogym.agents.policy import Policy
+    from cogym.runners.config import load_config
+    from cogym.runners.evaluation import HeldoutArithmetic
+
+    reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
+    assert main(["eval", "--model", "tiny-reasoner", "--size", "12", "--config", reasoner]) == 0
+    printed = float(capsys.readouterr().out.split("pass@1 of tiny-reasoner at temperature 1: ")[1].split()[0])
+    policy = Policy.from_pretrained("tiny-reasoner", device="cpu")
+    run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
+                           "cfg": load_config(reasoner)})()
+    logged = HeldoutArithmetic(size=12, max_new_tokens=32, temperature=1.0, samples=4).evaluate(run)["heldout_sampled_acc"]
+    assert printed == round(logged, 3)
+
+
+def test_summary_and_learning_curve_show_the_sampled_heldout_accuracy(capsys, monkeypatch, tmp_path):
+    import json
+
+    from cogym.runners.cli import print_summary
+    from cogym.runners.sinks import plot_learning_curve
+
+    monkeypatch.setenv("COLUMNS", "200")
+    print_summary({"heldout_acc_before": 0.774, "heldout_acc_after": 0.862, "heldout_sampled_acc_before": 0.4855,
+                   "heldout_sampled_acc_after": 0.7705, "engines": ["torch"], "iterations": 2, "wall_s": 1.0,
+                   "run_dir": "runs/x"})
+    out = capsys.readouterr().out
+    assert "held-out accuracy (greedy)" in out and "77.4% -> 86.2% (+8.8 pts)" in out
+    assert "held-out accuracy (sampled)" in out and "48.5% -> 77.0% (+28.5 pts)" in out
+    metrics = tmp_path / "metrics.jsonl"
+    rows = [{"iteration": 0, "heldout_acc": 0.77, "heldout_sampled_acc": 0.49},
+            {"iteration": 1, "rollout_s": 1.0, "solver/reward": 0.3},
+            {"iteration": 2, "rollout_s": 1.0, "solver/reward": 0.5, "heldout_acc": 0.86, "heldout_sampled_acc": 0.77}]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    import matplotlib.axes
+
+    labels: list[str] = []
+    plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **k: labels.append(k.get("label")) or plot(self, *a, **k))
+    plot_learning_curve(metrics, tmp_path / "curve.png", ("solver",))
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert {"held-out accuracy (greedy)", "held-out accuracy (sampled)"} <= set(labels)
