@@ -58,15 +58,15 @@ def print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .sinks import HELDOUT_LABELS
+
     table = Table(title="cogym train: summary", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    before, after = summary.get("heldout_acc_before"), summary.get("heldout_acc_after")
-    if before is not None and after is not None:
-        table.add_row("held-out accuracy (greedy)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
-    before, after = summary.get("heldout_sampled_acc_before"), summary.get("heldout_sampled_acc_after")
-    if before is not None and after is not None:  # eval.temperature > 0
-        table.add_row("held-out accuracy (sampled)", f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+    for key, label in HELDOUT_LABELS.items():  # greedy, and sampled with eval.temperature > 0
+        before, after = summary.get(f"{key}_before"), summary.get(f"{key}_after")
+        if before is not None and after is not None:
+            table.add_row(label, f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
     for key in summary:  # declared evaluators (eval.evaluators): eval/<name>/<metric>, before -> after
         if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
             first, last = summary[key], summary[f"{key[:-7]}_after"]
@@ -111,26 +111,23 @@ def _eval(args: argparse.Namespace) -> int:
     from cogym.envs.arithmetic import load_heldout
 
     from .config import load_config
-    from .evaluate import heldout_accuracy
+    from .evaluation import HeldoutArithmetic
 
     cfg = load_config(args.config)
     policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
-    records = load_heldout()[: args.size]
-    system = cfg.prompts["solver"].system if "solver" in cfg.prompts else ""
-    max_new_tokens = args.max_new_tokens or cfg.eval.max_new_tokens
-    acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens)
-    print(f"held-out greedy accuracy of {args.model}: {acc:.3f} on {len(records)} problems")
-    temperature = cfg.eval.temperature if args.temperature is None else args.temperature
-    samples = args.samples or cfg.eval.samples
-    if temperature > 0:
-        from .evaluation import HeldoutArithmetic, forked_rng
-
-        # the training evaluator's draws by default: the same figure as the run's heldout_sampled_acc
-        with forked_rng(HeldoutArithmetic.seed if args.seed is None else args.seed):
-            acc = heldout_accuracy(policy, records, system, batch_size=args.batch_size, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, samples=samples)
-        print(f"held-out pass@1 of {args.model} at temperature {temperature:g}: {acc:.3f} "
-              f"({samples} samples of each of {len(records)} problems)")
+    n = len(load_heldout()[: args.size])
+    # The training evaluator, with the config's settings and draws unless a flag says otherwise: its pass@1 is
+    # the run's heldout_sampled_acc.
+    ev = HeldoutArithmetic(size=args.size, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens,
+                           batch_size=args.batch_size,
+                           temperature=cfg.eval.temperature if args.temperature is None else args.temperature,
+                           samples=args.samples or cfg.eval.samples,
+                           **({} if args.seed is None else {"seed": args.seed}))
+    acc = ev.accuracies(policy, cfg.prompts["solver"].system if "solver" in cfg.prompts else "")
+    print(f"held-out greedy accuracy of {args.model}: {acc['heldout_acc']:.3f} on {n} problems")
+    if "heldout_sampled_acc" in acc:
+        print(f"held-out pass@1 of {args.model} at temperature {ev.temperature:g}: {acc['heldout_sampled_acc']:.3f} "
+              f"({ev.samples} samples of each of {n} problems)")
     return 0
 
 

@@ -89,12 +89,15 @@ class HeldoutArithmetic:
             raise ValueError(f"temperature={self.temperature!r}: must be >= 0 (0: greedy accuracy only)")
 
     def evaluate(self, run) -> dict[str, float]:
-        from cogym.envs.arithmetic import load_heldout
-
         policy = run.policy_for_role(self.role) if self.role in run.roles else None
         if policy is None:
             return {}
-        system = run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else ""
+        return self.accuracies(policy, run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else "")
+
+    def accuracies(self, policy, system: str) -> dict[str, float]:
+        """``heldout_acc`` of ``policy`` under the system message ``system`` (and ``heldout_sampled_acc``)."""
+        from cogym.envs.arithmetic import load_heldout
+
         records = load_heldout()[: self.size]
         out = {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
                                                batch_size=self.batch_size)}
