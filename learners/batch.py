@@ -211,7 +211,7 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: 
         at = (layout.score_row.to(device)[rows, cols], layout.score_col.to(device)[rows, cols])
     parts = _decoder_and_head(model)
     if parts is None:  # a model without the standard decoder/head split: full logits, then select
-        hidden, head = model(**inputs).logits[at], None
+        hidden, head = _positions(model(**inputs).logits, at), None
         vocab = hidden.shape[-1]
     else:
         decoder, head, vocab = parts
@@ -222,7 +222,7 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: 
             model(**inputs, logits_to_keep=1, use_cache=False)
         finally:
             hook.remove()
-        hidden = seen[-1][at]  # (K, H): the K scored positions
+        hidden = _positions(seen[-1], at)  # (K, H): the K scored positions
     targets = b.resp_ids[rows, cols]
     step = max(1, HEAD_CHUNK_ELEMENTS // max(1, vocab))
     pieces = []
@@ -240,6 +240,20 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: 
     if entropy:
         ent = ent.index_put((rows, cols), torch.cat([p[1] for p in pieces]))
     return logp, ent
+
+
+def _positions(x: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``x[at]``: the (K, H) rows of ``x`` (B, W, H) at positions ``at`` = (row, column) indices, with a
+    backward that repeats bit for bit. A packed layout scores one position more than once (a shared
+    prompt's last token predicts the first token of each of its responses), and on CPU the backward of
+    advanced indexing adds the repeated rows with parallel atomic adds, in whatever order the threads
+    reach them: two identical runs then differed in the last bits of the gradient under CPU load.
+    ``index_select``'s backward (``index_add_``) adds them in index order; on CUDA advanced indexing's
+    backward sorts the indices and is the deterministic one (``index_add_`` uses atomics there)."""
+    if x.device.type != "cpu":
+        return x[at]
+    flat = x.reshape(-1, x.shape[-1])  # (B*W, H)
+    return flat.index_select(0, at[0] * x.shape[1] + at[1])
 
 
 def _head_scores(head: torch.nn.Module | None, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
