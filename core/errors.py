@@ -41,3 +41,10 @@ class GameStepError(CogymError, RuntimeError):
 
     def __reduce__(self):  # pickled whole (a Ray worker's or another rank's error reaches the driver as itself)
         return (type(self), (self.args[0], self.record))
+
+
+class GameContractError(GameStepError, GameError):
+    """A game broke the game contract while it was played: a reward that is not a finite number inside
+    ``spec.reward_range``, an observation outside the game's observation space, or an ``infos`` outcome
+    of the wrong type. One block like :class:`GameStepError`'s, naming the value and the rule; it is a
+    :class:`GameError` too (what ``check_game`` says of the same fault)."""

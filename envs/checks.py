@@ -25,9 +25,9 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 
-from cogym.core.errors import GameError
-from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv, GameSpec, check_messages
+from cogym.envs.contract import ContractViolation, check_infos, check_rewards, observed_text
+from cogym.envs.contract import check_observation as check_turn_observation
 from cogym.envs.registry import make, scripted_strategies
 from cogym.envs.token_level import GRANULARITIES, TokenLevelEnv
 
@@ -51,10 +51,6 @@ def _freeze(obj: Any) -> Any:
     return obj
 
 
-def _text_of(obs: Any) -> str:
-    return obs["text"] if isinstance(obs, dict) and isinstance(obs.get("text"), str) else ""
-
-
 class _Episode:
     """One episode played by a fixed plan (role -> strategy), recording everything it saw."""
 
@@ -75,12 +71,12 @@ class _Episode:
         if strategy == _SAMPLE:
             return self.env.action_space(agent).sample()
         if not isinstance(self.env, TokenLevelEnv):
-            return self._message(agent, strategy, _text_of(obs))
+            return self._message(agent, strategy, obs["text"])  # checked by check_observation first
         # Token level: a scripted or pathological message is emitted one token per step.
         queue = self.queues.setdefault(agent, [])
         if not self.env.in_message(agent):
             # A new message; what is left of the last one (cut by max_turn_tokens or the game) is dropped.
-            queue[:] = self.env.encode_message(self._message(agent, strategy, self.env.env.observe(agent)["text"]))
+            queue[:] = self.env.encode_message(self._message(agent, strategy, self._text(agent)))
         return queue.pop(0)
 
     def _message(self, agent: str, strategy: str, text: str) -> str:
@@ -88,23 +84,34 @@ class _Episode:
             return PATHOLOGICAL[int(self.rng.integers(len(PATHOLOGICAL)))]
         return self.scripted[self.env.role_of(agent)][strategy](text, self.rng)
 
+    def _text(self, agent: str) -> str:
+        """The turn-level text ``agent`` is asked about, held to the contract as the play loop holds it."""
+        try:
+            return observed_text(self.env, agent)
+        except ContractViolation as exc:
+            raise self.fail(str(exc)) from None
+
     def record(self, agent: str, action: Any) -> None:
-        env, (lo, hi) = self.env, self.env.spec.reward_range
+        env = self.env
+        try:  # the rules the play loop holds every step to (cogym.envs.contract), in its words
+            check_rewards(env.unwrapped)
+            check_infos(env.unwrapped)
+        except ContractViolation as exc:
+            raise self.fail(f"after {agent}'s move: {exc}") from None
         for a, r in env.rewards.items():
-            if not lo - 1e-9 <= float(r) <= hi + 1e-9:
-                raise self.fail(f"seat {a} got reward {r} outside spec.reward_range {env.spec.reward_range}")
             self.returns[a] = self.returns.get(a, 0.0) + float(r)
         for a, info in env.infos.items():
-            try:
-                SeatOutcome.from_info(info, where=f"infos[{a!r}]")
-            except GameError as exc:
-                raise self.fail(f"{exc} (the game -> learner contract, cogym.core.outcome)") from None
             self.last_infos[a] = info
         short = action if not isinstance(action, str) or len(action) <= 64 else action[:64] + f"...({len(action)} chars)"
         self.trace.append((agent, short, _freeze(env.rewards), _freeze(env.terminations), _freeze(env.truncations), _freeze(env.infos)))
 
     def check_observation(self, agent: str, obs: Any) -> None:
-        if not self.env.observation_space(agent).contains(obs):
+        if not isinstance(self.env, TokenLevelEnv):
+            try:
+                check_turn_observation(self.env.unwrapped, agent, obs)
+            except ContractViolation as exc:
+                raise self.fail(str(exc)) from None
+        elif not self.env.observation_space(agent).contains(obs):
             raise self.fail(f"observation of {agent} is outside its observation_space: {str(obs)[:200]}")
 
     def check_messages(self, agent: str, obs: Any) -> None:
@@ -146,6 +153,8 @@ class _Episode:
             if ready[0] != env.agent_selection or len(set(ready)) != len(ready):
                 raise self.fail(f"ready_agents() {ready} must list distinct seats starting at agent_selection {env.agent_selection!r}")
             seen = {a: env.observe(a) for a in ready}
+            for a in ready:  # a broken observation is named as such, before a twin reads it
+                self.check_observation(a, seen[a])
             actions = {a: self.action(a, seen[a]) for a in ready}
             for a in ready:
                 if a not in env.agents or env.terminations[a] or env.truncations[a]:
@@ -306,7 +315,8 @@ def prompts_that_depend_on_play(env_id: str, kwargs: dict[str, Any] | None = Non
     and another RNG each time), recording the text each seat is first asked; a role whose text
     differs depends on the other seats' moves (a solver answering a proposer's problem), so the
     games of one seed do not ask it one question. Roles without scripted twins cannot be probed and
-    are not reported. Bounded: each play stops after ``spec.max_turns`` moves."""
+    are not reported. Bounded: each play stops after ``spec.max_turns`` moves. An observation that breaks
+    the contract raises :class:`~cogym.envs.contract.ContractViolation`."""
     scripted = scripted_strategies(env_id)
     env = make(env_id, **dict(kwargs or {}))
     wanted = set(env.spec.roles if roles is None else roles)
@@ -328,11 +338,11 @@ def prompts_that_depend_on_play(env_id: str, kwargs: dict[str, Any] | None = Non
                     env.step(None)
                     continue
                 for a in ready:
-                    first.setdefault(a, env.observe(a)["text"])
+                    first.setdefault(a, observed_text(env, a))
                 for a in ready:
                     if a not in env.agents or env.terminations[a] or env.truncations[a] or env.agent_selection != a:
                         break
-                    env.step(twins[env.role_of(a)](env.observe(a)["text"], rng))
+                    env.step(twins[env.role_of(a)](observed_text(env, a), rng))
             seen.append(first)
         for seat in env.possible_agents:
             role = env.role_of(seat)

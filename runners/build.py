@@ -19,12 +19,15 @@ from cogym.agents.lora import ADAPTER_CONFIG, LoraBase, adapter_base, is_adapter
 from cogym.agents.policy import Policy, resolve_model_dir
 from cogym.agents.scripted import ScriptedAgent
 from cogym.agents.types import Agent
+from cogym.core.errors import GameError
 from cogym.envs import make
+from cogym.envs.contract import ContractViolation
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners.algorithms import registry
 from cogym.learners.learner import Learner
 
 from .agent_factory import AgentFactory, twin_name
+from .core import reproduce_command
 from .config import Config, ConfigError, _build, _suggest, league_policy
 from .evaluation import evaluators_of
 from .modules import import_game_modules
@@ -128,7 +131,13 @@ def _warn_mixed_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]
         return
     from cogym.envs.checks import prompts_that_depend_on_play
 
-    for role, (a, b) in sorted(prompts_that_depend_on_play(cfg.game.id, cfg.game.kwargs, grouped_roles).items()):
+    try:
+        depends = prompts_that_depend_on_play(cfg.game.id, cfg.game.kwargs, grouped_roles)
+    except ContractViolation as exc:
+        raise GameError(f"game {cfg.game.id} broke the game contract when its scripted twins played it (to check "
+                        f"game.group_size's groups): {exc}\nReproduce it against cogym's game contract:\n  "
+                        f"{reproduce_command(cfg.game.id, dict(cfg.game.kwargs))}") from None
+    for role, (a, b) in sorted(depends.items()):
         warnings.warn(
             f"game.group_size: {cfg.game.group_size} groups the {role!r} turns of games played from one seed, but in "
             f"{cfg.game.id} what a {role!r} seat is asked depends on the other seats' moves (one seed gave {a[:40]!r} "

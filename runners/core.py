@@ -14,6 +14,8 @@ class plays a seat is never asked, so a wrapper that delegates the protocol play
 from __future__ import annotations
 
 import inspect
+import shlex
+import sys
 import time
 import traceback
 from collections import defaultdict
@@ -25,9 +27,12 @@ import numpy as np
 from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
-from cogym.core.errors import GameStepError
+from cogym.core.errors import GameContractError, GameStepError
 from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv, check_messages
+from cogym.envs.contract import ContractViolation, check_infos, check_rewards
+from cogym.envs.contract import shown as shown_value
+from cogym.envs.registry import module_of
 
 
 @dataclass
@@ -39,8 +44,8 @@ class RolloutResult:
     generate_seconds: float = 0.0
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
-    # per game: every move in order of play, {"seat", "role", "policy", "text"} (scripted seats too):
-    # what transcripts show
+    # per game: every move in order of play, {"seat", "role", "policy", "text", "shown"} (scripted seats
+    # too; "shown": the text the seat was asked about): what transcripts show
     moves: list[list[dict]] = field(default_factory=list)
     # games that raised and were skipped (game.on_error: skip): GameStepError.record of each, and the
     # games' places in this result's lists (their returns and infos are empty: no game result to rate)
@@ -64,14 +69,15 @@ def chat_messages(system: str | None, text: str) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
 
 
-def skip_dead(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
-    """Step finished seats with None (the AEC protocol) until a live seat or no seat is left."""
+def skip_dead(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict], checked: bool = False) -> None:
+    """Step finished seats with None (the AEC protocol) until a live seat or no seat is left; ``checked``:
+    each step's rewards and infos held to the contract (:func:`checked_collect`)."""
     while env.agents:
         sel = env.agent_selection
         if not (env.terminations.get(sel) or env.truncations.get(sel)):
             return
         env.step(None)
-        collect(env, returns, infos)
+        (checked_collect if checked else collect)(env, returns, infos)
 
 
 def collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
@@ -81,6 +87,16 @@ def collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) ->
         returns[seat] = returns.get(seat, 0.0) + float(r)
     for seat, info in env.infos.items():
         infos[seat] = info
+
+
+def checked_collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
+    """:func:`collect`, after holding the step's rewards and infos to the game contract
+    (:mod:`cogym.envs.contract`): a :class:`~cogym.envs.contract.ContractViolation` before any of them
+    is kept, so a NaN or out-of-range reward, or a mistyped outcome, never reaches a learner."""
+    game = env.unwrapped
+    check_rewards(game)
+    check_infos(game)
+    collect(env, returns, infos)
 
 
 def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, float]],
@@ -136,6 +152,7 @@ class Episodes:
         self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
         self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
         self.log: list[list[dict]] = [[] for _ in games]  # per game: its moves, for transcripts
+        self.shown: dict[tuple[int, str], str] = {}  # (game, seat) -> the text the seat was asked about, until it answers
         for g, env in enumerate(games):
             try:
                 env.reset(seed=int(seeds[g]))
@@ -168,12 +185,19 @@ class Episodes:
 
     def skip_dead(self, g: int) -> None:
         try:  # steps finished seats with None: the game's code runs
-            skip_dead(self.games[g], self.returns[g], self.infos[g])
-        except Exception as exc:  # noqa: BLE001 - the game's own code failed
+            skip_dead(self.games[g], self.returns[g], self.infos[g], checked=True)
+        except Exception as exc:  # noqa: BLE001 - the game's own code failed (or broke the contract)
             self.game_failed(g, self.games[g].agent_selection, None, "", None, exc)
 
-    def collect(self, g: int) -> None:
-        collect(self.games[g], self.returns[g], self.infos[g])
+    def collect(self, g: int, s: "Seat", move: Any) -> bool:
+        """Take game ``g``'s rewards and infos after seat ``s`` played ``move``, held to the contract;
+        False when they broke it (the game is reported by :meth:`game_failed`)."""
+        try:
+            checked_collect(self.games[g], self.returns[g], self.infos[g])
+        except ContractViolation as exc:
+            self.game_failed(g, s.seat, s.role, s.policy_id, move, exc)
+            return False
+        return True
 
     def converse(self, g: int, seat: str, system: str | None, request: Request) -> None:
         """Give ``request`` (a conversation role's) the seat's conversation, with the game's new messages."""
@@ -186,7 +210,11 @@ class Episodes:
     def answered(self, g: int, seat: str, text: str, prompt_ids: list[int] | None = None,
                  response_ids: list[int] | None = None, role: str = "", policy_id: str = "") -> None:
         """A seat answered: the game's move log and a conversation's history (and ids, for a model) take the answer."""
-        self.log[g].append({"seat": seat, "role": role, "policy": policy_id, "text": text})
+        entry = {"seat": seat, "role": role, "policy": policy_id, "text": text}
+        shown = self.shown.pop((g, seat), None)  # popped: at token level it was asked at the message's start
+        if shown is not None:
+            entry["shown"] = shown
+        self.log[g].append(entry)
         conv = self.conversations.get((g, seat))
         if conv is not None:
             conv.answered(text, prompt_ids, response_ids)
@@ -269,7 +297,9 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
                         ep.game_failed(g, s.seat, s.role, s.policy_id, moves[(g, s.k)], exc)
                         mover.drop(g)
                         break
-                    ep.collect(g)
+                    if not ep.collect(g, s, moves[(g, s.k)]):
+                        mover.drop(g)
+                        break
                     mover.after_step(ep, s)
                     ep.skip_dead(g)
                     if not env.agents or g in ep.failed:
@@ -317,6 +347,7 @@ def _ready_seats(ep: Episodes, g: int, seat_map: SeatMap | Sequence[SeatMap], sy
         try:
             text = mover.request_text(env, g, seat)
             if text is not None:
+                ep.shown[(g, seat)] = text
                 request = Request(messages=chat_messages(system_prompts.get(role), text), role=role, seat=seat,
                                   key=ep.request_key(g, len(seats)))
                 if role in env.spec.conversation:
@@ -349,26 +380,61 @@ def _printable(text: str) -> str:
 
 def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | None, policy_id: str, action: Any,
                  exc: BaseException) -> GameStepError:
-    """The one-block report of a game that raised: game and version, seed, seat, role, policy, the move
-    (cut to MAX_ACTION_SHOWN characters), the exception and the line of the game's code that raised it,
-    and the ``check_game`` call that holds the game to cogym's contract."""
+    """The one-block report of a game that raised or broke the game contract: game and version, seed,
+    seat, role, policy, the move (cut to MAX_ACTION_SHOWN characters), the exception and the line of the
+    game's code that raised it (or, for a :class:`~cogym.envs.contract.ContractViolation`, the value and
+    the rule it broke: a :class:`~cogym.core.errors.GameContractError`), and the ``check_game`` call
+    that holds the game to cogym's contract, importing the user's module that registered it."""
     game = env.unwrapped
     game_id, kwargs = getattr(game, "made_with", (getattr(getattr(env, "spec", None), "id", type(game).__name__), {}))
     shown = _move_text(env, seat, action)
-    at = _raised_at(exc, game)
+    broke = isinstance(exc, ContractViolation)
+    at = "" if broke else _raised_at(exc, game)
+    error = f"{type(exc).__name__}: {exc}" if not broke else str(exc)
     record = {"game": game_id, "kwargs": kwargs, "seed": seed, "where": where, "seat": seat, "role": role,
-              "policy": policy_id, "action": shown, "error": _printable(f"{type(exc).__name__}: {exc}"[:500]), "at": at}
+              "policy": policy_id, "action": shown, "error": _printable(error[:500]), "at": at}
     who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
-    lines = [f"game {game_id} raised during play ({where}, seed {seed}):",
-             f"  {who}",
-             f"  move: {shown!r}" if action is not None else "  move: none (the game failed before any move)",
-             f"  error: {record['error']}"]
-    if at:
-        lines.append(f"  raised at {at}")
+    if broke:
+        faulty = who if exc.seat == seat else f"seat {exc.seat!r} (role {_role_of(game, exc.seat)!r})"
+        lines = [f"game {game_id} broke the game contract during play ({where}, seed {seed}):",
+                 f"  {faulty} {_printable(exc.what)} {_printable(shown_value(exc.value))}",
+                 f"  rule: {_printable(exc.rule)}"]
+        if action is not None:
+            lines.append(f"  after the move of {who}: {shown!r}" if exc.seat != seat else f"  after its move: {shown!r}")
+    else:
+        lines = [f"game {game_id} raised during play ({where}, seed {seed}):",
+                 f"  {who}",
+                 f"  move: {shown!r}" if action is not None else "  move: none (the game failed before any move)",
+                 f"  error: {record['error']}"]
+        if at:
+            lines.append(f"  raised at {at}")
     lines += ["Reproduce it against cogym's game contract:",
-              f"  python -c \"from cogym.envs.checks import check_game; check_game({game_id!r}, {kwargs!r})\"",
+              f"  {reproduce_command(game_id, kwargs)}",
               "or skip such games and count them: game.on_error=skip (logged as rollout/game_errors)."]
-    return GameStepError("\n".join(lines), record)
+    return (GameContractError if broke else GameStepError)("\n".join(lines), record)
+
+
+def _role_of(game: Any, seat: str) -> str | None:
+    try:
+        return game.role_of(seat)
+    except Exception:  # noqa: BLE001 - a report must not fail on a broken game
+        return None
+
+
+def reproduce_command(game_id: str, kwargs: dict) -> str:
+    """A shell command that holds ``game_id`` (built with ``kwargs``) to cogym's contract with
+    ``check_game``, importing first the user's module that registered it (a ``.py`` file by its
+    absolute path, or a dotted module), so it runs as printed from any directory."""
+    code = ""
+    module = module_of(game_id)
+    if module and not module.startswith("cogym."):
+        target = getattr(sys.modules.get(module), "__file__", None) if module.startswith("cogym_user_games.") else module
+        if target:
+            code = f"from cogym.runners.modules import import_game_modules; import_game_modules([{str(target)!r}]); "
+    code += f"from cogym.envs.checks import check_game; check_game({game_id!r}, {kwargs!r})"
+    if any(c in code for c in '"$`\\!'):
+        return f"python -c {shlex.quote(code)}"
+    return f'python -c "{code}"'
 
 
 def _move_text(env: Any, seat: str | None, action: Any) -> str:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from cogym.agents.types import Action, Agent
 from cogym.envs.base import CogymEnv
+from cogym.envs.contract import observed_text
 
 from .core import (Episodes, RolloutResult, Seat, SeatMap, chat_messages, collect, credit, play, seat_map_of,
                    skip_dead)
@@ -33,7 +34,7 @@ class TurnMover:
         self._actions: dict[tuple[int, int], Action] = {}
 
     def request_text(self, env: CogymEnv, g: int, seat: str) -> str:
-        return env.observe(seat)["text"]
+        return observed_text(env, seat)
 
     def answer(self, agent: Agent, seats: list[Seat]) -> list[str]:
         answers = agent.act([s.request for s in seats])

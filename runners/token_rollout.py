@@ -26,6 +26,7 @@ from typing import Callable, Hashable, Sequence
 
 from cogym.agents.policy import Policy
 from cogym.agents.types import Agent, Token, TokenStreaming
+from cogym.envs.contract import observed_text
 from cogym.envs.token_level import TokenLevelEnv
 
 from .core import Episodes, RolloutResult, Seat, SeatMap, chat_messages, play
@@ -81,7 +82,7 @@ class TokenMover:
         self.open: dict[tuple[int, str], _Open] = {}
 
     def request_text(self, env: TokenLevelEnv, g: int, seat: str) -> str | None:
-        return None if (g, seat) in self.open else env.unwrapped.observe(seat)["text"]
+        return None if (g, seat) in self.open else observed_text(env, seat)
 
     def answer(self, agent: Agent, seats: list[Seat]) -> list[int]:
         if not isinstance(agent, TokenStreaming):

@@ -321,7 +321,7 @@ def _stopped(exc: GameStepError, run_path: Path, trained: int, start_it: int, fr
                 "checkpoint (add game.on_error=skip to skip games that raise).")
     else:
         note = "The run stopped in its first iteration, before any update: fix the game (or set game.on_error=skip) and start again."
-    return GameStepError(f"{exc}\n{note}", exc.record)
+    return type(exc)(f"{exc}\n{note}", exc.record)  # a GameContractError stays one
 
 
 def _evaluate_before(run: Run, sinks: Sinks, start_it: int, main: bool) -> dict:

@@ -91,7 +91,7 @@ class Unexplained(ProposerSolverEnv):
     [
         (GlobalRandom, {}, "global random"),
         (SharedRng, {"source": "dataset"}, "not deterministic|copies share RNG state|does not fully reset"),
-        (NarrowRange, {}, r"outside spec.reward_range \(-1.0, 0.5\)"),
+        (NarrowRange, {}, r"got reward 1.0: a reward must be a finite number inside spec.reward_range \[-1, 0.5\]"),
         (TooFewTurns, {}, "more than spec.max_turns = 2"),
         (NotZeroSum, {}, "spec.zero_sum but the returns"),
         (LeakyObservation, {}, "observation of ready seat .* changed when another ready seat acted"),
