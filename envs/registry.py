@@ -83,8 +83,18 @@ def _lookup(id: str) -> Registration:
         known = sorted(_REGISTRY)
         close = difflib.get_close_matches(id, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise GameError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}")
+        raise GameError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}. A game written in "
+                        "your own module is registered when the module is imported: list it in the config's game.modules "
+                        "(e.g. game.modules: [mygame.py], a path relative to the config file) or pass --module mygame.py "
+                        "(cogym games, cogym tournament)")
     return _REGISTRY[id]
+
+
+def module_of(id: str) -> str | None:
+    """The module whose code registered game ``id`` (its entry point's module), or None if ``id`` is not
+    registered: what a command that reproduces a user's game imports first."""
+    reg = _REGISTRY.get(id)
+    return getattr(reg.entry_point, "__module__", None) if reg is not None else None
 
 
 def make(id: str, *, granularity: str = "turn", codec: Codec | None = None, max_turn_tokens: int | None = None,

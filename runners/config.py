@@ -373,6 +373,19 @@ def default_config_path() -> Path:
     return Path(str(resources.files("cogym.configs").joinpath(DEFAULT_CONFIG)))
 
 
+def _module_path(module: str, config_path: Path) -> str:
+    """A ``.py`` game module as an absolute path: relative to the working directory, else to the config
+    file (found next to it wherever the command runs). Absolute, so the run's saved config.yaml imports it
+    from any directory (``cogym train --resume``). Dotted module names, and files found nowhere (the
+    import names them), are kept as written."""
+    if not module.endswith(".py") or Path(module).is_absolute():
+        return module
+    for candidate in (Path(module), config_path.parent / module):
+        if candidate.is_file():
+            return str(candidate.resolve())
+    return module
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
     path = default_config_path() if path is None else Path(path)
@@ -392,9 +405,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     if learners is not None and not isinstance(learners, dict):
         raise ConfigError(f"learners must be a mapping of names to sections, got {learners!r}")
     cfg = _build(Config, tree, "")
-    # A game file named relative to the config is found next to it, wherever the command runs.
-    cfg.game.modules = [str(path.parent / m) if m.endswith(".py") and not Path(m).is_absolute()
-                        and not Path(m).exists() and (path.parent / m).exists() else m for m in cfg.game.modules]
+    cfg.game.modules = [_module_path(m, path) for m in cfg.game.modules]
     import_game_modules(cfg.game.modules)  # they may register the algorithms the learners name
     cfg.learners = {str(pid): _build_learner(data, f"learners.{pid}") for pid, data in (learners or {}).items()}
     validate(cfg)

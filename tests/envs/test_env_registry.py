@@ -70,3 +70,11 @@ def test_register_defaults_and_errors(scratch_registry) -> None:
 
 def test_scratch_registry_left_no_trace() -> None:
     assert "tiny_ps-v0" not in registered()
+
+
+def test_an_unknown_game_says_how_a_users_game_is_registered() -> None:
+    """A user who forgot game.modules learns that their module must be imported, and how."""
+    with pytest.raises(ValueError) as err:
+        make("nim-v0")
+    message = str(err.value)
+    assert "game.modules" in message and "--module" in message
