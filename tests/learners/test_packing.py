@@ -283,3 +283,31 @@ def test_a_model_whose_config_is_not_a_transformers_config_is_checked_without_er
         packed = response_logp(model, b, packing="auto")
     assert packing_mod.checked(model) is True
     assert torch.allclose(packed, response_logp(model, b, packing="off"), atol=2e-5)
+
+
+def test_a_position_scored_many_times_gets_the_same_gradient_every_time():
+    """A packed layout scores a shared prompt's last position once per response; the backward must add
+    those rows in a fixed order. On CPU, advanced indexing's backward adds them with parallel atomic
+    adds in thread order (two identical runs drifted from iteration 4); 200 000 scores of 16 positions
+    make that order show on every call with 2 threads, so a repeat of the first gradient is exact only
+    with the ordered backward."""
+    from cogym.learners.batch import _positions
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 8, 64, generator=gen, requires_grad=True)  # (B, W, H)
+        at = (torch.randint(0, 2, (200_000,), generator=gen), torch.randint(0, 8, (200_000,), generator=gen))
+        upstream = torch.randn(200_000, 64, generator=gen)
+        grads = []
+        for _ in range(8):
+            x.grad = None
+            picked = _positions(x, at)
+            assert torch.equal(picked, x[at])  # the rows themselves: exactly advanced indexing's
+            picked.backward(upstream)
+            grads.append(x.grad.clone())
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(g, grads[0]) for g in grads[1:])
+    torch.testing.assert_close(grads[0], torch.zeros_like(x).index_put(at, upstream, accumulate=True))
