@@ -32,29 +32,29 @@ from cogym.runners.train import train
 SPOTS = ((core, "check_rewards"), (core, "check_infos"), (contract, "check_observation"))
 
 
-def _patch(timed: bool, spent: list[float]) -> list[tuple]:
+def _patch(timed: bool, spent: dict[str, list[float]]) -> list[tuple]:
     """Wrap the checks with timers (``timed``) or replace them with no-ops; returns what to restore."""
     saved = []
     for module, name in SPOTS:
         fn = getattr(module, name)
         saved.append((module, name, fn))
 
-        def wrapper(*args, _fn=fn, **kwargs):
+        def wrapper(*args, _fn=fn, _calls=spent.setdefault(name, []), **kwargs):
             t0 = time.perf_counter()
             try:
                 return _fn(*args, **kwargs)
             finally:
-                spent.append(time.perf_counter() - t0)
+                _calls.append(time.perf_counter() - t0)
 
         setattr(module, name, wrapper if timed else (lambda *args, **kwargs: None))
     return saved
 
 
-def _run(iterations: int, overrides: list[str], timed: bool) -> tuple[list[dict], float]:
-    """One training run; its metric rows and the checks' mean seconds an iteration (0 untimed)."""
+def _run(iterations: int, overrides: list[str], timed: bool) -> tuple[list[dict], dict[str, list[float]]]:
+    """One training run; its metric rows and each check's calls' seconds (none untimed)."""
     cfg = load_config(None, [f"run.iterations={iterations}", "run.checkpoint_every=0", "eval.heldout=false",
                              "run.tensorboard=false", "run.plot=false", *overrides])
-    spent: list[float] = []
+    spent: dict[str, list[float]] = {}
     saved = _patch(timed, spent)
     assert rollout.observed_text is contract.observed_text and token_rollout.observed_text is contract.observed_text
     try:
@@ -65,7 +65,7 @@ def _run(iterations: int, overrides: list[str], timed: bool) -> tuple[list[dict]
         for module, name, fn in saved:
             setattr(module, name, fn)
     rows = [r for r in rows if "rollout_s" in r]
-    return rows, sum(spent) / len(rows)
+    return rows, spent
 
 
 def main() -> None:
@@ -78,9 +78,12 @@ def main() -> None:
     checked, spent = _run(args.iterations, args.set, timed=True)
     bare, _ = _run(args.iterations, args.set, timed=False)
     med = lambda rows, key: statistics.median(r[key] for r in rows[1:])  # noqa: E731
-    check_ms = spent * 1e3
+    n = len(checked)
+    check_ms = sum(sum(calls) for calls in spent.values()) / n * 1e3
     print(f"default config, {args.iterations} iterations (medians over iterations 2..)")
-    print(f"  contract checks      {check_ms:8.2f} ms an iteration (mean over the run's calls)")
+    print(f"  contract checks      {check_ms:8.2f} ms an iteration (mean over the run's calls), of which")
+    for name, calls in spent.items():
+        print(f"    {name:<18} {sum(calls) / n * 1e3:8.2f} ms, {len(calls) / n:6.0f} calls of {statistics.median(calls) * 1e6:.1f} us")
     print(f"  iteration            {med(checked, 'iteration_s') * 1e3:8.1f} ms  -> checks are "
           f"{check_ms / (med(checked, 'iteration_s') * 1e3):.2%} of it")
     print(f"  rollout              {med(checked, 'rollout_s') * 1e3:8.1f} ms  -> checks are "

@@ -95,7 +95,7 @@ class _Episode:
         env = self.env
         try:  # the rules the play loop holds every step to (cogym.envs.contract), in its words
             check_rewards(env.unwrapped)
-            check_infos(env.unwrapped)
+            check_infos(env.unwrapped.infos)
         except ContractViolation as exc:
             raise self.fail(f"after {agent}'s move: {exc}") from None
         for a, r in env.rewards.items():

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Mapping
+
+import numpy as np
+from gymnasium.spaces import Box, Dict, Space, Text
 
 from cogym.core.errors import GameError
 from cogym.core.outcome import SeatOutcome
 
-__all__ = ["ContractViolation", "check_rewards", "check_infos", "check_observation", "observed_text"]
+__all__ = ["ContractViolation", "check_rewards", "check_infos", "check_observation", "contains", "observed_text"]
 
 REWARD_SLACK = 1e-9  # float slack at the ends of spec.reward_range
 MAX_VALUE_SHOWN = 120  # characters of an offending value shown in a report
+SMALL_BOX = 16  # a Box observation of at most this many numbers is checked in Python
 
 
 class ContractViolation(GameError):
@@ -59,19 +63,24 @@ def reward_rule(reward_range: tuple[float, float]) -> str:
 def check_rewards(env: Any) -> None:
     """Every reward of this step (``env.rewards``) is a finite real number inside ``spec.reward_range``."""
     lo, hi = env.spec.reward_range
+    lo, hi = lo - REWARD_SLACK, hi + REWARD_SLACK
     for seat, r in env.rewards.items():
+        # The common case first, in one comparison: NaN and inf fail it too, and are told apart below.
+        if (type(r) is float or type(r) is int) and lo <= r <= hi:
+            continue
         if isinstance(r, bool) or not isinstance(r, numbers.Real):
             raise ContractViolation(seat, "got reward", r, reward_rule(env.spec.reward_range) + " (this is not a number)")
         value = float(r)
         if not math.isfinite(value):
             raise ContractViolation(seat, "got reward", r, reward_rule(env.spec.reward_range) + " (NaN and inf are not)")
-        if not lo - REWARD_SLACK <= value <= hi + REWARD_SLACK:
+        if not lo <= value <= hi:
             raise ContractViolation(seat, "got reward", r, reward_rule(env.spec.reward_range))
 
 
-def check_infos(env: Any) -> None:
-    """Every seat's info of this step has the types of the game -> learner contract."""
-    for seat, info in env.infos.items():
+def check_infos(infos: Mapping[str, Any]) -> None:
+    """Every seat's info (``env.infos``, or the last infos kept of a finished game) has the types of the
+    game -> learner contract."""
+    for seat, info in infos.items():
         if not isinstance(info, dict):
             raise ContractViolation(seat, "has info", info, "infos[seat] must be a dict")
         try:
@@ -85,13 +94,33 @@ def _space_of(game: Any, seat: str) -> Any:
     return spaces[seat] if isinstance(spaces, dict) and seat in spaces else game.observation_space(seat)
 
 
+def contains(space: Space, x: Any) -> bool:
+    """``space.contains(x)``, with the same answer, in a few microseconds for the spaces cogym's games use
+    (a Dict of a numeric Box and a Text; gymnasium's Box check costs ~18 us, and the play loop asks at
+    every seat of every step). Other spaces, and a Box given something that is not an array, ask
+    gymnasium."""
+    if isinstance(space, Dict):
+        return isinstance(x, dict) and x.keys() == space.spaces.keys() and all(
+            contains(sub, x[key]) for key, sub in space.spaces.items())
+    if isinstance(space, Text):
+        return isinstance(x, str) and space.min_length <= len(x) <= space.max_length and frozenset(x) <= space.character_set
+    if isinstance(space, Box) and isinstance(x, np.ndarray):
+        if x.shape != space.shape or not (x.dtype == space.dtype or np.can_cast(x.dtype, space.dtype)):
+            return False
+        if x.size <= SMALL_BOX:  # Python's comparisons beat numpy's on a few numbers (NaN fails both alike)
+            return all(lo <= v <= hi for v, lo, hi in zip(x.ravel().tolist(), space.low.ravel().tolist(),
+                                                           space.high.ravel().tolist()))
+        return bool((x >= space.low).all()) and bool((x <= space.high).all())
+    return bool(space.contains(x))
+
+
 def check_observation(game: Any, seat: str, obs: Any) -> None:
     """``obs``, what turn-level ``game`` shows ``seat``, is a dict with a str ``"text"`` inside the
     seat's observation space."""
     if not isinstance(obs, dict) or not isinstance(obs.get("text"), str):
         raise ContractViolation(seat, f"was shown a {type(obs).__name__}", obs, f"observe({seat!r}) must return a dict with a str 'text' entry "
                                 "(and the numeric 'observation' of its observation space)")
-    if not _space_of(game, seat).contains(obs):
+    if not contains(_space_of(game, seat), obs):
         raise ContractViolation(seat, "was shown", obs, f"the observation is outside observation_space({seat!r}) "
                                 "(a text longer than its max_length or with characters outside its charset, or an "
                                 "'observation' of another shape or dtype)")

@@ -90,12 +90,11 @@ def collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) ->
 
 
 def checked_collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, dict]) -> None:
-    """:func:`collect`, after holding the step's rewards and infos to the game contract
-    (:mod:`cogym.envs.contract`): a :class:`~cogym.envs.contract.ContractViolation` before any of them
-    is kept, so a NaN or out-of-range reward, or a mistyped outcome, never reaches a learner."""
-    game = env.unwrapped
-    check_rewards(game)
-    check_infos(game)
+    """:func:`collect`, after holding the step's rewards to the game contract (:mod:`cogym.envs.contract`):
+    a :class:`~cogym.envs.contract.ContractViolation` before any of them is added, so a NaN or
+    out-of-range reward never reaches a learner. (The infos a learner reads, each seat's last, are
+    checked once, when the game has ended: :meth:`Episodes.skip_dead`.)"""
+    check_rewards(env.unwrapped)
     collect(env, returns, infos)
 
 
@@ -184,10 +183,17 @@ class Episodes:
         self.returns[g], self.infos[g] = {}, {}
 
     def skip_dead(self, g: int) -> None:
+        env = self.games[g]
         try:  # steps finished seats with None: the game's code runs
-            skip_dead(self.games[g], self.returns[g], self.infos[g], checked=True)
+            skip_dead(env, self.returns[g], self.infos[g], checked=True)
         except Exception as exc:  # noqa: BLE001 - the game's own code failed (or broke the contract)
-            self.game_failed(g, self.games[g].agent_selection, None, "", None, exc)
+            self.game_failed(g, env.agent_selection, None, "", None, exc)
+            return
+        if not env.agents:  # the game ended: its seats' last infos are the outcomes the learners read
+            try:
+                check_infos(self.infos[g])
+            except ContractViolation as exc:
+                self.game_failed(g, None, None, "", None, exc)
 
     def collect(self, g: int, s: "Seat", move: Any) -> bool:
         """Take game ``g``'s rewards and infos after seat ``s`` played ``move``, held to the contract;
@@ -401,6 +407,8 @@ def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | 
                  f"  rule: {_printable(exc.rule)}"]
         if action is not None:
             lines.append(f"  after the move of {who}: {shown!r}" if exc.seat != seat else f"  after its move: {shown!r}")
+        elif seat is None:
+            lines.append("  in the seat's last info, when the game ended (the outcome a learner reads)")
     else:
         lines = [f"game {game_id} raised during play ({where}, seed {seed}):",
                  f"  {who}",

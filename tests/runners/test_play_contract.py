@@ -155,7 +155,7 @@ def test_check_rewards_takes_finite_numbers_in_range(reward) -> None:
 def test_check_infos_and_check_observation_name_the_seat_and_rule() -> None:
     env = _ended("outcome")
     with pytest.raises(ContractViolation, match=r"infos\['p0'\]\['correct'\] must be"):
-        check_infos(env)
+        check_infos(env.infos)
     env = _game("none")
     env.reset(seed=0)
     check_observation(env, "p0", env.observe("p0"))
@@ -171,3 +171,35 @@ def test_a_pickled_violation_is_itself() -> None:
     exc = ContractViolation("p0", "got reward", math.nan, "a rule")
     back = pickle.loads(pickle.dumps(exc))
     assert type(back) is ContractViolation and str(back) == str(exc) and back.seat == "p0"
+
+
+def test_the_fast_contains_answers_as_gymnasium_does() -> None:
+    """``contains`` (the play loop's observation check) against gymnasium's ``Space.contains``."""
+    from gymnasium.spaces import Box, Dict, Discrete
+
+    from cogym.envs.base import text_space
+    from cogym.envs.contract import contains
+
+    space = Dict({"observation": Box(0, 3, shape=(2,), dtype=np.int64), "text": text_space(8)})
+    arr = lambda *v, dtype=np.int64: np.array(v, dtype=dtype)  # noqa: E731
+    cases = [{"observation": arr(0, 3), "text": "1+2"}, {"observation": arr(0, 4), "text": "1+2"},
+             {"observation": arr(-1, 0), "text": ""}, {"observation": arr(0, 1, 2), "text": "x"},
+             {"observation": arr(0, 1, dtype=np.float64), "text": "x"}, {"observation": arr(0, 1), "text": "x" * 9},
+             {"observation": arr(0, 1), "text": "\x00"}, {"observation": arr(0, 1), "text": 5},
+             {"observation": arr(0, 1)}, {"observation": arr(0, 1), "text": "a", "extra": 1}, "text", None,
+             {"observation": [0, 1], "text": "ok"}]
+    for x in cases:
+        assert contains(space, x) == space.contains(x), x
+    assert contains(Discrete(3), 2) and not contains(Discrete(3), 3)
+
+
+def test_the_fast_contains_checks_small_and_large_boxes_alike() -> None:
+    from gymnasium.spaces import Box
+
+    from cogym.envs.contract import contains
+
+    for n in (3, 40):  # Python's comparisons below SMALL_BOX numbers, numpy's above
+        space = Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
+        for x in (np.zeros(n, np.float32), np.full(n, 1.5, np.float32), np.full(n, np.nan, np.float32),
+                  np.r_[np.zeros(n - 1), -np.inf].astype(np.float32), np.zeros(n, np.float64), np.zeros(n, np.int8)):
+            assert contains(space, x) == space.contains(x), (n, x)
