@@ -7,10 +7,12 @@ what is wrong and how to fix it.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from cogym.envs.arithmetic import is_strict_answer
 from cogym.envs.errors import DatasetError
@@ -19,6 +21,34 @@ from cogym.envs.errors import DatasetError
 # a file that is not a problem set (e.g. a whole document on one line).
 MAX_QUESTION_CHARS = 4096
 _EXAMPLE = '{"question": "2+3", "answer": "5"}'
+
+
+def text_lines(text: str) -> list[str]:
+    """``text`` split into the lines an editor numbers: at ``\n``, ``\r\n`` and a lone ``\r`` only.
+
+    Not ``str.splitlines``: that also breaks at U+2028, U+0085 and other separators that JSON allows
+    raw inside a string (``json.dumps(..., ensure_ascii=False)`` writes them so), which would split a
+    record in two and shift the line number of every error after it."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def read_utf8_lines(path: Path, where: Callable[[int], str]) -> list[str]:
+    """The lines of the UTF-8 file at ``path`` (a leading byte-order mark, which some editors write
+    when saving "UTF-8", is dropped).
+
+    A file in another encoding (a Latin-1 or Windows-1252 export) raises a one-line DatasetError, as
+    every other malformed file does: ``where(line)`` names the place in the caller's style, followed by
+    the bad byte, its offset in the file and the fix. ``OSError`` is the caller's to report."""
+    data = path.read_bytes()
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = start + exc.start
+        line = len(text_lines(data[start:at].decode("utf-8")))  # everything before the bad byte is valid UTF-8
+        raise DatasetError(f"{where(line)}: not UTF-8 text (byte 0x{data[at]:02x} at byte offset {at}: {exc.reason}); "
+                           "save it as UTF-8 (e.g. iconv -f cp1252 -t utf-8 FILE > NEW)") from None
+    return text_lines(text)
 
 
 @dataclass(frozen=True)
@@ -39,14 +69,12 @@ def load_problems(path: str | os.PathLike[str], integer_answers_for: str | None 
         what = "is a directory, not a file" if p.is_dir() else "does not exist"
         raise DatasetError(f"dataset {str(p)!r} {what}; pass the path of a JSONL file with one object like {_EXAMPLE} per line")
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"dataset {str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
+        lines = read_utf8_lines(p, lambda line: f"dataset {str(p)!r} line {line}")
     except OSError as exc:
         raise DatasetError(f"dataset {str(p)!r} cannot be read ({exc.strerror}); check that the file is readable") from None
 
     records: list[ProblemRecord] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"dataset {str(p)!r} line {lineno}"

@@ -37,6 +37,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from .datasets import read_utf8_lines
 from .errors import DatasetError
 
 FAISS_HINT = "pip install faiss-cpu"
@@ -159,22 +160,25 @@ class HFEmbedder:
 
 
 def read_corpus(path: str | Path) -> list[dict]:
-    """The documents of a JSONL corpus; a bad line is a one-line DatasetError naming it."""
+    """The documents of a JSONL corpus; a bad line (not UTF-8 included) is a one-line DatasetError naming it."""
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"corpus {str(path)!r} does not exist (make one: cogym.envs.search.synthetic_corpus)")
+    try:
+        lines = read_utf8_lines(path, lambda no: f"{path}:{no}")
+    except OSError as exc:
+        raise DatasetError(f"corpus {str(path)!r} cannot be read ({exc.strerror}); check that the file is readable") from None
     docs = []
-    with path.open(encoding="utf-8") as f:
-        for no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{no}: not JSON ({exc.msg})") from None
-            if not isinstance(doc, dict) or "id" not in doc or not isinstance(doc.get("text"), str):
-                raise DatasetError(f"{path}:{no}: a document needs an 'id' and a string 'text'")
-            docs.append(doc)
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{no}: not JSON ({exc.msg})") from None
+        if not isinstance(doc, dict) or "id" not in doc or not isinstance(doc.get("text"), str):
+            raise DatasetError(f"{path}:{no}: a document needs an 'id' and a string 'text'")
+        docs.append(doc)
     if not docs:
         raise DatasetError(f"corpus {str(path)!r} has no documents")
     return docs
