@@ -86,13 +86,52 @@ def mean_last(rows: list[dict], key: str, k: int = 5) -> float | None:
     return float(np.mean(vals[-k:])) if vals else None
 
 
+MAX_REWARD_WINDOW = 5  # iterations in each of the summary's two reward means, at most
+
+
+def reward_window(iterations: int) -> int:
+    """How many iterations each of the summary's reward means (the first and the last) covers: at most
+    ``MAX_REWARD_WINDOW`` and at most half of ``iterations``, so the two windows never share an
+    iteration and "first -> last" compares different iterations (1 for a 1-iteration run: its one)."""
+    return max(1, min(MAX_REWARD_WINDOW, iterations // 2))
+
+
 def reward_summary(history: Sequence[dict], roles: Sequence[str]) -> dict:
-    """Each role's mean reward over the first 5 and the last 5 iterations."""
+    """Each role's mean reward over the first and the last :func:`reward_window` iterations of
+    ``history`` (the keys keep the names ``<role>_reward_first5`` / ``_last5`` that summary.json has
+    always had, also when a short run's window is smaller than 5)."""
+    k = reward_window(len(history))
     summary: dict = {}
     for role in roles:
-        first = [r[f"{role}/reward"] for r in history[:5] if f"{role}/reward" in r]
-        last = mean_last(list(history), f"{role}/reward")
+        first = [r[f"{role}/reward"] for r in history[:k] if f"{role}/reward" in r]
+        last = mean_last(list(history), f"{role}/reward", k)
         if last is not None:
             summary[f"{role}_reward_first5"] = float(np.mean(first)) if first else None
             summary[f"{role}_reward_last5"] = last
     return summary
+
+
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def reward_rows(summary: dict) -> list[tuple[str, str]]:
+    """The summary table's reward rows, (label, value) per role: ``first -> last`` with the iterations
+    each mean covers (this process's: a resumed run's start at ``first_iteration``), one value for a
+    1-iteration run, and only the last mean for a role with no reward in the first window."""
+    n, a = int(summary.get("iterations") or 0), int(summary.get("first_iteration") or 1)
+    k = reward_window(n - a + 1)
+    rows = []
+    for key in summary:
+        if not key.endswith("_reward_last5"):
+            continue
+        role = key[: -len("_reward_last5")]
+        first, last = summary.get(f"{role}_reward_first5"), summary[key]
+        if n <= a:  # one iteration: one value, not a mean compared with itself
+            rows.append((f"{role} reward (iteration {n})" if n else f"{role} reward", f"{last:.3f}"))
+        elif first is None:  # the role had no reward in the first window
+            rows.append((f"{role} reward (mean of iterations {_span(n - k + 1, n)})", f"{last:.3f}"))
+        else:
+            rows.append((f"{role} reward (iterations {_span(a, a + k - 1)} -> {_span(n - k + 1, n)})",
+                         f"{first:.3f} -> {last:.3f}"))
+    return rows

@@ -165,15 +165,21 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
     its = [r for r in rows if "rollout_s" in r]
     # Evaluations in [0, 1]: the arithmetic accuracy and every declared evaluator's win rate.
     eval_keys = sorted({k for r in rows for k in r if k in HELDOUT_LABELS or (k.startswith("eval/") and k.endswith("/win_rate"))})
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    # Constrained layout makes room for the legend below the axes: inside them it would cover some
+    # curve whatever its place (loc="best" only picks the least bad one), and curves fill the axes.
+    fig, ax = plt.subplots(figsize=(7, 4.4), dpi=110, layout="constrained")
     for role in roles:
         xs = [r["iteration"] for r in its if f"{role}/reward" in r]
         ys = [r[f"{role}/reward"] for r in its if f"{role}/reward" in r]
-        if xs:
+        if not xs:  # the role never had a reward (e.g. no answer was ever valid): no line, no legend entry
+            continue
+        k = max(1, len(ys) // 40)  # moving average so the trend shows through sampling noise
+        if k == 1:  # a short run: the rewards themselves (a "mean of 1" would be a copy of them)
+            ax.plot(xs, ys, label=f"{role} reward")
+        else:
             line, = ax.plot(xs, ys, alpha=0.25)
-            k = max(1, len(ys) // 40)  # moving average so the trend shows through sampling noise
             smooth = np.convolve(ys, np.ones(k) / k, mode="valid")
-            ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k})")
+            ax.plot(xs[k - 1:], smooth, color=line.get_color(), label=f"{role} reward (mean of {k} iterations)")
     for key, marker in zip(eval_keys, "osD^v<>"):
         pts = [(r["iteration"], r[key]) for r in rows if key in r]
         label = HELDOUT_LABELS.get(key) or key[len("eval/"):]
@@ -182,8 +188,9 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward / accuracy")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    labelled = len(ax.get_legend_handles_labels()[1])
+    if labelled:
+        fig.legend(loc="outside lower center", ncol=min(3, labelled), fontsize=8, frameon=False)
     ax.set_title(metrics_path.parent.name)
-    fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

@@ -14,20 +14,26 @@ directory::
      "seed": int,                  # the seed the game was reset with
      "episode": str,               # the episode id of the game's Turns (e.g. "it10-0")
      "max_chars": int,             # the bound on a stored message (MAX_CHARS)
-     "moves": [{"seat": str, "role": str, "policy": str, "text": str,
-                "chars": int}],    # "chars" only on a message cut at max_chars: its full length
+     "moves": [{"seat": str, "role": str, "policy": str,
+                "shown": str,      # what the seat was given to answer (the game's observation text);
+                                   # absent from transcripts written before the rollout recorded it
+                "text": str,
+                "chars": int,      # only on a message cut at max_chars: its full length
+                "shown_chars": int}],  # only on a "shown" cut at max_chars: its full length
      "returns": {seat: float}}     # each seat's total reward in the game
 
-``policy`` is the policy id behind the seat in training (``scripted:<twin>`` for a scripted seat, a
-league member's id for a league opponent) and the player's name in a tournament (or the fixed
-agent of a seat outside the two sides).
+``shown`` is there so a reader can judge a move: a message means little without what the seat saw
+when it wrote it. ``policy`` is the policy id behind the seat in training (``scripted:<twin>`` for a
+scripted seat, a league member's id for a league opponent) and the player's name in a tournament
+(or the fixed agent of a seat outside the two sides).
 
 Which games: training keeps the first ``run.transcripts_games`` games of iteration 1, of every
 ``run.transcripts_every``-th iteration and of the last (0: none); a resumed run drops the rows of the
 iterations it replays. A tournament (``--transcripts K``) keeps the first K games of each pairing
 (seed index k, seat order o: game ``2k + o``); games already in ``results.jsonl`` are not played
 again, so only games played with the option have transcripts. Only rank 0 (and the tournament
-driver) writes. Messages are model output of any length: each is cut at ``MAX_CHARS`` characters.
+driver) writes. Messages are model output of any length and observations can hold whole documents:
+each is cut at ``MAX_CHARS`` characters.
 
 This module reads and formats without torch (``cogym show`` starts fast).
 """
@@ -42,17 +48,30 @@ from typing import Iterable, Sequence
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 MAX_CHARS = 4000  # a stored message is cut at this many characters
 SHOWN_LINES = 6  # `cogym show` without --full: at most this many lines of a message
+# `cogym show` without --full: at most this much of what a seat was shown. Less than of a message: the
+# observation is context for the move (often a long, repeated prompt) and would otherwise bury it.
+SHOWN_PROMPT_LINES = 3
+SHOWN_PROMPT_CHARS = 200
+SHOWN_LABEL = "shown: "
 
 
 # ------------------------------------------------------------------------------------------- rows
 def bound_moves(moves: Sequence[dict], max_chars: int = MAX_CHARS) -> list[dict]:
-    """The moves as stored: the four fields, each message cut at ``max_chars`` (``chars``: its length)."""
+    """The moves as stored: seat, role, policy, ``shown`` (when the rollout recorded it) and text, each
+    message and observation cut at ``max_chars`` (``chars``, ``shown_chars``: their lengths)."""
     out = []
     for m in moves:
         text = str(m.get("text", ""))
-        row = {"seat": m["seat"], "role": m.get("role", ""), "policy": m.get("policy", ""), "text": text[:max_chars]}
+        row = {"seat": m["seat"], "role": m.get("role", ""), "policy": m.get("policy", "")}
+        shown = m.get("shown")
+        if shown is not None:
+            shown = str(shown)
+            row["shown"] = shown[:max_chars]
+        row["text"] = text[:max_chars]
         if len(text) > max_chars:
             row["chars"] = len(text)
+        if shown is not None and len(shown) > max_chars:
+            row["shown_chars"] = len(shown)
         out.append(row)
     return out
 
@@ -276,9 +295,31 @@ def message_lines(text: str, width: int, full: bool = False, max_lines: int = SH
     return lines[: max_lines - 1] + [f"... {rest} more lines ({len(text)} characters; --full shows all)"]
 
 
+def shown_lines(text: str, width: int, full: bool = False, max_lines: int = SHOWN_PROMPT_LINES,
+                max_chars: int = SHOWN_PROMPT_CHARS) -> list[str]:
+    """What a seat was shown, labelled ``shown:`` and wrapped to ``width`` under the label; without
+    ``full`` its first ``max_chars`` characters in at most ``max_lines`` lines, then a line saying it
+    was cut. The start is what is kept: the question or state that a game's observations open with."""
+    pad = " " * len(SHOWN_LABEL)
+    if not text.strip():
+        return [SHOWN_LABEL + "(empty)"]
+    lines = message_lines(text if full else text[:max_chars], width - len(pad), full=True)
+    cut = not full and (len(text) > max_chars or len(lines) > max_lines)
+    if cut:
+        lines = lines[:max_lines]
+    out = [(SHOWN_LABEL if i == 0 else pad) + line for i, line in enumerate(lines)]
+    if cut:
+        out.extend(pad + line for line in textwrap.wrap(f"... cut ({len(text)} characters; --full shows all)",
+                                                        max(10, width - len(pad))))
+    return out
+
+
 def _body(row: dict, width: int, full: bool) -> list[str]:
-    """A game's moves (who, then the message indented) and its rewards."""
+    """A game's moves (who, what the seat was shown, then its message, indented) and its rewards."""
     out = []
+    recorded = any("shown" in m for m in row["moves"])
+    if not recorded:  # a transcript written before the rollout recorded observations: said once, not per move
+        out.extend(textwrap.wrap("what each seat was shown: (not recorded)", width, subsequent_indent="  "))
     for n, m in enumerate(row["moves"], 1):
         who = f"{n:>3}  {m['seat']}"
         if m.get("role") and m["role"] != m["seat"]:
@@ -287,6 +328,13 @@ def _body(row: dict, width: int, full: bool) -> list[str]:
             who += f"  policy {m['policy']}"
         who = printable(who)  # seat and policy names come from configs and checkpoints: escaped too
         out.extend(textwrap.wrap(who, width, subsequent_indent="       ", break_on_hyphens=False) or [who])
+        if "shown" in m:
+            out.extend("       " + line for line in shown_lines(str(m["shown"]), width - 7, full))
+            if full and "shown_chars" in m:
+                out.append(f"       [observation stored cut at {row.get('max_chars', MAX_CHARS)} of "
+                           f"{m['shown_chars']} characters]")
+        elif recorded:
+            out.append("       " + SHOWN_LABEL + "(not recorded)")
         out.extend("       " + line for line in message_lines(m["text"], width - 7, full))
         if "chars" in m:
             out.append(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]")

@@ -100,6 +100,25 @@ def test_file_that_is_not_utf8(tmp_path: Path) -> None:
     check_message(err, str(path), "not UTF-8", "save it as UTF-8")
 
 
+def test_file_that_is_not_utf8_names_the_line_and_byte(tmp_path: Path) -> None:
+    path = tmp_path / "cp1252.jsonl"
+    first = '{"question": "2+3", "answer": "5"}\n'
+    path.write_bytes(first.encode() + '{"question": "\u201c7*6\u201d", "answer": "42"}\n'.encode("cp1252"))
+    with pytest.raises(DatasetError) as err:
+        load_problems(path)
+    offset = len(first) + len('{"question": "')  # the opening curly quote, 0x93 in Windows-1252
+    check_message(err, str(path), f"line 2: not UTF-8 text (byte 0x93 at byte offset {offset}", "save it as UTF-8")
+
+
+def test_a_bom_and_a_line_separator_inside_a_string_are_not_errors(tmp_path: Path) -> None:
+    """A byte-order mark (some editors' "UTF-8") is skipped; U+2028 inside a JSON string (written raw by
+    json.dumps(..., ensure_ascii=False)) is text, not a line break that would split the record."""
+    path = tmp_path / "bom.jsonl"
+    path.write_text('\ufeff{"question": "2+3\u2028", "answer": "5"}\r\n\n{"question": "7*6", "answer": "42"}\n',
+                    encoding="utf-8")
+    assert [(r.question, r.answer, r.line) for r in load_problems(path)] == [("2+3\u2028", "5", 1), ("7*6", "42", 3)]
+
+
 def test_dataset_error_is_a_value_error_and_good_files_load(write_jsonl) -> None:
     assert issubclass(DatasetError, ValueError)
     records = load_problems(write_jsonl([GOOD, "", {"question": "7*6", "answer": "42", "extra": 1}]))

@@ -165,6 +165,35 @@ def test_a_bad_corpus_line_is_named(tmp_path: Path) -> None:
         read_corpus(tmp_path / "none.jsonl")
 
 
+def test_a_corpus_that_is_not_utf8_is_a_dataset_error_naming_the_line(tmp_path: Path) -> None:
+    """Every other malformed corpus is a DatasetError naming the file and line; so is one in another
+    encoding (a Latin-1 export), not a bare UnicodeDecodeError from deep inside the file read."""
+    bad = tmp_path / "latin1.jsonl"
+    good = json.dumps({"id": 1, "text": "ok"}) + "\n"
+    bad.write_bytes((good + "\n" + json.dumps({"id": 2, "text": "caf\u00e9"}, ensure_ascii=False) + "\n").encode("latin-1"))
+    offset = len(good) + 1 + len('{"id": 2, "text": "caf')
+    with pytest.raises(DatasetError) as err:
+        read_corpus(bad)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{bad}:3: not UTF-8 text")
+    assert f"byte 0xe9 at byte offset {offset}" in message and "save it as UTF-8" in message
+    with pytest.raises(DatasetError, match="latin1.jsonl:3: not UTF-8"):  # the game that opens it says the same
+        SearchIndex.open(bad)
+
+
+def test_a_corpus_keeps_its_line_numbers_and_may_start_with_a_bom(tmp_path: Path) -> None:
+    """A UTF-8 file with a byte-order mark (some editors' "UTF-8") loads; a line separator inside a
+    JSON string (U+2028, written raw by ensure_ascii=False) neither splits a document nor shifts the
+    line numbers of the errors after it."""
+    path = tmp_path / "bom.jsonl"
+    docs = [{"id": 1, "text": "one\u2028two"}, {"id": 2, "text": "three"}]
+    path.write_text("\ufeff" + "".join(json.dumps(d, ensure_ascii=False) + "\r\n" for d in docs), encoding="utf-8")
+    assert read_corpus(path) == docs
+    path.write_text(json.dumps(docs[0], ensure_ascii=False) + "\n{not json\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"bom.jsonl:2: not JSON"):
+        read_corpus(path)
+
+
 def test_an_hf_model_directory_can_embed(tiny_model_dir: Path, corpus: Path) -> None:
     docs = read_corpus(corpus)[:50]
     e = HFEmbedder(tiny_model_dir, max_tokens=64)

@@ -123,6 +123,16 @@ def test_requests_carry_the_system_prompt_and_observation():
     assert [r.seat for r in solver.requests] == ["solver_0", "solver_1"] * 2
 
 
+def test_the_move_log_keeps_what_each_seat_was_shown():
+    """``RolloutResult.moves`` (what transcripts and ``cogym show`` print) holds each move's observation text."""
+    res = rollout(_games(2, num_solvers=2), _seat_map({"proposer": _scripted("proposer", "random"),
+                                                       "solver": _scripted("solver", "oracle")}), SYSTEM, seeds=[3, 4])
+    for g, moves in enumerate(res.moves):
+        problem = res.infos[g]["proposer"]["problem"]
+        assert [(m["seat"], m["shown"]) for m in moves] == [("proposer", "Propose a problem."), ("solver_0", problem),
+                                                            ("solver_1", problem)]
+
+
 def test_no_system_prompt_means_user_message_only():
     solver = Counting(_scripted("solver", "oracle"))
     rollout(_games(1, num_solvers=1), _seat_map({"proposer": _scripted("proposer", "random"), "solver": solver}),

@@ -17,6 +17,7 @@ from cogym.runners.transcripts import (MAX_CHARS, SHOWN_LINES, TRANSCRIPTS_FILE,
 
 COGYM = Path(sys.executable).with_name("cogym")
 ROW_KEYS = {"source", "iteration", "pairing", "game", "seed", "episode", "max_chars", "moves", "returns"}
+MOVE_KEYS = {"seat", "role", "policy", "text"}
 
 
 def _rows(path: Path) -> list[dict]:
@@ -61,7 +62,8 @@ def test_train_keeps_the_first_games_of_iteration_1_every_nth_and_the_last(kuhn_
     for r in rows:
         assert set(r) == ROW_KEYS and r["source"] == "train" and r["pairing"] is None
         assert r["episode"] == f"it{r['iteration']}-{r['game']}" and r["max_chars"] == MAX_CHARS
-        assert r["moves"] and all(set(m) == {"seat", "role", "policy", "text"} for m in r["moves"])
+        # "shown" (what the seat was given) once the rollout records it; older runs have the four fields
+        assert r["moves"] and all(MOVE_KEYS <= set(m) <= MOVE_KEYS | {"shown"} for m in r["moves"])
         assert r["moves"][0]["seat"] == "player_0" and r["moves"][0]["policy"] == "player"  # first acts first
 
 
@@ -292,9 +294,64 @@ def test_messages_wrap_and_are_cut_unless_full():
     short_view, full_view = format_transcript(_row([long]), 60), format_transcript(_row([long]), 60, full=True)
     assert all(len(line) <= 60 for line in full_view.splitlines())
     assert "--full shows all" in short_view and "word399" not in short_view
-    assert len(short_view.splitlines()) == 1 + 1 + SHOWN_LINES + 1  # header, who, lines, rewards
+    # header, the note that what the seats were shown is not recorded, who, lines, rewards
+    assert len(short_view.splitlines()) == 1 + 1 + 1 + SHOWN_LINES + 1
     assert "word399" in full_view and "--full" not in full_view
     assert "rewards: player_0 +1, player_1 -0.5" in full_view
+
+
+def _shown_row(shown: list[str | None]) -> dict:
+    """A game whose moves carry what each seat was shown (None: a move without the field)."""
+    moves = [{"seat": f"player_{i % 2}", "role": "r", "policy": "p", "text": f"move {i}"} | ({} if s is None else {"shown": s})
+             for i, s in enumerate(shown)]
+    return transcript_row("train", moves, {"player_0": 1.0}, 7, "it1-0", 0, iteration=1)
+
+
+def test_show_prints_what_each_seat_was_shown_before_its_move(tmp_path, capsys):
+    from cogym.runners.transcripts import SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
+
+    obs = "\n".join(f"line {i}: " + "fact " * 8 for i in range(12)) + "\nYour move: END-OF-OBSERVATION"
+    path = tmp_path / TRANSCRIPTS_FILE
+    path.write_text(json.dumps(_shown_row(["card Q; history: none; moves: 1=check 2=bet", obs])) + "\n")
+    assert main(["show", str(tmp_path), "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    lines = out.splitlines()
+    first = lines.index("  1  player_0  role r  policy p")
+    assert lines[first + 1] == "       shown: card Q; history: none; moves: 1=check 2=bet"
+    assert lines[first + 2] == "       move 0"
+    # a long observation: its start, at most SHOWN_PROMPT_LINES lines and SHOWN_PROMPT_CHARS characters, then a marker
+    second = lines.index("  2  player_1  role r  policy p")
+    block = lines[second + 1: lines.index("       move 1")]
+    assert block[0].startswith("       shown: line 0: fact") and "END-OF-OBSERVATION" not in out
+    assert len(block) <= SHOWN_PROMPT_LINES + 1 and sum(len(line.strip()) for line in block[:-1]) <= SHOWN_PROMPT_CHARS
+    assert block[-1].strip() == f"... cut ({len(obs)} characters; --full shows all)"
+    # --full: all of it, uncut, each line under the label
+    assert main(["show", str(tmp_path), "--width", "80", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert "END-OF-OBSERVATION" in full and "cut (" not in full and all(len(line) <= 80 for line in full.splitlines())
+    assert "              line 11: fact" in full  # the observation's own lines, indented under "shown: "
+    assert full.index("shown: line 0") < full.index("line 11: fact") < full.index("       move 1")
+
+
+def test_what_a_seat_was_shown_is_stored_bounded_and_escaped():
+    row = _shown_row(["x" * (MAX_CHARS + 5), "\x1b[31mred\x1b[0m", ""])
+    assert row["moves"][0]["shown"] == "x" * MAX_CHARS and row["moves"][0]["shown_chars"] == MAX_CHARS + 5
+    assert "shown_chars" not in row["moves"][1] and "chars" not in row["moves"][0]
+    full = format_transcript(row, full=True)
+    assert f"[observation stored cut at {MAX_CHARS} of {MAX_CHARS + 5} characters]" in full
+    assert "\x1b" not in full and "shown: \\x1b[31mred" in full
+    assert "shown: (empty)" in full
+
+
+def test_transcripts_without_what_was_shown_say_not_recorded():
+    old = format_transcript(_shown_row([None, None]))  # written before the rollout recorded it
+    assert old.count("(not recorded)") == 1 and "what each seat was shown: (not recorded)" in old
+    assert old.count("shown:") == 1 and "       move 1" in old  # no per-move line
+    mixed = format_transcript(_shown_row(["card K", None]))
+    assert "shown: card K" in mixed and "       shown: (not recorded)" in mixed
+    assert "what each seat was shown" not in mixed
+    assert all(len(line) <= 30 for line in format_transcript(_shown_row([None]), 30).splitlines())  # the note wraps
 
 
 def test_model_output_cannot_drive_the_terminal():
@@ -376,6 +433,7 @@ def test_show_has_help_and_is_listed(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert all(opt in out for opt in ("--iteration", "--last", "--seat", "--role", "--player", "--full", "--json"))
+    assert "what the seat was shown" in " ".join(out.split())
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "show" in capsys.readouterr().out
