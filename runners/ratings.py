@@ -18,6 +18,13 @@ eq. 3), all players updated at once,
     p_i <- (W_i + prior/2) / (sum_j N_ij / (p_i + p_j) + prior / (p_i + 1)),
 
 which increases the (penalised) log-likelihood at every step and converges to its unique maximum.
+Its rate is linear, with a constant that tends to 1 as a rating runs off (a player who won, or
+lost, nearly every game: about ``1 - 1/games`` per step, ``games`` being that player's; some
+2000-4000 steps at 180 games, more with more games), so a bootstrap resample can need more than
+``max_iter`` steps. A fit MM has not finished by then is finished by
+Newton's method on the same (concave) objective; fits MM finishes are exactly as MM leaves them. A
+fit is never an error for not converging: one that Newton cannot finish either (not seen in
+practice) keeps its last iterate, with a RuntimeWarning.
 
 The prior, and the degenerate cases (each decision is tested in tests/runners/test_ratings.py):
 
@@ -38,6 +45,8 @@ The prior, and the degenerate cases (each decision is tested in tests/runners/te
   ``prior=0`` it is an error naming the players who never lost / never won; more generally the
   MLE exists iff the directed "beat at least once" graph is strongly connected (Hunter's
   Assumption 1; a draw is an edge both ways) and the error names its strongly connected groups.
+  :func:`leaderboard`, the table of a finished tournament, reports such players instead of raising:
+  rated +inf / -inf with a note, the others rated on their games among themselves.
 * **A player with no games** (only possible through an explicit ``players`` list) is an error:
   nothing is known about them and a number in the table would be the prior dressed up as data.
 * **A disconnected comparison graph** (two groups that never played each other) is an error
@@ -55,6 +64,7 @@ Nothing here touches global RNG state; bootstrap draws come from ``numpy.random.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -225,17 +235,20 @@ def _recentre(theta: np.ndarray, prior: float) -> np.ndarray:
     return theta + c
 
 
-def _mm(w: np.ndarray, prior: float, max_iter: int, tol: float) -> np.ndarray:
-    """Batched MM for Bradley–Terry. ``w`` (B, n, n) win matrices -> ``theta = ln p`` (B, n).
+def _mm(w: np.ndarray, prior: float, max_iter: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Batched MM for Bradley–Terry. ``w`` (B, n, n) win matrices -> ``theta = ln p`` (B, n) and each
+    replicate's last step ``max_i |theta_new - theta|`` (B,).
 
-    Stops when every ``|theta_new - theta|`` < ``tol``; raises RuntimeError after ``max_iter``.
-    With ``prior == 0`` each iterate is renormalised to mean(theta) = 0 (the likelihood is
-    scale-free); with a prior the reference player (p = 1) fixes the scale and each iterate is
-    shifted to the best common level (:func:`_recentre`).
+    Stops when every replicate's step is below ``tol``, or after ``max_iter`` iterations: then the
+    replicates whose last step is still ``tol`` or more are not converged (:func:`_fit` finishes
+    them with Newton's method). With ``prior == 0`` each iterate is renormalised to mean(theta) = 0
+    (the likelihood is scale-free); with a prior the reference player (p = 1) fixes the scale and
+    each iterate is shifted to the best common level (:func:`_recentre`).
     """
     games = w + np.swapaxes(w, -1, -2)                                   # (B, n, n)
     log_wins = np.log(w.sum(-1) + prior / 2.0)                           # (B, n)
     theta = np.zeros(w.shape[:-1])                                       # (B, n)
+    step = np.full(w.shape[0], np.inf)                                   # (B,)
     for _ in range(max_iter):
         p = np.exp(theta)
         denom = (games / (p[..., :, None] + p[..., None, :])).sum(-1)   # (B, n)
@@ -247,12 +260,121 @@ def _mm(w: np.ndarray, prior: float, max_iter: int, tol: float) -> np.ndarray:
         # prior / games, so set the shift exactly every step instead (a maximisation along one
         # coordinate: the objective still increases).
         new = _recentre(new, prior) if prior > 0 else new - new.mean(-1, keepdims=True)
-        delta = float(np.max(np.abs(new - theta))) if new.size else 0.0
+        step = np.abs(new - theta).max(-1) if new.shape[-1] else np.zeros(w.shape[0])
         theta = new
-        if delta < tol:
-            return theta
-    raise RuntimeError(f"Bradley–Terry MM did not converge to tol={tol} in max_iter={max_iter} iterations "
-                       f"(last step {delta:.3g}); raise max_iter or tol")
+        if float(step.max(initial=0.0)) < tol:
+            break
+    return theta, step
+
+
+def _log_lik(theta: np.ndarray, w: np.ndarray, prior: float) -> np.ndarray:
+    """Penalised log-likelihood (B,) of ``theta`` (B, n) given win matrices ``w`` (B, n, n), up to a
+    constant: ``sum_ij W_ij log sigmoid(theta_i - theta_j) + prior * sum_i [theta_i / 2 - log(1 + e^theta_i)]``."""
+    diff = theta[..., :, None] - theta[..., None, :]                     # (B, n, n)
+    out = -(w * np.logaddexp(0.0, -diff)).sum((-1, -2))
+    if prior > 0:
+        out = out + prior * (theta / 2.0 - np.logaddexp(0.0, theta)).sum(-1)
+    return out
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(x / 2.0))
+
+
+def _newton(w: np.ndarray, theta: np.ndarray, prior: float, tol: float, max_iter: int = 100
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Finish fits MM left unconverged: damped Newton ascent on :func:`_log_lik` from ``theta``.
+
+    MM's rate is linear with a constant that tends to 1 as a rating runs away (a player who won,
+    or lost, almost everything: about 1 - 1/games per step, measured with the Jeffreys prior), so a
+    bootstrap replicate can need more than ``max_iter`` MM steps. The penalised
+    log-likelihood is strictly concave (with ``prior > 0``; with ``prior = 0`` on the subspace
+    mean(theta) = 0, given a strongly connected win graph), so Newton's method, started where MM
+    stopped, converges quadratically. Steps are capped at 1 in every coordinate and halved until the
+    objective does not fall (up to float64 noise), which keeps every iterate an ascent.
+
+    Returns ``(theta, step, converged)``: the last full Newton step (B,) and whether it fell below
+    ``tol``, or stopped shrinking while already below 1e-6 (float64 noise: the iterate is as close
+    to the maximum as float64 can tell).
+    """
+    theta = theta.copy()
+    b, n = theta.shape
+    games = w + np.swapaxes(w, -1, -2)                                   # (B, n, n)
+    wins = w.sum(-1) + prior / 2.0                                       # (B, n)
+    step = np.full(b, np.inf)
+    converged = np.zeros(b, dtype=bool)
+    active = np.ones(b, dtype=bool)
+    eye = np.eye(n)
+    for _ in range(max_iter):
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
+            break
+        t, wi, gi = theta[idx], w[idx], games[idx]
+        sig = _sigmoid(t[:, :, None] - t[:, None, :])                    # (b, n, n)
+        curv = gi * sig * (1.0 - sig)                                    # (b, n, n)
+        grad = wins[idx] - (gi * sig).sum(-1)                            # (b, n)
+        hess = curv - eye * curv.sum(-1)[:, :, None]                     # (b, n, n), negative semi-definite
+        if prior > 0:
+            s = _sigmoid(t)
+            grad = grad - prior * s
+            hess = hess - eye * (prior * s * (1.0 - s))[:, :, None]
+        else:  # the likelihood is flat along a common shift: solve in the mean-zero subspace
+            hess = hess - 1.0 / n
+        try:
+            d = np.linalg.solve(hess, -grad[..., None])[..., 0]         # (b, n), the Newton step
+        except np.linalg.LinAlgError:  # singular: no Newton step (cannot happen after the checks)
+            active[idx] = False
+            break
+        if prior == 0:
+            d = d - d.mean(-1, keepdims=True)
+        size = np.abs(d).max(-1)                                         # (b,)
+        stalled = (size < 1e-6) & (size >= 0.5 * step[idx])
+        step[idx] = size
+        done = (size < tol) | stalled
+        # Capped, then halved until the objective does not fall (beyond float64 noise).
+        d = d * np.minimum(1.0, 1.0 / np.maximum(size, 1e-300))[:, None]
+        before = _log_lik(t, wi, prior)
+        slack = 1e-12 * (1.0 + np.abs(before))
+        scale = np.ones(idx.size)
+        for _ in range(40):
+            trial = t + scale[:, None] * d
+            bad = _log_lik(trial, wi, prior) < before - slack
+            if not bad.any():
+                break
+            scale = np.where(bad, scale / 2.0, scale)
+        theta[idx] = t + scale[:, None] * d
+        converged[idx[done]] = True
+        active[idx[done]] = False
+    if prior == 0:
+        theta = theta - theta.mean(-1, keepdims=True)
+    return theta, step, converged
+
+
+def _fit(w: np.ndarray, prior: float, max_iter: int, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bradley–Terry fits of win matrices ``w`` (B, n, n): ``(theta (B, n), converged (B,), step (B,))``.
+
+    MM (:func:`_mm`) first, exactly as it always ran, so every fit MM finishes within ``max_iter``
+    is unchanged to the last bit; replicates it leaves unconverged are finished by Newton's method
+    (:func:`_newton`). Never raises for non-convergence: a fit that still has not converged keeps
+    its last iterate, and ``converged`` says which (the callers warn). A rating table computed
+    after hours of games must not be lost to an iteration count.
+    """
+    theta, step = _mm(w, prior, max_iter, tol)
+    converged = step < tol
+    slow = np.flatnonzero(~converged)
+    if slow.size:
+        theta[slow], step[slow], converged[slow] = _newton(w[slow], theta[slow], prior, tol)
+    return theta, converged, step
+
+
+def _not_converged(what: str, converged: np.ndarray, step: np.ndarray, max_iter: int, tol: float) -> str | None:
+    """The warning for fits that did not converge, None when all did."""
+    bad = int((~converged).sum())
+    if not bad:
+        return None
+    return (f"{what}: {bad} of {converged.size} Bradley–Terry fits did not converge to tol={tol} ({max_iter} MM "
+            f"iterations, then Newton's method; largest last step {float(step[~converged].max()):.3g}); their last "
+            "iterates are used")
 
 
 def _report(theta: np.ndarray, names: Sequence[str], anchor: str | None, anchor_rating: float, scale: str) -> np.ndarray:
@@ -288,8 +410,9 @@ def bradley_terry(
         scale: ``"elo"`` (``400 log10 p``) or ``"natural"`` (``ln p``).
         prior: virtual drawn games of each player against a reference player of strength 1;
             0 gives the plain maximum-likelihood estimate.
-        max_iter, tol: MM stops when no ``ln p_i`` moves by ``tol`` or more; RuntimeError after
-            ``max_iter`` iterations.
+        max_iter, tol: MM stops when no ``ln p_i`` moves by ``tol`` or more; a fit still moving
+            after ``max_iter`` iterations is finished by Newton's method (see :func:`_fit`). If even
+            that does not converge, the last iterate is returned with a RuntimeWarning, never an error.
 
     Returns:
         ``{name: rating}`` in ``players`` order.
@@ -304,9 +427,17 @@ def bradley_terry(
         raise ValueError("results is empty: nothing to rate")
     _check_anchor(anchor, names)
     _check_identifiable(w, names, prior)
-    theta = _mm(w[None], prior, max_iter, tol)[0]
-    ratings = _report(theta, names, anchor, anchor_rating, scale)
+    theta, converged, step = _fit(w[None], prior, max_iter, tol)
+    message = _not_converged("bradley_terry", converged, step, max_iter, tol)
+    if message:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    ratings = _report(theta[0], names, anchor, anchor_rating, scale)
     return {p: float(x) for p, x in zip(names, ratings)}
+
+
+class NoFiniteResamples(ValueError):
+    """``prior=0`` bootstrap resamples without a finite maximum-likelihood estimate (a ValueError;
+    :func:`leaderboard` catches it to report the ratings without intervals)."""
 
 
 def bootstrap_intervals(
@@ -334,8 +465,12 @@ def bootstrap_intervals(
     The full data must pass :func:`bradley_terry`'s checks. A resample may lose a player's only
     games or split the graph: with ``prior > 0`` such a replicate is still well defined (the missing
     information is replaced by the prior, which widens the interval, as it should); with
-    ``prior=0`` any replicate without a finite MLE is a ValueError saying how many, since dropping
-    them would bias the interval.
+    ``prior=0`` any replicate without a finite MLE is a ValueError (:class:`NoFiniteResamples`)
+    saying how many, since dropping them would bias the interval.
+
+    A replicate is never an error for not converging: MM is finished by Newton's method (as in
+    :func:`bradley_terry`), and the rare replicate that still has not converged keeps its last
+    iterate, with one RuntimeWarning saying how many.
 
     Returns:
         ``{name: (lo, hi)}`` in ``players`` order. With a named ``anchor``, the anchor's interval
@@ -375,9 +510,13 @@ def bootstrap_intervals(
         reach = _closure(wb > 0)                                                # (B, n, n)
         bad = int((~(reach & np.swapaxes(reach, -1, -2)).all(axis=(-1, -2))).sum())
         if bad:
-            raise ValueError(f"{bad} of {n_boot} bootstrap resamples have no finite maximum-likelihood ratings "
-                             "(a player won or lost all its resampled games, or the graph split); use prior > 0")
-    ratings = _report(_mm(wb, prior, max_iter, tol), names, anchor, anchor_rating, scale)  # (B, n)
+            raise NoFiniteResamples(f"{bad} of {n_boot} bootstrap resamples have no finite maximum-likelihood ratings "
+                                    "(a player won or lost all its resampled games, or the graph split); use prior > 0")
+    theta, converged, step = _fit(wb, prior, max_iter, tol)                                # (B, n)
+    message = _not_converged("bootstrap_intervals", converged, step, max_iter, tol)
+    if message:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    ratings = _report(theta, names, anchor, anchor_rating, scale)                          # (B, n)
     q = np.quantile(ratings, [(1 - level) / 2, (1 + level) / 2], axis=0)                   # (2, n)
     return {p: (float(q[0, k]), float(q[1, k])) for k, p in enumerate(names)}
 
@@ -392,6 +531,34 @@ def expected_score(r_a: float, r_b: float) -> float:
     x = (np.asarray(r_a, dtype=np.float64) - np.asarray(r_b, dtype=np.float64)) / _ELO
     out = 0.5 * (1.0 + np.tanh(x / 2.0))
     return float(out) if out.ndim == 0 else out
+
+
+def _unbounded(w: np.ndarray, names: Sequence[str]) -> dict[str, tuple[float, int, str]]:
+    """With ``prior=0``: the players whose maximum-likelihood rating is infinite, ``{name: (sign,
+    round, why)}``, ``sign`` +inf or -inf.
+
+    Peeled off in rounds: a player who never lost (never won) a game is infinitely stronger (weaker)
+    than everyone; as its rating runs off, the likelihood of its games tends to 1 whatever the
+    others' ratings, so the others' ratings are the MLE of their games among themselves, where the
+    peeling repeats (a player who lost only to the first round's unbeaten players is next).
+    """
+    alive = np.ones(len(names), dtype=bool)
+    out: dict[str, tuple[float, int, str]] = {}
+    for level in range(len(names)):
+        idx = np.flatnonzero(alive)
+        sub = w[np.ix_(idx, idx)]
+        played = (sub + sub.T).sum(1) > 0
+        top, bottom = played & (sub.sum(0) == 0), played & (sub.sum(1) == 0)   # never lost / never won here
+        if not (top | bottom).any():
+            break
+        for k in idx[top]:
+            out[names[k]] = (math.inf, level, "never lost a game" if level == 0 else
+                             "lost only to players whose rating is +inf")
+        for k in idx[bottom]:
+            out[names[k]] = (-math.inf, level, "never won a game" if level == 0 else
+                             "won only against players whose rating is -inf")
+        alive[idx[top | bottom]] = False
+    return out
 
 
 def leaderboard(
@@ -411,14 +578,58 @@ def leaderboard(
     """Rows sorted by rating (highest first, ties by name).
 
     Each row: ``name``, ``rating`` (:func:`bradley_terry`), ``lo``/``hi`` (:func:`bootstrap_intervals`
-    at ``level``; None when ``n_boot=0``), ``games``, ``wins``, ``draws``, ``losses`` and ``score``
-    (mean points per game, a draw scoring 0.5).
+    at ``level``; None when ``n_boot=0``), ``games``, ``wins``, ``draws``, ``losses``, ``score``
+    (mean points per game, a draw scoring 0.5) and ``note`` ("" unless something below applies).
+
+    The table is what a finished tournament prints, so what :func:`bradley_terry` and
+    :func:`bootstrap_intervals` refuse with ``prior=0`` for lack of a finite estimate is reported
+    here instead of raised. A player who never lost (never won), or who lost only to such players
+    (won only against them), has an infinite rating: ``rating``, ``lo`` and ``hi`` are +inf (-inf),
+    the note says why, and the others are rated on their games among themselves. Bootstrap
+    resamples without a finite estimate leave the finite players with no interval (None) and a
+    note saying how many. Still errors: the checks of the data themselves (no results, a player
+    with no games, a disconnected comparison graph), an ``anchor`` whose rating is infinite, and
+    with ``prior=0`` a win graph that stays not strongly connected once those players are set
+    aside (groups that beat each other only one way), whose gaps no finite number describes.
     """
-    bt = dict(players=players, anchor=anchor, anchor_rating=anchor_rating, scale=scale, prior=prior, max_iter=max_iter, tol=tol)
+    bt = dict(anchor=anchor, anchor_rating=anchor_rating, scale=scale, prior=prior, max_iter=max_iter, tol=tol)
+    _check_options(prior, max_iter, tol, scale)
     results = _check_results(results)
-    ratings = bradley_terry(results, **bt)
-    intervals = bootstrap_intervals(results, n_boot, level, seed, **bt) if n_boot else {}
-    tally = {p: [0, 0, 0] for p in ratings}                                  # wins, draws, losses
+    names, w = win_matrix(results, players)
+    if not names:
+        raise ValueError("results is empty: nothing to rate")
+    _check_anchor(anchor, names)
+    unbounded = _unbounded(w, names) if prior == 0 else {}
+    if unbounded:
+        _check_identifiable(w, names, prior=1.0)  # no games, or a split graph, are errors with any prior
+        if anchor in unbounded:
+            raise ValueError(f"anchor {anchor!r} {unbounded[anchor][2]}: with prior=0 its rating is infinite, so it "
+                             "cannot anchor the others; anchor another player or use prior > 0")
+    finite = [p for p in names if p not in unbounded]
+    kept = [r for r in results if r.a not in unbounded and r.b not in unbounded] if unbounded else results
+    notes = {p: f"{why}: rating {'+' if sign > 0 else '-'}inf without a prior (prior=0)"
+             for p, (sign, _, why) in unbounded.items()}
+    if len(finite) == 1:  # everyone else is unbounded: the one finite player carries the anchor convention
+        ratings = {finite[0]: float(anchor_rating)}
+        intervals = {finite[0]: (float(anchor_rating),) * 2} if n_boot else {}
+    elif finite:
+        idle = sorted(set(finite) - {q for r in kept for q in (r.a, r.b)})
+        if idle:
+            raise ValueError(f"with prior=0, {idle} played only players whose rating is infinite "
+                             f"({sorted(unbounded)}), so nothing places them among the others; use prior > 0")
+        ratings = bradley_terry(kept, finite, **bt)
+        try:
+            intervals = bootstrap_intervals(kept, n_boot, level, seed, players=finite, **bt) if n_boot else {}
+        except NoFiniteResamples as exc:
+            intervals = {}
+            notes.update({p: f"no bootstrap interval: {exc}" for p in finite})
+    else:
+        ratings, intervals = {}, {}
+    for p, (sign, _, _) in unbounded.items():
+        ratings[p] = sign
+        if n_boot:
+            intervals[p] = (sign, sign)
+    tally = {p: [0, 0, 0] for p in names}                                    # wins, draws, losses
     for r in results:
         if r.score == 0.5:
             tally[r.a][1] += 1
@@ -428,13 +639,19 @@ def leaderboard(
             tally[winner][0] += 1
             tally[loser][2] += 1
     rows = []
-    for name, rating in ratings.items():
+    for name in names:
         wins, draws, losses = tally[name]
         games = wins + draws + losses
         lo, hi = intervals.get(name, (None, None))
-        rows.append(dict(name=name, rating=rating, lo=lo, hi=hi, games=games, wins=wins, draws=draws,
-                         losses=losses, score=(wins + 0.5 * draws) / games))
-    rows.sort(key=lambda row: (-row["rating"], row["name"]))
+        rows.append(dict(name=name, rating=ratings[name], lo=lo, hi=hi, games=games, wins=wins, draws=draws,
+                         losses=losses, score=(wins + 0.5 * draws) / games, note=notes.get(name, "")))
+
+    def order(row: dict) -> tuple:
+        # Among infinite ratings, earlier peeled players are further out (the unbeaten above those they beat).
+        sign, level_, _ = unbounded.get(row["name"], (0.0, 0, ""))
+        return -row["rating"], level_ * (1 if sign > 0 else -1), row["name"]
+
+    rows.sort(key=order)
     return rows
 
 

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -382,6 +383,128 @@ def test_leaderboard_rows():
     bare = leaderboard(results, n_boot=0)
     assert bare[0]["lo"] is None and bare[0]["hi"] is None
     assert json.loads(json.dumps(rows)) == rows
+
+
+# -- robustness: a finished tournament always gets its table -----------------------------------
+
+def crash_shaped(seed: int = 0) -> list[Result]:
+    """4 players x 60 games per pairing, shaped like the tournament whose ratings once crashed: a
+    near-optimal player who loses one game in 180 (so bootstrap resamples often have it unbeaten),
+    a random player and two middling checkpoints."""
+    rng = np.random.default_rng(seed)
+    out = games("nash", "random", wins=60) + games("nash", "step_3", wins=59, losses=1) + games("nash", "step_6", wins=60)
+    for a, b, p in (("random", "step_3", 0.55), ("random", "step_6", 0.45), ("step_6", "step_3", 0.6)):
+        out += [Result(a, b, 1.0 if w else 0.0) for w in rng.random(60) < p]
+    return [out[k] for k in rng.permutation(len(out))]
+
+
+def test_a_fit_that_mm_cannot_finish_in_max_iter_is_finished_not_raised():
+    # A resample in which C lost every game, and A nearly every one: MM's rate tends to 1 as A's
+    # rating runs off. Three MM iterations used to be a RuntimeError; now Newton's method finishes
+    # the fit, to the same optimum as the full MM run (MM's own stopping error is ~1e-8).
+    results = games("A", "B", wins=29, losses=1) + games("A", "C", wins=30) + games("B", "C", wins=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # converged: no warning
+        full = bradley_terry(results, scale="natural")
+        for max_iter in (1, 3, 50):
+            short = bradley_terry(results, scale="natural", max_iter=max_iter)
+            assert all(math.isfinite(x) for x in short.values())
+            for p in full:
+                assert short[p] == pytest.approx(full[p], abs=1e-6), (max_iter, p)
+    # It is the penalised maximum itself: at the best common level (where the prior's gradient sums
+    # to 0, found by bisection), the gradient of the independently written objective is ~0.
+    players, w = win_matrix(results)
+    raw = np.array([bradley_terry(results, scale="natural", max_iter=2)[p] for p in players])
+    lo, hi = -20.0, 20.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.sum(0.5 - 1 / (1 + np.exp(-(raw + mid)))) > 0 else (lo, mid)
+    _, grad, _ = _log_lik(raw + lo, w, 1.0)
+    assert np.abs(grad).max() < 1e-8
+    # prior=0 too (a strongly connected record): same answer from any iteration budget.
+    tight = games("A", "B", wins=9, losses=1) + games("B", "C", wins=8, losses=2) + games("C", "A", wins=1, losses=9)
+    exact = bradley_terry(tight, prior=0.0, scale="natural")
+    for p, x in bradley_terry(tight, prior=0.0, scale="natural", max_iter=1).items():
+        assert x == pytest.approx(exact[p], abs=1e-8)
+
+
+def test_a_fit_that_does_not_converge_warns_and_keeps_its_last_iterate(monkeypatch):
+    from cogym.runners import ratings
+
+    results = games("A", "B", wins=29, losses=1) + games("A", "C", wins=30) + games("B", "C", wins=30)
+    full, ci_full = bradley_terry(results), bootstrap_intervals(results, n_boot=50)
+    # A tol below float64's resolution is met where Newton's step stops shrinking: no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bradley_terry(results, tol=1e-300, max_iter=20) == pytest.approx(full, abs=1e-6)
+    # Should Newton's method fail too, the fit keeps MM's last iterate and says so, never raises.
+    monkeypatch.setattr(ratings, "_newton", lambda w, theta, prior, tol: (
+        theta, np.full(len(theta), 0.5), np.zeros(len(theta), dtype=bool)))
+    with pytest.warns(RuntimeWarning, match=r"bradley_terry: 1 of 1 Bradley–Terry fits did not converge to tol=1e-10 "
+                                            r"\(20 MM iterations, then Newton's method; largest last step 0.5\)"):
+        r = bradley_terry(results, max_iter=20)
+    assert all(math.isfinite(x) for x in r.values()) and r["A"] > r["B"] > r["C"]
+    with pytest.warns(RuntimeWarning, match=r"bootstrap_intervals: \d+ of 50 Bradley–Terry fits did not converge"):
+        ci = bootstrap_intervals(results, n_boot=50, max_iter=20)
+    assert all(math.isfinite(lo) and math.isfinite(hi) for lo, hi in ci.values()) and set(ci) == set(ci_full)
+
+
+def test_default_bootstrap_of_a_crash_shaped_tournament_finishes_with_the_converged_intervals():
+    results = crash_shaped()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ci = bootstrap_intervals(results)  # the default: 1000 resamples, max_iter 10_000
+        # Resamples MM does not finish in max_iter are finished by Newton's method: same intervals
+        # (a max_iter of 200 used to be a RuntimeError).
+        short = bootstrap_intervals(results, max_iter=200)
+    assert set(ci) == {"nash", "random", "step_3", "step_6"}
+    for p, (lo, hi) in ci.items():
+        assert math.isfinite(lo) and math.isfinite(hi) and lo < hi
+        assert short[p] == pytest.approx((lo, hi), abs=1e-3), p
+    rows = leaderboard(results)
+    assert rows[0]["name"] == "nash" and rows[0]["lo"] > max(r["hi"] for r in rows[1:])
+
+
+def test_leaderboard_without_prior_flags_unbounded_players_instead_of_raising():
+    # C never won; with prior=0 its rating is -inf. bradley_terry still refuses (it returns numbers);
+    # the leaderboard, what a finished tournament prints, flags C and rates A and B on their games.
+    results = games("A", "B", wins=6, losses=4) + games("A", "C", wins=3) + games("B", "C", wins=5)
+    with pytest.raises(ValueError, match=r"never won: \['C'\]"):
+        bradley_terry(results, prior=0.0)
+    rows = leaderboard(results, prior=0.0, n_boot=0)
+    assert [r["name"] for r in rows] == ["A", "B", "C"]
+    a, b, c = rows
+    assert c["rating"] == -math.inf and c["note"].startswith("never won a game") and c["lo"] is None
+    assert a["note"] == b["note"] == ""
+    gap = 400 * math.log10(6 / 4)  # A and B rated on their own 10 games, mean-anchored
+    assert a["rating"] == pytest.approx(gap / 2, abs=1e-6) and b["rating"] == pytest.approx(-gap / 2, abs=1e-6)
+    # With intervals: the unbounded player's is (-inf, -inf), as in every resample; the others' come
+    # from resampling their own games (enough of them that every resample has a finite MLE).
+    booted = leaderboard(games("A", "B", wins=30, losses=20) + games("A", "C", wins=3) + games("B", "C", wins=5),
+                         prior=0.0, n_boot=200)
+    assert booted[2]["lo"] == booted[2]["hi"] == -math.inf
+    assert all(r["lo"] < r["rating"] < r["hi"] and r["note"] == "" for r in booted[:2])
+    # Peeled in rounds: D never lost; A lost only to D, so A is +inf too, ranked under D.
+    chain = games("D", "A", wins=2) + games("A", "B", wins=3) + games("B", "C", wins=2, losses=1) + games("D", "C", wins=1)
+    rows = leaderboard(chain, prior=0.0, n_boot=0)
+    assert [r["name"] for r in rows] == ["D", "A", "B", "C"]
+    assert rows[0]["rating"] == rows[1]["rating"] == math.inf and rows[1]["note"].startswith("lost only to")
+    gap = 400 * math.log10(2)
+    assert rows[2]["rating"] == pytest.approx(gap / 2) and rows[3]["rating"] == pytest.approx(-gap / 2)
+    assert json.loads(json.dumps(rows)) == rows
+    # An anchor that is unbounded cannot anchor anyone.
+    with pytest.raises(ValueError, match="anchor 'C' never won a game"):
+        leaderboard(results, prior=0.0, n_boot=0, anchor="C")
+    # A split graph is still an error, with or without a prior.
+    with pytest.raises(ValueError, match="disconnected"):
+        leaderboard(results + games("X", "Y", wins=1), prior=0.0, n_boot=0)
+
+
+def test_leaderboard_without_prior_reports_resamples_without_mle_as_a_note():
+    rows = leaderboard(games("A", "B", wins=2, losses=1), n_boot=200, prior=0.0)
+    assert [r["lo"] for r in rows] == [None, None]
+    assert all(re_note.startswith("no bootstrap interval: ") and "of 200 bootstrap resamples" in re_note
+               for re_note in (r["note"] for r in rows))
 
 
 # -- streaming (openskill) ---------------------------------------------------------------------
