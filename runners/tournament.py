@@ -69,7 +69,10 @@ class Player:
     """One entrant: ``path`` (an HF model directory) or ``twin`` (a scripted strategy name).
     A checkpoint's player also carries its run's per-role system prompts and message limit.
     ``bind``: the roles or seats it plays (paired scoring), None for a player that takes a side.
-    ``sources``: where its prompts and limit came from, filled in by :func:`settle`."""
+    ``sources``: where its prompts and limit came from, filled in by :func:`settle`.
+    ``dtype`` / ``attn_implementation``: what its run loaded the policy with (``policies.<id>`` of
+    the run's config.yaml), so a bf16 run's checkpoint plays in bf16, as it was trained; None for
+    a model with no run config (``Policy.from_pretrained``'s defaults: float32, transformers' kernel)."""
 
     name: str
     path: Path | None = None
@@ -80,6 +83,12 @@ class Player:
     run_config: bool = field(default=False, compare=False)  # a checkpoint whose run's config.yaml was read
     role_limits: dict | None = field(default=None, compare=False)  # role -> the limit its run gave the role's policy
     sources: dict | None = field(default=None, compare=False)
+    dtype: str | None = None
+    attn_implementation: str | None = None
+
+    def load_options(self) -> dict:
+        """The keyword arguments of ``Policy.from_pretrained`` this player is loaded with."""
+        return {"dtype": self.dtype or "float32", "attn_implementation": self.attn_implementation}
 
 
 def _checkpoint_policy(step: Path, policy: str | None, seated: str | None = None) -> tuple[Path, bool]:
@@ -120,6 +129,14 @@ def _run_settings(run: Path, policy: str) -> tuple[dict | None, int | None]:
 
 def _policy_limit(tree: dict, policy: str) -> int | None:
     return (((tree.get("policies") or {}).get(policy) or {}).get("sampling") or {}).get("max_new_tokens")
+
+
+def _policy_loading(tree: dict | None, policy: str) -> tuple[str | None, str | None]:
+    """The ``dtype`` and ``attn_implementation`` the run loaded policy ``policy`` with
+    (``policies.<policy>`` of its config.yaml; None where it does not say)."""
+    cfg = ((tree or {}).get("policies") or {}).get(policy) or {}
+    dtype, attn = cfg.get("dtype"), cfg.get("attn_implementation")
+    return (str(dtype) if dtype is not None else None), (str(attn) if attn is not None else None)
 
 
 def _role_limits(run: Path) -> dict[str, int]:
@@ -182,13 +199,16 @@ def resolve_players(specs: Sequence[str], policy: str | None = None, role: str |
                               "directory (optionally :POLICY, then @ROLE)")
         for step in steps:
             run = step.parent.parent
-            seats = (_run_tree(run) or {}).get("seats") or {}
+            tree = _run_tree(run)
+            seats = (tree or {}).get("seats") or {}
             seated = seats.get(bind[0]) if bind is not None and len(bind) == 1 else None
             where, several = _checkpoint_policy(step, own_policy, seated if isinstance(seated, str) else None)
             prompts, limit = _run_settings(run, where.name)
+            dtype, attn = _policy_loading(tree, where.name)
             name = f"{run.name}/{step.name}" + (f"/{where.name}" if several else "")
             players.append(Player(name=name, path=where, prompts=prompts, max_new_tokens=limit, bind=bind,
-                                  run_config=prompts is not None, role_limits=_role_limits(run)))
+                                  run_config=prompts is not None, role_limits=_role_limits(run), dtype=dtype,
+                                  attn_implementation=attn))
     names = [p.name for p in players]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -437,7 +457,9 @@ class _Agents:
             sampling = SamplingParams(max_new_tokens=limit, temperature=self.spec.temperature)
             # A model plays with its own prompts (settle: its run's, --system, or the checkpoints' shared ones).
             wrap = (lambda agent: _Prompted(agent, {**own.prompts, **self.spec.prompts})) if own.prompts is not None else None
-            self.factory.model(name, lambda: Policy.from_pretrained(path, name=name), sampling, wrap=wrap)
+            # In the dtype and attention kernel its run used (a bare model directory: the defaults).
+            self.factory.model(name, lambda: Policy.from_pretrained(path, name=name, **own.load_options()), sampling,
+                               wrap=wrap)
             self.loads += 1
         return self.cache[name]
 
@@ -1011,10 +1033,17 @@ def score_matrix(rows: Sequence[dict], names: Sequence[str]) -> tuple[np.ndarray
 
 
 def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: str | None = None,
-           n_boot: int = 1000, seed: int = 0, plots: bool = True) -> list[dict]:
+           n_boot: int = 1000, seed: int = 0, plots: bool = True, prior: float = 1.0) -> list[dict]:
     """Leaderboard (Bradley–Terry, Elo scale, bootstrap intervals) and the cross-play matrix, written
     to ``out_dir`` as leaderboard.csv/.json, matrix.csv, results.csv and, with ``plots``,
-    heatmap.png and ratings.png. Returns the leaderboard rows (best first)."""
+    heatmap.png and ratings.png. Returns the leaderboard rows (best first).
+
+    Every game has been played by now, so a rating that cannot be made finite is a flagged row, not
+    an error: with ``prior=0`` (:func:`cogym.runners.ratings.leaderboard`) a player who never lost or
+    never won is rated +-inf with a ``note`` (:func:`print_leaderboard` prints it; leaderboard.json
+    writes the value as ``Infinity``), and a fit that does not converge keeps its last iterate with a
+    RuntimeWarning. Only results that cannot be rated at all (nothing to rate, players in groups
+    that never met) are a ConfigError."""
     import csv
 
     from .ratings import Result, leaderboard
@@ -1022,7 +1051,7 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
     try:
         board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
-                            anchor=anchor)
+                            anchor=anchor, prior=prior)
     except ValueError as exc:  # nothing to rate, players that never met (a Swiss round too few)...
         raise ConfigError(f"cannot rate these results: {exc}") from exc
     kinds = player_kinds(out_dir)
@@ -1060,7 +1089,15 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
 
     from .display import heatmap_figure, ratings_figure
 
-    for name, fig in (("heatmap.png", heatmap_figure(matrix, order)), ("ratings.png", ratings_figure(board))):
+    # ratings.png has an axis of finite ratings: a flagged player rated +-inf is left out (the
+    # leaderboard names it), and intervals are drawn only when every plotted player has a finite one.
+    finite = [row for row in board if math.isfinite(row["rating"])]
+    if any(row["lo"] is None or not (math.isfinite(row["lo"]) and math.isfinite(row["hi"])) for row in finite):
+        finite = [{**row, "lo": None, "hi": None} for row in finite]
+    figures = [("heatmap.png", heatmap_figure(matrix, order))]
+    if finite:
+        figures.append(("ratings.png", ratings_figure(finite)))
+    for name, fig in figures:
         fig.savefig(out_dir / name, bbox_inches="tight", pad_inches=0.1)
         plt.close(fig)
 
@@ -1078,7 +1115,9 @@ def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12)
 
 def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes: Sequence[str] = ()) -> None:
     """The leaderboard on stdout, every number in full at any width (names wrap, numbers never); a
-    model player with no run config is marked ``*``, and ``notes`` (:func:`settings_notes`) follow."""
+    model player with no run config is marked ``*``. Then the rating notes of the rows (a player
+    whose rating is infinite, intervals that could not be made: :func:`rating_notes`) and ``notes``
+    (:func:`settings_notes`)."""
     import textwrap
 
     from .display import format_leaderboard, terminal_width
@@ -1086,8 +1125,18 @@ def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes:
     width = terminal_width()
     shown = [{**row, "name": row["name"] + " *"} if row.get("kind") == NO_RUN_CONFIG else row for row in board]
     print(format_leaderboard(shown, title, width))
-    for note in notes:
+    for note in [*rating_notes(board), *notes]:
         print("\n".join(textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)))
+
+
+def rating_notes(board: Sequence[dict]) -> list[str]:
+    """One line per distinct rating note of the leaderboard's rows (``note``), naming its players."""
+    by_note: dict[str, list[str]] = {}
+    for row in board:
+        if row.get("note"):
+            by_note.setdefault(row["note"], []).append(row["name"])
+    return [f"note: {', '.join(names) if len(names) <= 3 else f'{len(names)} players'}: {note}"
+            for note, names in by_note.items()]
 
 
 NO_RUN_CONFIG = "model (no run config)"

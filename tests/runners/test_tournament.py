@@ -403,3 +403,58 @@ def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
     rows = [{"a": "x", "b": "y", "score": 1.0}, {"a": "z", "b": "w", "score": 0.0}]  # two groups that never met
     with pytest.raises(ConfigError, match="cannot rate these results: .*disconnected"):
         report(rows, ["x", "y", "z", "w"], tmp_path, n_boot=0, plots=False)
+
+
+def test_report_flags_a_player_without_a_finite_rating_and_still_writes_everything(tmp_path, capsys):
+    # All games are played: a rating that cannot be made finite (prior=0, a player who never won) is a
+    # flagged row with a note under the printed leaderboard, not an error losing the table.
+    from cogym.runners.tournament import print_leaderboard
+
+    def game(a: str, b: str, score: float) -> dict:
+        return {"a": a, "b": b, "score": score}
+
+    rows = ([game("p", "q", 1.0)] * 6 + [game("p", "q", 0.0)] * 4 + [game("p", "loser", 1.0)] * 5
+            + [game("q", "loser", 1.0)] * 5)
+    board = report(rows, ["p", "q", "loser"], tmp_path, n_boot=100, prior=0.0)
+    assert [r["name"] for r in board] == ["p", "q", "loser"]
+    assert board[2]["rating"] == board[2]["lo"] == board[2]["hi"] == float("-inf")
+    assert board[2]["note"].startswith("never won a game")
+    assert json.loads((tmp_path / "leaderboard.json").read_text())[2]["rating"] == float("-inf")
+    for name in ("leaderboard.csv", "matrix.csv", "heatmap.png", "ratings.png"):
+        assert (tmp_path / name).is_file(), name
+    print_leaderboard(board, title="t")
+    out = capsys.readouterr().out
+    assert "-inf" in out and "note: loser: never won a game: rating -inf without a prior (prior=0)" in out
+
+
+def test_tournament_help_prints_the_interval_level_and_the_bootstrap_default(capsys):
+    from cogym.runners.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["tournament", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "%%" not in text and "leaderboard with 95% bootstrap intervals" in text
+    assert "--bootstrap BOOTSTRAP bootstrap resamples for the 95% intervals (default 1000; 0: none)" in text
+
+
+def test_checkpoints_load_in_their_runs_dtype_and_attention_kernel(tmp_path, tiny_model_dir):
+    # A bf16 run's checkpoint plays in bf16 (as it trained), with its run's attention kernel; a bare
+    # model directory has no run config and loads with the defaults (float32, transformers' choice).
+    import torch
+
+    from cogym.runners.tournament import _Agents
+
+    run = _fake_run(tmp_path, "bf16run", [5], ["player"], tiny_model_dir)
+    (run / "config.yaml").write_text("prompts:\n  first: {system: Poker.}\n  second: {system: Poker.}\n"
+                                     "policies:\n  player: {model: tiny, dtype: bfloat16, attn_implementation: eager}\n")
+    plain = _fake_run(tmp_path, "plain", [5], ["player"], tiny_model_dir)  # its config names no dtype
+    players = resolve_players([str(run), str(plain), str(tiny_model_dir)])
+    assert [(p.dtype, p.attn_implementation) for p in players] == [("bfloat16", "eager"), (None, None), (None, None)]
+    agents = _Agents(TournamentSpec(game="kuhn_poker-v0", players=players))
+    loaded = [agents.get(p, "first") for p in players]
+    models = [getattr(a, "agent", a).policy.model for a in loaded]  # a checkpoint's agent wears its run's prompts
+    assert {prm.dtype for prm in models[0].parameters()} == {torch.bfloat16}
+    assert models[0].config._attn_implementation == "eager"
+    for model in models[1:]:
+        assert {prm.dtype for prm in model.parameters()} == {torch.float32}
