@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .transcripts import MAX_CHARS, SHOWN_LINES
+from .transcripts import MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -58,6 +58,7 @@ def print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .metrics import reward_rows
     from .sinks import HELDOUT_LABELS
 
     table = Table(title="cogym train: summary", show_header=True)
@@ -71,19 +72,8 @@ def print_summary(summary: dict) -> None:
         if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
             first, last = summary[key], summary[f"{key[:-7]}_after"]
             table.add_row(f"{key[5:-7]} (before -> after)", f"{first:.3f} -> {last:.3f} ({last - first:+.3f})")
-    for key in summary:
-        if key.endswith("_reward_last5"):
-            role = key[: -len("_reward_last5")]
-            first, last = summary.get(f"{role}_reward_first5"), summary[key]
-            # The means are over the first and the last 5 iterations this process ran (a resumed run: from
-            # the iteration it resumed at).
-            n, a = int(summary.get("iterations") or 0), int(summary.get("first_iteration") or 1)
-            if n - a + 1 <= 5:  # one window: both means are the same one
-                table.add_row(f"{role} reward (mean of iterations {a}-{n})" if n > a else f"{role} reward", f"{last:.3f}")
-            elif first is None:  # the role had no reward in the first 5 iterations
-                table.add_row(f"{role} reward (mean of iterations {n - 4}-{n})", f"{last:.3f}")
-            else:
-                table.add_row(f"{role} reward (iterations {a}-{a + 4} -> {n - 4}-{n})", f"{first:.3f} -> {last:.3f}")
+    for label, value in reward_rows(summary):  # first -> last window of this process's iterations
+        table.add_row(label, value)
     if summary.get("tokens_per_s"):
         table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
     table.add_row("engine", ", ".join(summary.get("engines", [])))
@@ -351,7 +341,7 @@ def parser() -> argparse.ArgumentParser:
     tt = sub.add_parser(
         "tournament", help="rate checkpoints, models and scripted agents against each other",
         description="Play every scheduled pairing of the players (both seat orders, paired seeds), log each game to "
-                    "OUT/results.jsonl (a rerun skips finished games), and write a Bradley-Terry leaderboard with 95%% "
+                    "OUT/results.jsonl (a rerun skips finished games), and write a Bradley-Terry leaderboard with 95% "
                     "bootstrap intervals, the cross-play matrix, heatmap.png, ratings.png and CSV/JSON files to OUT.")
     tt.add_argument("--config", help="YAML with any of the options below (command-line options win)")
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
@@ -399,18 +389,20 @@ def parser() -> argparse.ArgumentParser:
                     help="play the games on Ray workers: with no ADDRESS start a local cluster, 'auto' joins the one "
                          "`ray start` runs here, host:port another (needs: pip install 'cogym[ray]')")
     tt.add_argument("--workers", type=int, metavar="N", help="--ray: tournament workers, 1 CPU each (default 2)")
-    tt.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+    tt.add_argument("--bootstrap", type=int, default=1000,
+                    help="bootstrap resamples for the 95%% intervals (default %(default)s; 0: none)")
     tt.add_argument("--no-progress", action="store_true", help="no progress bar")
     tt.add_argument("--no-plots", action="store_true", help="no heatmap.png / ratings.png")
     tt.add_argument("--transcripts", type=_positive_int, metavar="K",
                     help="keep the messages of the first K games of each pairing in OUT/transcripts.jsonl "
                          "(cogym show OUT prints them; only games played now: finished ones are not replayed)")
     tt.set_defaults(fn=_tournament)
-    sh = sub.add_parser("show", help="print the games' messages a run or tournament kept (transcripts.jsonl)",
+    sh = sub.add_parser("show", help="print the games a run or tournament kept (transcripts.jsonl): each move and "
+                        "what its seat was shown",
                         description="Print the transcripts of a cogym train run (run.transcripts_every, "
                                     "run.transcripts_games) or of a cogym tournament (--transcripts K): per game its "
                                     "source, iteration or pairing, id and seed, then every move (seat, role, policy, "
-                                    "message) and each seat's reward.")
+                                    "what the seat was shown, its message) and each seat's reward.")
     sh.add_argument("path", metavar="RUN_OR_TOURNAMENT", help="a run or tournament directory, or a transcripts.jsonl")
     sh.add_argument("--iteration", type=int, metavar="N", help="only the games of training iteration N")
     sh.add_argument("--player", metavar="NAME", help="only the games NAME played (a tournament player or a policy id)")
@@ -418,8 +410,9 @@ def parser() -> argparse.ArgumentParser:
     sh.add_argument("--role", help="only the moves of this role")
     sh.add_argument("--last", type=_positive_int, metavar="K", help="only the last K games (after the filters)")
     sh.add_argument("--full", action="store_true",
-                    help=f"whole messages (default: at most {SHOWN_LINES} lines each; a stored message is cut at "
-                         f"{MAX_CHARS} characters)")
+                    help=f"whole messages and observations (default: at most {SHOWN_LINES} lines of a message and "
+                         f"{SHOWN_PROMPT_CHARS} characters in {SHOWN_PROMPT_LINES} lines of what its seat was shown; "
+                         f"both are stored cut at {MAX_CHARS} characters)")
     sh.add_argument("--json", action="store_true", help="the selected rows as JSON lines (the transcripts.jsonl format)")
     sh.add_argument("--width", type=_positive_int, metavar="COLUMNS", help="wrap to this width (default: the terminal's, "
                     "80 in a pipe)")
@@ -439,7 +432,7 @@ def parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=_reproduce)
     # Listed here for `cogym --help`; main() hands everything after `build-tiny-model` to its own parser.
     sub.add_parser("build-tiny-model", help="rebuild the embedded tiny model or, with --verifier, tiny-verifier "
-                   "(see its --help)", add_help=False)
+                   "or, with --reasoner, tiny-reasoner (see its --help)", add_help=False)
     return ap
 
 

@@ -44,6 +44,15 @@ def test_top_level_help_lists_the_subcommands(capsys):
         assert cmd in out
 
 
+def test_top_level_help_names_both_builds_of_build_tiny_model(capsys):
+    """`cogym --help` lists build-tiny-model with each model it builds: a reader learns of tiny-reasoner there."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    entry = out[out.index("build-tiny-model rebuild"):]
+    assert "--verifier, tiny-verifier" in entry and "--reasoner, tiny-reasoner" in entry
+
+
 def test_train_help_mentions_overrides_and_resume(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -227,11 +236,51 @@ def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "chooser reward (iterations 1-5 -> 8-12)" in out and "-0.500 -> 0.250" in out
     assert "judge reward (mean of iterations 8-12)" in out and "0.750" in out
-    # A run of at most 5 iterations has one window: one mean, not "first 5 -> last 5" of the same iterations.
-    print_summary({"chooser_reward_first5": 0.5, "chooser_reward_last5": 0.5, "engines": ["torch"], "iterations": 3,
+    # A short run compares windows of at most half its iterations: iteration 1 with 3, never a window with itself.
+    print_summary({"chooser_reward_first5": 0.5, "chooser_reward_last5": 0.25, "engines": ["torch"], "iterations": 3,
                    "wall_s": 1.0, "run_dir": "runs/x"})
     out = capsys.readouterr().out
-    assert "chooser reward (mean of iterations 1-3)" in out and "->" not in out
+    assert "chooser reward (iterations 1 -> 3)" in out and "0.500 -> 0.250" in out
+
+
+def _reward_row(summary: dict, capsys) -> str:
+    """The summary table's line of the chooser's reward, its spaces collapsed."""
+    from cogym.runners.cli import print_summary
+
+    print_summary({"engines": ["torch"], "wall_s": 1.0, "run_dir": "runs/x", **summary})
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "chooser reward" in line]
+    return " ".join(line.replace("│", " ").split())
+
+
+@pytest.mark.parametrize("iterations, first_iteration, window, label", [
+    (6, 1, 3, "chooser reward (iterations 1-3 -> 4-6)"),
+    (2, 1, 1, "chooser reward (iterations 1 -> 2)"),
+    (12, 1, 5, "chooser reward (iterations 1-5 -> 8-12)"),
+    (10, 5, 3, "chooser reward (iterations 5-7 -> 8-10)"),  # resumed at 5: this process's 6 iterations
+    (11, 1, 5, "chooser reward (iterations 1-5 -> 7-11)"),
+])
+def test_the_summary_s_first_and_last_reward_windows_never_overlap(iterations, first_iteration, window, label, capsys,
+                                                                   monkeypatch):
+    from cogym.runners.metrics import reward_summary
+
+    monkeypatch.setenv("COLUMNS", "200")
+    history = [{"iteration": it, "chooser/reward": float(it)} for it in range(first_iteration, iterations + 1)]
+    summary = reward_summary(history, ["chooser"])
+    first, last = history[:window], history[-window:]
+    assert not {r["iteration"] for r in first} & {r["iteration"] for r in last}
+    assert summary["chooser_reward_first5"] == pytest.approx(sum(r["chooser/reward"] for r in first) / window)
+    assert summary["chooser_reward_last5"] == pytest.approx(sum(r["chooser/reward"] for r in last) / window)
+    row = _reward_row({**summary, "iterations": iterations, "first_iteration": first_iteration}, capsys)
+    assert row == f"{label} {summary['chooser_reward_first5']:.3f} -> {summary['chooser_reward_last5']:.3f}"
+
+
+def test_a_one_iteration_run_s_summary_shows_its_one_reward(capsys, monkeypatch):
+    from cogym.runners.metrics import reward_summary
+
+    monkeypatch.setenv("COLUMNS", "200")
+    summary = reward_summary([{"iteration": 1, "chooser/reward": 0.25}], ["chooser"])
+    assert summary["chooser_reward_first5"] == summary["chooser_reward_last5"] == 0.25
+    assert _reward_row({**summary, "iterations": 1}, capsys) == "chooser reward (iteration 1) 0.250"
 
 
 def test_overrides_may_follow_options(monkeypatch, tmp_path):
