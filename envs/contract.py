@@ -48,7 +48,10 @@ class ContractViolation(GameError):
 
 def shown(value: Any) -> str:
     """``repr(value)`` cut to MAX_VALUE_SHOWN characters, with its type when that is not plain."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a report must not fail on a game's broken __repr__
+        text = f"<{type(value).__name__} whose repr raised>"
     if len(text) > MAX_VALUE_SHOWN:
         text = text[:MAX_VALUE_SHOWN] + f"... ({len(text)} characters)"
     plain = isinstance(value, (str, int, float, bool, dict, list, tuple, type(None)))
