@@ -28,7 +28,6 @@ from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.agents.types import Agent, Request, Turn
 from cogym.core.errors import GameContractError, GameStepError
-from cogym.core.outcome import SeatOutcome
 from cogym.envs.base import CogymEnv, check_messages
 from cogym.envs.contract import ContractViolation, check_infos, check_rewards
 from cogym.envs.contract import shown as shown_value
@@ -100,14 +99,12 @@ def checked_collect(env: CogymEnv, returns: dict[str, float], infos: dict[str, d
 
 def credit(seat_turns: list[dict[str, list[Turn]]], returns: list[dict[str, float]],
            infos: list[dict[str, dict]]) -> list[Turn]:
-    """Every move of a seat gets the seat's episode return and its last info, checked against the
-    game -> learner contract (:class:`~cogym.core.outcome.SeatOutcome`); all turns in game order."""
+    """Every move of a seat gets the seat's episode return and its last info (held to the game ->
+    learner contract when the game ended: :meth:`Episodes.skip_dead`); all turns in game order."""
     turns: list[Turn] = []
     for g, by_seat in enumerate(seat_turns):
         for seat, ts in by_seat.items():
             info = infos[g].get(seat, {})
-            if ts:  # a mistyped fact fails here, naming the game and seat, not inside a learner
-                SeatOutcome.from_info(info, where=f"game {g} infos[{seat!r}]")
             for t in ts:
                 t.reward = returns[g].get(seat, 0.0)
                 t.info = info

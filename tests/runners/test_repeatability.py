@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.processes import sigkill_once_written
 
 COGYM = Path(sys.executable).with_name("cogym")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements
@@ -58,14 +58,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     _finish(a)
     _finish(b)
 
-    proc = _start(dirs["killed"])
-    first = dirs["killed"] / "checkpoints" / "step_000002" / "trainer_state.json"
-    deadline = time.monotonic() + 600
-    while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    sigkill_once_written(_start(dirs["killed"]), dirs["killed"] / "checkpoints" / "step_000002" / "trainer_state.json",
+                         timeout=600)
     resume = subprocess.run([str(COGYM), "train", "--resume", str(dirs["killed"]), "--no-progress"], env=_env(),
                             capture_output=True, text=True, timeout=900)
     assert resume.returncode == 0, f"cogym train --resume failed:\n{resume.stderr[-3000:]}"

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.processes import sigkill_once_written
 
 COGYM = Path(sys.executable).with_name("cogym")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements differ between any two runs
@@ -57,13 +57,7 @@ def test_kill_9_then_resume_equals_an_uninterrupted_run(tiny_model_dir: Path, tm
 
     proc = subprocess.Popen([str(COGYM), "train", "--run-dir", str(killed), "--no-progress", *_overrides(tiny_model_dir)],
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = killed / "checkpoints" / "step_000002" / "trainer_state.json"
-    deadline = time.monotonic() + 300
-    while not first.is_file() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed; raise ITERATIONS"
+    sigkill_once_written(proc, killed / "checkpoints" / "step_000002" / "trainer_state.json", timeout=300)
     done_before = len(_rows(killed))
     assert 2 <= done_before < ITERATIONS
 
