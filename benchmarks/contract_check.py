@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 
 from cogym.envs import contract
-from cogym.runners import core, rollout, token_rollout
-from cogym.runners.config import load_config
-from cogym.runners.train import train
+from cogym.runners.rollout.turns import loop as core
+from cogym.runners.rollout import turns as rollout
+from cogym.runners.rollout.turns import tokens as token_rollout
+from cogym.runners.config.schema import load_config
+from cogym.runners.train.loop import train
 
 SPOTS = ((core, "check_rewards"), (core, "check_infos"), (contract, "check_observation"))
 

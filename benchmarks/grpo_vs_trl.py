@@ -69,10 +69,10 @@ from cogym.envs import make
 from cogym.envs.datasets import load_problems
 from cogym.envs.proposer_solver import solver_reward
 from cogym.envs.verifiers import make_verifier
-from cogym.runners.build import Run, build
-from cogym.runners.config import load_config
-from cogym.runners.rollout import rollout
-from cogym.runners.sampling import rollout_key
+from cogym.runners.train.build import Run, build
+from cogym.runners.config.schema import load_config
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.iteration import rollout_key
 
 HELDOUT = Path(str(resources.files("cogym.envs").joinpath("data", "arithmetic_heldout.jsonl")))
 LR = 5e-5

@@ -198,9 +198,9 @@ def _model_dir(name: str, out: Path) -> str:
 def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) -> None:
     import ray
 
-    from cogym.runners.build import build
-    from cogym.runners.config import load_config
-    from cogym.runners.ray_rollout import RayRollout
+    from cogym.runners.train.build import build
+    from cogym.runners.config.schema import load_config
+    from cogym.runners.ray.rollout import RayRollout
 
     print(f"\nweight sync: one policy to 2 rollout workers, median of {repeats}")
     print(f"{'model':<14}{'params':>10}{'MB':>9}{'via':>15}{'sync s':>9}{'MB/s':>9}")

@@ -29,8 +29,8 @@ from cogym.agents.backends.vllm import VLLMBackend, require_vllm
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
 from cogym.envs import make
-from cogym.runners.config import load_config
-from cogym.runners.rollout import rollout
+from cogym.runners.config.schema import load_config
+from cogym.runners.rollout.turns import rollout
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Action, Request
 from cogym.envs import make
-from cogym.runners.config import load_config
-from cogym.runners.rollout import rollout
+from cogym.runners.config.schema import load_config
+from cogym.runners.rollout.turns import rollout
 
 
 class RecordingAgent(LLMAgent):

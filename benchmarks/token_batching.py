@@ -39,7 +39,7 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Request
 from cogym.envs import make
-from cogym.runners.token_rollout import ChatCodec, token_rollout
+from cogym.runners.rollout.tokens import ChatCodec, token_rollout
 
 SYSTEM = {"solver": "Solve.", "proposer": "Propose."}
 SAMPLING = SamplingParams(max_new_tokens=8, temperature=1.0)

@@ -1,7 +1,7 @@
 """The game contract as it is checked while a game is played, cheaply, at every step.
 
 :func:`check_game` plays a game with scripted twins before training; the rollout plays it with
-models, which reach states no twin did. So the play loop (``cogym.runners.core``) and
+models, which reach states no twin did. So the play loop (``cogym.runners.rollout.loop``) and
 ``check_game`` hold every step to the same three rules, with the same words:
 
 * every reward is a finite number inside ``spec.reward_range`` (a NaN or an out-of-range reward

@@ -1,7 +1,7 @@
 """Data-parallel helpers over ``torch.distributed``; each is the identity (or a no-op) in one process.
 
 A data-parallel run has W processes ("ranks"), started by ``cogym train --nproc W``
-(:mod:`cogym.runners.launch`) or by ``torchrun``, which set the torchrun environment variables
+(:mod:`cogym.runners.train.launch`) or by ``torchrun``, which set the torchrun environment variables
 (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``). :func:`init_from_env`
 starts the process group from them (gloo on CPU, nccl on GPU); everything else here asks the
 group that is up, so the same code runs unchanged when no group exists or W is 1.

@@ -1,14 +1,14 @@
 """cogym runners: training, tournaments and what they write.
 
     from cogym.runners import load_config
-    from cogym.runners.train import train
+    from cogym.runners.train.loop import train
     summary = train(load_config("configs/kuhn_poker.yaml", ["run.iterations=5"]))
 
     from cogym.runners import read_transcripts, format_transcripts
     print(format_transcripts(read_transcripts("runs/kuhn_poker-20260101-120000")))
 
 ``train``, ``rollout``, ``token_rollout``, ``build`` and ``evaluate`` are modules of this package:
-import their functions from them (``from cogym.runners.train import train``).
+import their functions from them (``from cogym.runners.train.loop import train``).
 
 Names are imported on first use: ``import cogym.runners.cli`` (the ``cogym`` command) stays light.
 """
@@ -19,19 +19,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "load_config": "config", "Config": "config", "RunConfig": "config", "GameConfig": "config",
-    "PolicyConfig": "config", "PromptConfig": "config", "EvalConfig": "config", "LeagueConfig": "config",
-    "RayConfig": "config", "default_config_path": "config",
+    "load_config": "config.schema", "Config": "config.schema", "RunConfig": "config.schema", "GameConfig": "config.schema",
+    "PolicyConfig": "config.schema", "PromptConfig": "config.schema", "EvalConfig": "config.schema", "LeagueConfig": "config.schema",
+    "RayConfig": "config.schema", "default_config_path": "config.schema",
     "ConfigError": "cogym.core.errors",
-    "Run": "build",
-    "RolloutResult": "core",
-    "TrainHook": "hooks",
-    "register_evaluator": "evaluation",
-    "import_game_modules": "modules",
-    "Player": "tournament", "TournamentSpec": "tournament", "resolve_players": "tournament",
-    "run_tournament": "tournament", "report": "tournament",
-    "TRANSCRIPTS_FILE": "transcripts", "read_transcripts": "transcripts", "format_transcripts": "transcripts",
-    "format_transcript": "transcripts", "transcript_row": "transcripts",
+    "Run": "train.build",
+    "RolloutResult": "rollout.loop",
+    "TrainHook": "train.hooks",
+    "register_evaluator": "evaluation.evaluators",
+    "import_game_modules": "config.modules",
+    "Player": "tournament.run", "TournamentSpec": "tournament.run", "resolve_players": "tournament.run",
+    "run_tournament": "tournament.run", "report": "tournament.run",
+    "TRANSCRIPTS_FILE": "tournament.transcripts", "read_transcripts": "tournament.transcripts", "format_transcripts": "tournament.transcripts",
+    "format_transcript": "tournament.transcripts", "transcript_row": "tournament.transcripts",
 }
 
 __all__ = ["Config", "ConfigError", "default_config_path", "EvalConfig", "format_transcript", "format_transcripts",
@@ -57,13 +57,13 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above load on first use
     from cogym.core.errors import ConfigError
 
-    from .build import Run
+    from .train.build import Run
 
-    from .config import (Config, EvalConfig, GameConfig, LeagueConfig, PolicyConfig, PromptConfig,
+    from .config.schema import (Config, EvalConfig, GameConfig, LeagueConfig, PolicyConfig, PromptConfig,
                          RayConfig, RunConfig, default_config_path, load_config)
-    from .core import RolloutResult
-    from .evaluation import register_evaluator
-    from .hooks import TrainHook
-    from .modules import import_game_modules
-    from .tournament import Player, TournamentSpec, report, resolve_players, run_tournament
-    from .transcripts import TRANSCRIPTS_FILE, format_transcript, format_transcripts, read_transcripts, transcript_row
+    from .rollout.loop import RolloutResult
+    from .evaluation.evaluators import register_evaluator
+    from .train.hooks import TrainHook
+    from .config.modules import import_game_modules
+    from .tournament.run import Player, TournamentSpec, report, resolve_players, run_tournament
+    from .tournament.transcripts import TRANSCRIPTS_FILE, format_transcript, format_transcripts, read_transcripts, transcript_row

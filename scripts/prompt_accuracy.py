@@ -29,7 +29,7 @@ def answer_of(text: str) -> int | None:
 
 def accuracy(policy, records: list[dict], system: str, fmt: str, temperature: float) -> float:
     from cogym.agents.policy import SamplingParams
-    from cogym.runners.core import chat_messages
+    from cogym.runners.rollout.loop import chat_messages
 
     prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records]
     outs = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=temperature))
@@ -41,7 +41,7 @@ def vote_table(policy, records: list[dict], system: str, fmt: str, votes: int) -
     from collections import Counter
 
     from cogym.agents.policy import SamplingParams
-    from cogym.runners.core import chat_messages
+    from cogym.runners.rollout.loop import chat_messages
 
     prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records for _ in range(votes)]
     outs = policy.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0))

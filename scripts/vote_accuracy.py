@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from cogym.agents.policy import Policy
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.build_tiny_model import majority_of, sample_answers
+    from cogym.runners.research.build_tiny_model import majority_of, sample_answers
 
     torch.manual_seed(args.seed)
     policy = Policy.from_pretrained(args.model, device="cpu")

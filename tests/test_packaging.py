@@ -2,7 +2,7 @@
 
 setuptools installs only the packages it is told about: an editable install (``pip install -e .``)
 finds a missing subpackage through the source folder anyway, a wheel (``pip install .``, or a copy
-carried to another machine) does not, and then ``import cogym.runners.config`` fails there.
+carried to another machine) does not, and then ``import cogym.runners.config.schema`` fails there.
 """
 
 from __future__ import annotations

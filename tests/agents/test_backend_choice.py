@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import cogym.runners.config as config_module
+import cogym.runners.config.schema as config_module
 from cogym.agents.backends import BACKENDS, HFBackend, make_backend
 from cogym.agents.backends import vllm as vllm_module
-from cogym.runners.config import ConfigError, load_config
+from cogym.runners.config.schema import ConfigError, load_config
 
 
 def _error(overrides: list[str]) -> str:
@@ -88,8 +88,8 @@ def test_the_vllm_backend_keeps_the_settings_its_log_probs_depend_on(policy, mon
 
 def test_a_vllm_policy_gets_its_backend_when_a_run_is_built(monkeypatch):
     """The run builder gives a policy whose config says vllm the backend make_backend builds, with its options."""
-    import cogym.runners.build as build_module
-    from cogym.runners.build import build
+    import cogym.runners.train.build as build_module
+    from cogym.runners.train.build import build
 
     made = []
 
@@ -106,7 +106,7 @@ def test_a_vllm_policy_gets_its_backend_when_a_run_is_built(monkeypatch):
 
 
 def test_nproc_refuses_the_vllm_backend(monkeypatch):
-    from cogym.runners.launch import check_data_parallel
+    from cogym.runners.train.launch import check_data_parallel
 
     monkeypatch.setattr(config_module, "vllm_available", lambda: True)
     cfg = load_config(None, ["policies.solver.generation.backend=vllm"])

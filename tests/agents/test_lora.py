@@ -18,8 +18,8 @@ from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch, response_logp
-from cogym.runners.build import build
-from cogym.runners.config import ConfigError, load_config
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import ConfigError, load_config
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -147,7 +147,7 @@ def test_missing_peft_names_the_install_command(monkeypatch, tiny_model_dir):
         require_peft()
     with pytest.raises(ModelLoadError, match="pip install peft"):
         LoraBase(tiny_model_dir)
-    import cogym.runners.config as config_mod
+    import cogym.runners.config.schema as config_mod
 
     monkeypatch.setattr(config_mod, "peft_available", lambda: False)
     with pytest.raises(ConfigError, match=r"policies\.solver\.lora\.r > 0 needs the peft package: pip install peft"):
@@ -207,7 +207,7 @@ def _adapters(ckpt: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 @pytest.mark.slow
 def test_two_lora_policies_train_and_resume_exactly(tmp_path):
-    from cogym.runners.train import train
+    from cogym.runners.train.loop import train
 
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(load_config(CONFIG, _overrides("run.iterations=2")), run_path=straight, progress=False)

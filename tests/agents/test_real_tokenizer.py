@@ -10,7 +10,7 @@ import torch
 
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.envs import make
-from cogym.runners.token_rollout import ChatCodec
+from cogym.runners.rollout.tokens import ChatCodec
 from model_helpers import full_logp, hub_cache
 
 IM_END, ENDOFTEXT = 151645, 151643

@@ -9,7 +9,7 @@ import torch
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.reply_probs import reply_distributions
 from cogym.envs.kuhn_poker import classify_reply, reply_classifier, turn_text
-from cogym.runners.core import chat_messages
+from cogym.runners.rollout.loop import chat_messages
 
 
 @pytest.fixture(scope="module")

@@ -520,7 +520,7 @@ def test_pettingzoo_api_test(kwargs: dict) -> None:
 
 # ----------------------------------------------------------------------------- the shipped config
 def _config(model_dir: Path, *overrides: str):
-    from cogym.runners.config import load_config
+    from cogym.runners.config.schema import load_config
 
     return load_config(CONFIG, [f"policies.{pid}.model={model_dir}" for pid in ("debater", "judge")]
                        + [f"learners.{pid}.engine=torch" for pid in ("debater", "judge")]
@@ -532,8 +532,8 @@ def test_config_seats_the_judge_as_scripted_trainable_or_frozen(tiny_model_dir: 
     import yaml
     from cogym.agents.llm import LLMAgent
     from cogym.agents.scripted import ScriptedAgent
-    from cogym.runners.build import build
-    from cogym.runners.rollout import rollout
+    from cogym.runners.train.build import build
+    from cogym.runners.rollout.turns import rollout
 
     tree = yaml.safe_load(CONFIG.read_text())
     assert tree["game"]["id"] == "debate-v0" and tree["eval"]["heldout"] is False

@@ -18,8 +18,8 @@ from cogym.envs.novelty import NoveltyFilter, clear_pools, shared_pool
 from cogym.envs.proposer_solver import few_shot_text, load_seeds
 from cogym.envs.search import NgramEmbedder
 from cogym.envs.testing import step_as as act
-from cogym.runners.core import RolloutResult
-from cogym.runners.metrics import problem_diversity, rollout_metrics
+from cogym.runners.rollout.loop import RolloutResult
+from cogym.runners.train.metrics import problem_diversity, rollout_metrics
 
 GAME = "proposer_solver-v0"
 SEEDS = "serl_seeds.jsonl"

@@ -15,8 +15,8 @@ from cogym.learners.batch import TokenBatch, response_logp, training_forward
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import LossScaler, TorchEngine
 from cogym.learners.learner import Learner
-from cogym.runners.build import build
-from cogym.runners.config import load_config
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import load_config
 
 DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
 

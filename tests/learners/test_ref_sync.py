@@ -12,7 +12,7 @@ import torch
 from cogym.agents.policy import Policy
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import REFERENCE_FILE, Learner
-from cogym.runners.config import ConfigError, load_config
+from cogym.runners.config.schema import ConfigError, load_config
 
 from test_learner import _snapshot, _turns
 

@@ -20,7 +20,7 @@ from cogym.envs.generator_verifier import SCRIPTED as GV_SCRIPTED
 from cogym.learners.config import LearnerConfig
 from cogym.learners.algorithms.spin import OPPONENT_FILE, end_of_message_id, reference_ids, spin_loss
 from cogym.learners.learner import Learner
-from cogym.runners.rollout import rollout
+from cogym.runners.rollout.turns import rollout
 
 LOG2 = math.log(2.0)
 PROBLEMS = [("37+45", "82"), ("12*9", "108"), ("50-61", "-11"), ("3+4", "7")]

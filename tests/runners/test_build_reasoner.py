@@ -14,7 +14,7 @@ import torch
 
 from cogym.agents.policy import Policy
 from cogym.envs.arithmetic import Domain, Problem, extract_answer, load_heldout
-from cogym.runners.build_tiny_model import REASONER_MAX_CHARS, build_reasoner, main, majority_of, scratchpad, vote_quality
+from cogym.runners.research.build_tiny_model import REASONER_MAX_CHARS, build_reasoner, main, majority_of, scratchpad, vote_quality
 
 
 def _every_problem(domain: Domain):

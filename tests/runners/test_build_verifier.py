@@ -12,7 +12,7 @@ import torch
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.policy import EMBEDDED_MODELS, Policy, embedded_model_path, resolve_model_dir
 from cogym.envs.arithmetic import Domain, load_heldout
-from cogym.runners.build_tiny_model import _sampled_answers, build_verifier, main, verifier_quality
+from cogym.runners.research.build_tiny_model import _sampled_answers, build_verifier, main, verifier_quality
 from cogym.runners.cli import main as cli_main
 
 
@@ -67,7 +67,7 @@ def test_verifier_quality_reads_each_view_as_a_lone_prompt_would() -> None:
 
 
 def test_a_tournament_takes_tiny_verifier_as_a_player() -> None:
-    from cogym.runners.tournament import resolve_players
+    from cogym.runners.tournament.run import resolve_players
 
     (player, _) = resolve_players(["tiny-verifier", "scripted:random"])
     assert player.name == "tiny-verifier" and Policy.from_pretrained(player.path, device="cpu").name == "tiny-verifier"
@@ -88,7 +88,7 @@ def test_the_shipped_verifier_is_weak_but_checks() -> None:
 
 
 def test_cli_builds_the_verifier_to_out(tmp_path, capsys, monkeypatch) -> None:
-    import cogym.runners.build_tiny_model as btm
+    import cogym.runners.research.build_tiny_model as btm
 
     seen = {}
 

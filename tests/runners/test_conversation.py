@@ -27,10 +27,10 @@ from cogym.envs.search_qa import SearchQAEnv, read_answer
 from cogym.learners.batch import TokenBatch
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner
-from cogym.runners.config import load_config
-from cogym.runners.rollout import rollout
-from cogym.runners.token_rollout import token_rollout
-from cogym.runners.train import train
+from cogym.runners.config.schema import load_config
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.rollout.tokens import token_rollout
+from cogym.runners.train.loop import train
 
 SYSTEM = "Answer."
 SEARCHES = 3
@@ -192,7 +192,7 @@ def _three_moves(policy, granularity: str, games: int = 4):
         return rollout([ThreeMoves() for _ in range(games)], seat_map, {"talker": "Talk."}, list(range(games)),
                        sampling_key=7)
     from cogym.envs.token_level import TokenLevelEnv
-    from cogym.runners.token_rollout import ChatCodec
+    from cogym.runners.rollout.tokens import ChatCodec
 
     codec = ChatCodec(policy, {"talker": "Talk."})
     envs = [TokenLevelEnv(ThreeMoves(), codec=codec, max_turn_tokens=6) for _ in range(games)]

@@ -142,7 +142,7 @@ def _compare(name: str, out: Path) -> dict:
 
 @pytest.mark.slow
 def test_two_processes_update_like_one_on_the_same_global_batch(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from cogym.runners.launch import run_workers
+    from cogym.runners.train.launch import run_workers
 
     turns_file = tmp_path / "turns.json"
     turns_file.write_text(json.dumps(_make_turns(tiny_model_dir)))
@@ -233,8 +233,8 @@ def test_nproc_refuses_configs_it_cannot_split(overrides: list[str], message: st
 
 
 def test_nproc_refuses_spin() -> None:
-    from cogym.runners.config import ConfigError, load_config
-    from cogym.runners.launch import check_data_parallel
+    from cogym.runners.config.schema import ConfigError, load_config
+    from cogym.runners.train.launch import check_data_parallel
 
     cfg = load_config(KUHN, ["learners.player.algorithm=spin", "game.num_games=4"])
     check_data_parallel(cfg, 1)  # one process: fine
@@ -243,7 +243,7 @@ def test_nproc_refuses_spin() -> None:
 
 
 def test_a_failing_worker_stops_the_others_and_is_named(capsys: pytest.CaptureFixture) -> None:
-    from cogym.runners.launch import run_workers
+    from cogym.runners.train.launch import run_workers
 
     script = ("import os, sys, time\n"
               "r = int(os.environ['RANK'])\n"
@@ -268,7 +268,7 @@ def test_workers_die_with_a_launcher_killed_by_sigkill(tmp_path: Path) -> None:
               f"pathlib.Path({str(marker)!r}, os.environ['RANK']).write_text(str(os.getpid()))\n"
               "time.sleep(120)\n")
     launcher = subprocess.Popen([sys.executable, "-c",
-                                 "import sys; from cogym.runners.launch import run_workers; "
+                                 "import sys; from cogym.runners.train.launch import run_workers; "
                                  f"sys.exit(run_workers([sys.executable, '-c', {script!r}], 2, name='test'))"],
                                 env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60

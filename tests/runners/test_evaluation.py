@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from cogym.core.errors import CogymError
-from cogym.runners.build import build
-from cogym.runners.config import ConfigError, load_config
-from cogym.runners.evaluation import EVALUATORS, KuhnExploitability, VsScripted, evaluate, register_evaluator
-from cogym.runners.train import train
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.evaluation.evaluators import EVALUATORS, KuhnExploitability, VsScripted, evaluate, register_evaluator
+from cogym.runners.train.loop import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
@@ -103,7 +103,7 @@ def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
 
 def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluate import heldout_accuracy
+    from cogym.runners.evaluation.heldout import heldout_accuracy
 
     records = load_heldout()[:23]
     whole = heldout_accuracy(policy, records, "", batch_size=500)
@@ -118,8 +118,8 @@ def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch
 
 
 def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
-    from cogym.runners.build import _build
-    from cogym.runners.evaluation import HeldoutArithmetic, evaluators_of
+    from cogym.runners.train.build import _build
+    from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
     cfg = load_config(None, ["eval.batch_size=16"])
     (heldout,) = [e for e in evaluators_of(cfg, _build) if isinstance(e, HeldoutArithmetic)]
@@ -271,7 +271,7 @@ def test_proposal_difficulty_is_checked_when_the_config_loads(tiny_model_dir: Pa
 
 def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluate import heldout_accuracy
+    from cogym.runners.evaluation.heldout import heldout_accuracy
 
     records = load_heldout()[:5]
     seen: list = []
@@ -291,8 +291,8 @@ def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(po
 
 
 def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
-    from cogym.runners.build import _build
-    from cogym.runners.evaluation import HeldoutArithmetic, evaluators_of
+    from cogym.runners.train.build import _build
+    from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
     (greedy,) = [e for e in evaluators_of(load_config(None, []), _build) if isinstance(e, HeldoutArithmetic)]
     (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.temperature=0.7", "eval.samples=2", "eval.size=6"]),

@@ -30,7 +30,7 @@ def private_registry():
 
 
 def test_median_baseline_by_hand(private_registry):
-    from cogym.runners.modules import import_game_modules
+    from cogym.runners.config.modules import import_game_modules
 
     import_game_modules([str(ROOT / "examples" / "median_baseline.py")])
     module = sys.modules[registry.get("median_baseline").__module__]

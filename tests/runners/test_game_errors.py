@@ -20,11 +20,11 @@ from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from cogym.envs.kuhn_poker import KuhnPokerEnv
 from cogym.runners.cli import main
-from cogym.runners.config import load_config
-from cogym.runners.rollout import rollout
-from cogym.runners.sampling import iteration_seeds
-from cogym.runners.token_rollout import ChatCodec, token_rollout
-from cogym.runners.train import train
+from cogym.runners.config.schema import load_config
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.iteration import iteration_seeds
+from cogym.runners.rollout.tokens import ChatCodec, token_rollout
+from cogym.runners.train.loop import train
 
 GAME = "fragile-v0"
 
@@ -154,7 +154,7 @@ def test_a_game_that_raises_in_training_stops_resumably_and_skipping_goes_on(fra
 
 
 def test_on_error_is_checked_in_the_config(tmp_path, tiny_model_dir, fragile) -> None:
-    from cogym.runners.config import ConfigError
+    from cogym.runners.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match="game.on_error must be one of stop, skip; got 'skpi'"):
         load_config(_config(tmp_path, tiny_model_dir, on_error="skpi"))
@@ -189,7 +189,7 @@ def test_the_error_pickles_whole_and_gathers_across_ranks(fragile, policy) -> No
     gathered result of several shares keeps every share's skipped games."""
     import pickle
 
-    from cogym.runners.sampling import gather_rollouts
+    from cogym.runners.train.iteration import gather_rollouts
 
     err = GameStepError("game x raised", {"seed": 3})
     back = pickle.loads(pickle.dumps(err))
@@ -231,7 +231,7 @@ def test_a_game_that_fails_stepping_a_finished_seat_is_skipped_too(monkeypatch, 
 def test_an_evaluation_that_raises_keeps_the_updated_iteration_s_row(fragile, tiny_model_dir, tmp_path, monkeypatch) -> None:
     """A game error in a held-out evaluation comes after the iteration's update: that iteration is
     checkpointed, so its metrics row must be written before the run stops (a resume starts after it)."""
-    from cogym.runners import train as train_module
+    from cogym.runners.train import loop as train_module
 
     def evaluate(*args, **kwargs):
         raise GameStepError("game fragile-v0 raised during play (evaluation)", {"seed": 0})

@@ -10,10 +10,10 @@ import pytest
 
 from cogym.agents.types import Turn
 from cogym.envs.checks import prompts_that_depend_on_play
-from cogym.runners.build import build
-from cogym.runners.config import load_config
-from cogym.runners.sampling import mixed_prompt_groups, regroup_by_prompt
-from cogym.runners.train import train
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import load_config
+from cogym.runners.train.iteration import mixed_prompt_groups, regroup_by_prompt
+from cogym.runners.train.loop import train
 
 
 def test_the_probe_finds_roles_asked_about_other_seats_moves() -> None:
@@ -68,7 +68,7 @@ def test_training_reports_mixed_groups_and_grouping_by_prompt_removes_them(tiny_
 
 
 def test_group_by_is_checked(tiny_model_dir) -> None:
-    from cogym.runners.config import ConfigError
+    from cogym.runners.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match="game.group_by must be one of seed, prompt"):
         load_config(None, _overrides(tiny_model_dir, "game.group_by=promt"))

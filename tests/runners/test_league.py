@@ -24,11 +24,11 @@ from safetensors.torch import load_file
 
 from cogym.agents.policy import SamplingParams, tiny_model_path
 from cogym.learners.learner import Learner
-from cogym.runners import train as train_mod
-from cogym.runners.build import build
-from cogym.runners.config import ConfigError, LeagueConfig, load_config
-from cogym.runners.league import League, Member, game_score, pfsp_weights
-from cogym.runners.train import train
+from cogym.runners.train import loop as train_mod
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import ConfigError, LeagueConfig, load_config
+from cogym.runners.train.league import League, Member, game_score, pfsp_weights
+from cogym.runners.train.loop import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
 COGYM = Path(sys.executable).with_name("cogym")
@@ -262,8 +262,8 @@ def test_a_league_reads_the_policies_only_when_it_snapshots() -> None:
     a league reads them every league.every iterations (its snapshots); a hook that says nothing, always."""
     from types import SimpleNamespace
 
-    from cogym.runners.hooks import TrainHook
-    from cogym.runners.league import LeagueHook
+    from cogym.runners.train.hooks import TrainHook
+    from cogym.runners.train.league import LeagueHook
 
     hook = LeagueHook(SimpleNamespace(cfg=SimpleNamespace(every=3)))
     assert [hook.reads_policies(it) for it in range(1, 7)] == [False, False, True, False, False, True]
@@ -272,8 +272,8 @@ def test_a_league_reads_the_policies_only_when_it_snapshots() -> None:
 
 def test_a_game_skipped_for_raising_is_not_rated() -> None:
     """game.on_error: skip leaves a failed game with no returns: the league must not score it a draw."""
-    from cogym.runners.core import RolloutResult
-    from cogym.runners.league import LeagueHook
+    from cogym.runners.rollout.loop import RolloutResult
+    from cogym.runners.train.league import LeagueHook
 
     league = _bare_league()
     before = dict(league.games)

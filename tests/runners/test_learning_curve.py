@@ -23,7 +23,7 @@ def _draw(tmp_path: Path, iterations: int, monkeypatch: pytest.MonkeyPatch) -> d
     """Plot a run and read the figure as it is saved: the legend's labels and where legend and axes lie."""
     import matplotlib.figure
 
-    from cogym.runners.sinks import plot_learning_curve
+    from cogym.runners.train.sinks import plot_learning_curve
 
     seen: dict = {}
     save = matplotlib.figure.Figure.savefig

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from cogym.core.errors import ConfigError
-from cogym.runners.config import load_config
-from cogym.runners.train import train
+from cogym.runners.config.schema import load_config
+from cogym.runners.train.loop import train
 from tests.rounding import same
 
 ROUNDED = ("/loss", "/grad_norm", "/ppo_kl", "/logprob_drift")  # metrics built on behaviour log-probs
@@ -116,7 +116,7 @@ def test_a_token_level_game_on_two_workers_plays_the_same_games(local_cluster, t
 
 def test_a_killed_worker_is_restarted_and_its_games_replayed(reference, local_cluster, tmp_path: Path,
                                                              monkeypatch, capsys) -> None:
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
     killed: list[int] = []
@@ -144,7 +144,7 @@ def test_a_killed_driver_resumes_on_ray_with_the_metrics_of_an_uninterrupted_run
                                                                                 tmp_path: Path, monkeypatch) -> None:
     """The driver dies in iteration 3 (after the checkpoint of iteration 2); --resume builds fresh
     workers, sends them the checkpoint's weights, and the run ends as the uninterrupted one did."""
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
 
@@ -185,9 +185,9 @@ def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(loc
     it lacks from the object store, put then from the shared-memory slot that holds it."""
     import torch
 
-    from cogym.runners import shm_weights
-    from cogym.runners.build import build
-    from cogym.runners.ray_rollout import RayRollout, from_wire
+    from cogym.runners.ray import weights as shm_weights
+    from cogym.runners.train.build import build
+    from cogym.runners.ray.rollout import RayRollout, from_wire
 
     cfg = _cfg(tmp_path, "run.backend=ray")
     run = build(cfg, rollout_only=True)
@@ -222,7 +222,7 @@ def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(loc
 
 
 def test_a_worker_refuses_weights_it_does_not_hold(local_cluster, tmp_path: Path) -> None:
-    from cogym.runners.ray_rollout import RayRollout
+    from cogym.runners.ray.rollout import RayRollout
 
     cfg = _cfg(tmp_path, "run.backend=ray", "ray.num_rollout_workers=1")
     pool = RayRollout(cfg)
@@ -258,7 +258,7 @@ def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cl
     --resume (the actors load the checkpoint's learner state), the same run as in-process learners."""
     from ray.util import placement_group_table
 
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
     seen: dict = {}
@@ -292,7 +292,7 @@ def test_lora_policies_on_ray_sync_only_their_adapters(local_cluster, tmp_path: 
     fresh adapters, only the adapters travel, and a run with learner actors, killed and resumed from its
     adapter checkpoints, logs the in-process run's metrics."""
     pytest.importorskip("peft", reason="LoRA needs peft (cogym[lora])")
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     lora = ["policies.proposer.lora.r=4", "policies.solver.lora.r=4", "run.checkpoint_every=1", *ONE_THREAD]
     train(_cfg(tmp_path, *lora), tmp_path / "local", progress=False)
@@ -341,7 +341,7 @@ def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver
 
 
 def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tmp_path: Path, monkeypatch) -> None:
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     start_update = ray_rollout.RemoteLearner.start_update
 
@@ -378,7 +378,7 @@ def test_a_league_on_ray_plays_and_rates_the_games_of_one_process(league_referen
     """League opponents on Ray: each worker builds its own copies of the members its games meet (their
     weights sent once each), forgets those that left the league, and a worker killed in iteration 3
     gets them again after its restart. The metrics and the league table are the in-process run's."""
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
     killed: list[int] = []
@@ -403,7 +403,7 @@ def test_a_league_on_ray_plays_and_rates_the_games_of_one_process(league_referen
 
 
 def _tournament(out: Path, ray_config=None) -> list[dict]:
-    from cogym.runners.tournament import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
+    from cogym.runners.tournament.run import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
 
     spec = TournamentSpec(game="kuhn_poker-v0", players=resolve_players(["tiny", "scripted:random", "scripted:nash"]),
                           games_per_pairing=8, batch_games=16, max_new_tokens=4, prompts={"first": "Poker.", "second": "Poker."})
@@ -420,8 +420,8 @@ def tournament_reference(tmp_path_factory) -> list[dict]:
 
 def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_reference, local_cluster, tmp_path,
                                                                     monkeypatch, capsys) -> None:
-    from cogym.runners import ray_rollout
-    from cogym.runners.config import RayConfig
+    from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.config.schema import RayConfig
 
     assert len(tournament_reference) == 24 and {r["score"] for r in tournament_reference} > {0.0}
     gather = ray_rollout.ActorPool.gather
@@ -442,7 +442,7 @@ def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_r
 def test_workers_in_a_placement_group_and_a_placement_that_cannot_be_met(local_cluster, tmp_path: Path) -> None:
     from ray.util import placement_group_table
 
-    from cogym.runners.ray_rollout import RayRollout
+    from cogym.runners.ray.rollout import RayRollout
 
     pool = RayRollout(_cfg(tmp_path, "run.backend=ray", "ray.placement=STRICT_PACK"))
     try:
@@ -501,7 +501,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
         assert subprocess.run([exe, "status", f"--address={address}"], capture_output=True, env=env).returncode == 0
         # With no ray.address a run starts a private cluster, even where RAY_ADDRESS names this one (a
         # bare ray.init() would join it and then refuse num_cpus).
-        probe = ("from types import SimpleNamespace as N; from cogym.runners.ray_rollout import connect\n"
+        probe = ("from types import SimpleNamespace as N; from cogym.runners.ray.rollout import connect\n"
                  "ray, _ = connect(N(address=None, num_rollout_workers=1, num_cpus=1, learners='driver'))\n"
                  "print('GCS', ray.get_runtime_context().gcs_address); ray.shutdown()")
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
@@ -522,7 +522,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
 def test_an_address_that_takes_no_connection_is_one_line_with_the_token_hint(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from cogym.runners import ray_rollout
+    from cogym.runners.ray import rollout as ray_rollout
 
     def init(**kwargs):
         raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
@@ -563,7 +563,7 @@ def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
 
 
 def test_without_ray_installed_the_error_names_the_extra(tmp_path: Path, monkeypatch) -> None:
-    from cogym.runners.ray_rollout import import_ray
+    from cogym.runners.ray.rollout import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ConfigError, match=r"pip install 'cogym\[ray\]'"):
@@ -596,7 +596,7 @@ def test_the_cli_flag_sets_the_backend_and_address(monkeypatch) -> None:
 def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
     import torch
 
-    from cogym.runners.ray_rollout import from_wire, to_wire
+    from cogym.runners.ray.rollout import from_wire, to_wire
 
     state = {"w": torch.randn(3, 4), "bf": torch.randn(5).to(torch.bfloat16), "h": torch.randn(2).half()}
     wire = to_wire(state)
@@ -608,7 +608,7 @@ def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
 def test_learner_actors_sharing_a_bundle_update_in_turn() -> None:
     """Colocated learners of one bundle take turns (two updates on the same cores or GPU only slow each
     other down); learners of different bundles start at once."""
-    from cogym.runners.ray_rollout import RemoteLearner, RemoteUpdates
+    from cogym.runners.ray.rollout import RemoteLearner, RemoteUpdates
 
     events: list[str] = []
 

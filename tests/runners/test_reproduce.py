@@ -11,7 +11,7 @@ import pytest
 
 from cogym.core.errors import CogymError
 from cogym.runners.cli import main
-from cogym.runners.reproduce import VERDICTS, all_claims, claim_named, format_results, reproduce
+from cogym.runners.research.reproduce import VERDICTS, all_claims, claim_named, format_results, reproduce
 
 CLAIMS = ["kuhn_nash", "ttrl", "reward_hacking", "azr_curriculum", "prime_dense", "debate_truth", "mae_collusion"]
 # one iteration per arm, smaller evaluations: what is tested is that every arm runs and every measure is read
@@ -47,7 +47,7 @@ def test_every_claim_runs_one_iteration_per_arm(name: str, tmp_path: Path) -> No
 
 
 def test_a_measure_an_arm_does_not_log_reads_not_logged_in_the_table() -> None:
-    from cogym.runners.reproduce import Results
+    from cogym.runners.research.reproduce import Results
 
     claim = claim_named("ttrl")
     nan = float("nan")

@@ -9,8 +9,8 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.types import Action
 from cogym.envs import make
-from cogym.runners.rollout import rollout
-from cogym.runners.sampling import gather_rollouts, rollout_key
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.iteration import gather_rollouts, rollout_key
 from tests.rounding import same
 
 SYSTEM = {"proposer": "Propose a problem.", "solver": "Solve."}

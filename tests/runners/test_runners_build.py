@@ -6,8 +6,8 @@ import pytest
 
 from cogym.agents.llm import LLMAgent
 from cogym.agents.scripted import ScriptedAgent
-from cogym.runners.build import build
-from cogym.runners.config import ConfigError, load_config
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import ConfigError, load_config
 
 
 def _cfg(model_dir, *extra: str):
@@ -72,7 +72,7 @@ def test_training_the_solver_against_a_scripted_proposer(tiny_model_dir, tmp_pat
     """Valid problems every game: the solver seats move, and its learner trains on every solver turn."""
     import json
 
-    from cogym.runners.train import train
+    from cogym.runners.train.loop import train
 
     cfg = _cfg(tiny_model_dir, "run.iterations=1", "run.checkpoint_every=0", "learners.solver.algorithm=rloo")
     cfg.seats["proposer"] = "scripted:random"
@@ -109,7 +109,7 @@ def test_groups_are_counted_per_policy(tiny_model_dir):
 
 
 def test_a_missing_dependency_inside_a_game_module_keeps_its_own_error(tmp_path):
-    from cogym.runners.build import import_game_modules
+    from cogym.runners.train.build import import_game_modules
 
     (tmp_path / "needs_dep.py").write_text("import no_such_dependency_xyz\n")
     with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):

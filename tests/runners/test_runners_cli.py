@@ -124,7 +124,7 @@ def test_train_typo_key_exits_2_with_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_train_config_file_then_typo_override(capsys, tmp_path, monkeypatch):
-    from cogym.runners.config import default_config_path
+    from cogym.runners.config.schema import default_config_path
 
     monkeypatch.chdir(tmp_path)
     assert main(["train", str(default_config_path()), "run.iteratons=3"]) == 2
@@ -261,7 +261,7 @@ def _reward_row(summary: dict, capsys) -> str:
 ])
 def test_the_summary_s_first_and_last_reward_windows_never_overlap(iterations, first_iteration, window, label, capsys,
                                                                    monkeypatch):
-    from cogym.runners.metrics import reward_summary
+    from cogym.runners.train.metrics import reward_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     history = [{"iteration": it, "chooser/reward": float(it)} for it in range(first_iteration, iterations + 1)]
@@ -275,7 +275,7 @@ def test_the_summary_s_first_and_last_reward_windows_never_overlap(iterations, f
 
 
 def test_a_one_iteration_run_s_summary_shows_its_one_reward(capsys, monkeypatch):
-    from cogym.runners.metrics import reward_summary
+    from cogym.runners.train.metrics import reward_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     summary = reward_summary([{"iteration": 1, "chooser/reward": 0.25}], ["chooser"])
@@ -348,8 +348,8 @@ def test_eval_adds_pass_at_1_at_a_temperature(capsys, monkeypatch):
 def test_eval_reproduces_the_training_evaluators_pass_at_1(capsys):
     """`cogym eval --config` draws as the run's held-out evaluator does: the same heldout_sampled_acc."""
     from cogym.agents.policy import Policy
-    from cogym.runners.config import load_config
-    from cogym.runners.evaluation import HeldoutArithmetic
+    from cogym.runners.config.schema import load_config
+    from cogym.runners.evaluation.evaluators import HeldoutArithmetic
 
     reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
     assert main(["eval", "--model", "tiny-reasoner", "--size", "12", "--config", reasoner]) == 0
@@ -365,7 +365,7 @@ def test_summary_and_learning_curve_show_the_sampled_heldout_accuracy(capsys, mo
     import json
 
     from cogym.runners.cli import print_summary
-    from cogym.runners.sinks import plot_learning_curve
+    from cogym.runners.train.sinks import plot_learning_curve
 
     monkeypatch.setenv("COLUMNS", "200")
     print_summary({"heldout_acc_before": 0.774, "heldout_acc_after": 0.862, "heldout_sampled_acc_before": 0.4855,

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from cogym.learners.config import LearnerConfig
-from cogym.runners.config import (
+from cogym.runners.config.schema import (
     ALGORITHMS,
     ENGINES,
     Config,

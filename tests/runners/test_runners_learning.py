@@ -15,8 +15,8 @@ import json
 import pytest
 
 from cogym.agents.policy import tiny_model_path
-from cogym.runners.config import load_config
-from cogym.runners.train import train
+from cogym.runners.config.schema import load_config
+from cogym.runners.train.loop import train
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.envs.arithmetic import Domain
-from cogym.runners.rollout import rollout
+from cogym.runners.rollout.turns import rollout
 
 GAME = "proposer_solver-v0"
 TWINS = scripted_strategies(GAME)
@@ -257,7 +257,7 @@ def test_llm_proposer_and_solver_in_one_rollout(policy, tiny_model_dir):
 @pytest.mark.parametrize("granularity", ["turn", "token"])
 def test_the_move_log_holds_every_seat_s_message_in_order_of_play(policy, granularity):
     """``RolloutResult.moves``: scripted and model moves alike, each with its seat, role, policy and text."""
-    from cogym.runners.token_rollout import ChatCodec, token_rollout
+    from cogym.runners.rollout.tokens import ChatCodec, token_rollout
 
     llm = LLMAgent(policy, SamplingParams(max_new_tokens=4))
     seat_map = _seat_map({"proposer": _scripted("proposer", "random"), "solver": llm})

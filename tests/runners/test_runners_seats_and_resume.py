@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from cogym.agents.types import Request
-from cogym.runners.build import build
-from cogym.runners.config import ConfigError, load_config
-from cogym.runners.train import train
+from cogym.runners.train.build import build
+from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.train.loop import train
 
 
 def _cfg(model_dir, extra=()):

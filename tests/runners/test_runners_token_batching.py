@@ -10,8 +10,8 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
-from cogym.runners.token_rollout import ChatCodec, token_rollout
-from cogym.runners.tournament import _Prompted
+from cogym.runners.rollout.tokens import ChatCodec, token_rollout
+from cogym.runners.tournament.run import _Prompted
 
 SYSTEM = {"solver": "Solve.", "proposer": "Propose."}
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from cogym.runners import train as train_mod
-from cogym.runners.config import load_config
-from cogym.runners.train import iteration_seeds, last_checkpoint, rollout_metrics, train
+from cogym.runners.train import loop as train_mod
+from cogym.runners.config.schema import load_config
+from cogym.runners.train.loop import iteration_seeds, last_checkpoint, rollout_metrics, train
 
 
 def _overrides(model_dir, iterations: int = 2, engine: str = "torch", extra: list[str] | None = None) -> list[str]:
@@ -244,7 +244,7 @@ def test_mixed_engines_are_all_named(tmp_path, tiny_model_dir):
 def test_solver_accuracy_counts_only_solvers_that_answered():
     from cogym.agents.scripted import ScriptedAgent
     from cogym.envs import make, scripted_strategies
-    from cogym.runners.rollout import RolloutResult, rollout
+    from cogym.runners.rollout.turns import RolloutResult, rollout
 
     twins = scripted_strategies("proposer_solver-v0")
     oracle = ScriptedAgent(twins["solver"]["oracle"], name="oracle")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cogym.runners.shm_weights import ALIGN, HEADER, WeightSlots, check, layout, read
+from cogym.runners.ray.weights import ALIGN, HEADER, WeightSlots, check, layout, read
 
 
 def _state(seed: int) -> dict[str, torch.Tensor]:
@@ -68,7 +68,7 @@ def test_a_worker_that_attached_and_exited_leaves_the_segment_to_the_driver(tmp_
     slots = WeightSlots(_state(1), slots=1)
     try:
         desc = slots.write(7, _state(1))
-        code = ("import sys, torch; from cogym.runners.shm_weights import ShmWeights, Entry, read\n"
+        code = ("import sys, torch; from cogym.runners.ray.weights import ShmWeights, Entry, read\n"
                 f"d = {desc!r}\n"
                 "cache = {}\nprint(float(read(d, cache)['w'].sum()))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -84,7 +84,7 @@ def test_a_worker_that_attached_and_exited_leaves_the_segment_to_the_driver(tmp_
 
 def test_slots_that_do_not_fit_in_shared_memory_are_refused(monkeypatch) -> None:
     """Writing past a full /dev/shm kills the process with SIGBUS: refuse up front instead."""
-    from cogym.runners import shm_weights
+    from cogym.runners.ray import weights as shm_weights
 
     need = 2 * layout(_state(1))[1]
     monkeypatch.setattr(shm_weights, "free_bytes", lambda: need)  # 90% of it is not enough

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cogym.runners.config import ConfigError
-from cogym.runners.tournament import (
+from cogym.runners.config.schema import ConfigError
+from cogym.runners.tournament.run import (
     RESULTS_FILE,
     Player,
     ResultsLog,
@@ -252,8 +252,8 @@ def test_results_log_skips_duplicates(tmp_path):
 def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
     """The issue's end-to-end case at small scale: 4 checkpoints of a Kuhn poker run of the embedded
     model, round-robin, 100 games per pairing."""
-    from cogym.runners.config import load_config
-    from cogym.runners.train import train
+    from cogym.runners.config.schema import load_config
+    from cogym.runners.train.loop import train
 
     cfg = load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
                       ["run.checkpoint_every=10", "run.tensorboard=false", "run.plot=false"])
@@ -344,7 +344,7 @@ def test_a_rerun_swiss_tournament_replays_its_pairings(tmp_path):
 
 def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkeypatch):
     from cogym.agents.scripted import ScriptedAgent
-    from cogym.runners import tournament
+    from cogym.runners.tournament import run as tournament
 
     run = _fake_run(tmp_path, "exp1", [1, 2, 3, 4], ["player"], tiny_model_dir)
     players = resolve_players([str(run)])
@@ -408,7 +408,7 @@ def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
 def test_report_flags_a_player_without_a_finite_rating_and_still_writes_everything(tmp_path, capsys):
     # All games are played: a rating that cannot be made finite (prior=0, a player who never won) is a
     # flagged row with a note under the printed leaderboard, not an error losing the table.
-    from cogym.runners.tournament import print_leaderboard
+    from cogym.runners.tournament.run import print_leaderboard
 
     def game(a: str, b: str, score: float) -> dict:
         return {"a": a, "b": b, "score": score}
@@ -443,7 +443,7 @@ def test_checkpoints_load_in_their_runs_dtype_and_attention_kernel(tmp_path, tin
     # model directory has no run config and loads with the defaults (float32, transformers' choice).
     import torch
 
-    from cogym.runners.tournament import _Agents
+    from cogym.runners.tournament.run import _Agents
 
     run = _fake_run(tmp_path, "bf16run", [5], ["player"], tiny_model_dir)
     (run / "config.yaml").write_text("prompts:\n  first: {system: Poker.}\n  second: {system: Poker.}\n"

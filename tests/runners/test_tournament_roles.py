@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.checks import PATHOLOGICAL, check_game
-from cogym.runners.build import import_game_modules
-from cogym.runners.config import ConfigError
-from cogym.runners.tournament import (
+from cogym.runners.train.build import import_game_modules
+from cogym.runners.config.schema import ConfigError
+from cogym.runners.tournament.run import (
     RESULTS_FILE,
     TournamentSpec,
     game_seeds,
@@ -59,7 +59,7 @@ def game():
 @pytest.fixture
 def no_games(monkeypatch):
     """Fails the test if any game is played (the rollout is never called)."""
-    from cogym.runners import rollout
+    from cogym.runners.rollout import turns as rollout
 
     def refuse(*args, **kwargs):
         raise AssertionError("a game was played before the tournament was refused")
@@ -461,8 +461,8 @@ def test_the_example_config_trains_and_its_checkpoints_are_rated_per_role(game, 
     """Acceptance at small scale: two policies with two algorithms, two checkpoints, each role rated
     with role-bound players and paired scoring; the scripted twin of known strength is on top with an
     interval apart from every other player's."""
-    from cogym.runners.config import load_config
-    from cogym.runners.train import train
+    from cogym.runners.config.schema import load_config
+    from cogym.runners.train.loop import train
 
     monkeypatch.chdir(tmp_path)
     cfg = load_config(CONFIG, ["run.iterations=2", "run.checkpoint_every=1", "game.num_games=8", "run.tensorboard=false",
@@ -486,7 +486,7 @@ def test_the_example_config_trains_and_its_checkpoints_are_rated_per_role(game, 
 def test_paired_games_of_one_seed_draw_alike_for_every_player() -> None:
     """The fixed partners of a paired game (a random twin, a sampled model) draw from the game's number,
     which leaves the rated player out: each player meets the same partner moves on a seed."""
-    from cogym.runners.tournament import SoloKey, game_index
+    from cogym.runners.tournament.run import SoloKey, game_index
 
     assert game_index(SoloKey("a", 3)) == game_index(SoloKey("b", 3)) != game_index(SoloKey("a", 4))
     assert game_index(SoloKey("a", 3, round=1)) != game_index(SoloKey("a", 3, round=2))

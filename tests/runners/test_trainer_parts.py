@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cogym.runners.hooks import TrainHook, after_rollout, seat_maps
-from cogym.runners.sinks import JsonlSink, Sinks
+from cogym.runners.train.hooks import TrainHook, after_rollout, seat_maps
+from cogym.runners.train.sinks import JsonlSink, Sinks
 
 
 class _Seater(TrainHook):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cogym.runners.cli import main
-from cogym.runners.transcripts import (MAX_CHARS, SHOWN_LINES, TRANSCRIPTS_FILE, TranscriptWriter, format_transcript,
+from cogym.runners.tournament.transcripts import (MAX_CHARS, SHOWN_LINES, TRANSCRIPTS_FILE, TranscriptWriter, format_transcript,
                                        read_transcripts, select, transcript_row, transcripts_due)
 
 COGYM = Path(sys.executable).with_name("cogym")
@@ -25,7 +25,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _kuhn(model_dir, *extra: str):
-    from cogym.runners.config import load_config
+    from cogym.runners.config.schema import load_config
 
     return load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
                        [f"policies.player.model={model_dir}", "game.num_games=4", "run.checkpoint_every=0",
@@ -36,8 +36,8 @@ def _kuhn(model_dir, *extra: str):
 @pytest.fixture(scope="module")
 def kuhn_run(tiny_model_dir, tmp_path_factory):
     """A 4-iteration run keeping 3 games every 3 iterations, with every rollout it played recorded."""
-    from cogym.runners.sampling import Sampler
-    from cogym.runners.train import train
+    from cogym.runners.train.iteration import Sampler
+    from cogym.runners.train.loop import train
 
     played: dict[int, object] = {}
     real = Sampler.sample
@@ -68,7 +68,7 @@ def test_train_keeps_the_first_games_of_iteration_1_every_nth_and_the_last(kuhn_
 
 
 def test_train_transcripts_are_the_messages_the_rollout_produced(kuhn_run):
-    from cogym.runners.sampling import grouped, iteration_seeds
+    from cogym.runners.train.iteration import grouped, iteration_seeds
 
     cfg, path, played = kuhn_run
     for r in _rows(path / TRANSCRIPTS_FILE):
@@ -88,9 +88,9 @@ def test_train_transcripts_are_the_messages_the_rollout_produced(kuhn_run):
 
 def test_iteration_1_replayed_from_scratch_writes_the_same_messages(kuhn_run, tiny_model_dir):
     """Iteration 1 plays the initial weights: a fresh build replaying its rollout gets the stored messages."""
-    from cogym.runners.build import build
-    from cogym.runners.rollout import rollout
-    from cogym.runners.sampling import Sampler
+    from cogym.runners.train.build import build
+    from cogym.runners.rollout.turns import rollout
+    from cogym.runners.train.iteration import Sampler
 
     cfg, path, _ = kuhn_run
     res = Sampler(build(cfg), rollout).sample(1)[0]
@@ -156,7 +156,7 @@ def test_cogym_show_in_a_pipe_has_no_color_and_fits_80_columns(kuhn_run):
 
 
 def test_a_run_with_transcripts_off_writes_none_and_show_says_how(tiny_model_dir, tmp_path, capsys):
-    from cogym.runners.train import train
+    from cogym.runners.train.loop import train
 
     train(_kuhn(tiny_model_dir, "run.iterations=1", "run.transcripts_every=0", "run.tensorboard=false"),
           run_path=tmp_path / "off", progress=False)
@@ -168,7 +168,7 @@ def test_a_run_with_transcripts_off_writes_none_and_show_says_how(tiny_model_dir
 
 
 def test_transcript_config_keys(tiny_model_dir):
-    from cogym.runners.config import ConfigError, RunConfig, load_config
+    from cogym.runners.config.schema import ConfigError, RunConfig, load_config
 
     assert (RunConfig().transcripts_every, RunConfig().transcripts_games) == (10, 2)
     cfg = _kuhn(tiny_model_dir, "run.transcripts_every=5", "run.transcripts_games=1")
@@ -188,8 +188,8 @@ def test_transcript_config_keys(tiny_model_dir):
 @pytest.fixture(scope="module")
 def kuhn_tournament(tiny_model_dir, tmp_path_factory):
     """A model against two scripted players, keeping 3 games of each pairing, with every rollout recorded."""
-    import cogym.runners.rollout as rollout_mod
-    from cogym.runners.tournament import TournamentSpec, resolve_players, run_tournament
+    import cogym.runners.rollout.turns as rollout_mod
+    from cogym.runners.tournament.run import TournamentSpec, resolve_players, run_tournament
 
     played: dict[str, tuple[list[int], object]] = {}
     real = rollout_mod.rollout
@@ -308,7 +308,7 @@ def _shown_row(shown: list[str | None]) -> dict:
 
 
 def test_show_prints_what_each_seat_was_shown_before_its_move(tmp_path, capsys):
-    from cogym.runners.transcripts import SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
+    from cogym.runners.tournament.transcripts import SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
 
     obs = "\n".join(f"line {i}: " + "fact " * 8 for i in range(12)) + "\nYour move: END-OF-OBSERVATION"
     path = tmp_path / TRANSCRIPTS_FILE
@@ -402,8 +402,8 @@ def test_package_roots_export_the_public_names():
     from cogym.agents.scripted import ScriptedAgent as ScriptedAgent2
     from cogym.agents.types import Request as Request2, Turn as Turn2
     from cogym.runners import load_config, read_transcripts as read2, run_tournament
-    from cogym.runners.config import load_config as load_config2
-    from cogym.runners.tournament import run_tournament as run_tournament2
+    from cogym.runners.config.schema import load_config as load_config2
+    from cogym.runners.tournament.run import run_tournament as run_tournament2
 
     assert (Policy, SamplingParams, LLMAgent, ScriptedAgent, Request, Turn) == (
         Policy2, SamplingParams2, LLMAgent2, ScriptedAgent2, Request2, Turn2)
@@ -414,13 +414,13 @@ def test_package_roots_export_the_public_names():
         assert set(pkg.__all__) <= set(dir(pkg))
         with pytest.raises(AttributeError):
             pkg.NoSuchName  # noqa: B018
-    assert "train" not in runners.__all__  # a module of the package: `from cogym.runners.train import train`
+    assert "train" not in runners.__all__  # a module of the package: `from cogym.runners.train.loop import train`
 
 
 def test_package_roots_stay_light():
     """Importing the package roots (and the games) loads no torch: the `cogym` command and envs start fast."""
     code = ("import sys; import cogym.envs, cogym.agents, cogym.agents.types, cogym.agents.scripted, cogym.runners, "
-            "cogym.runners.cli, cogym.runners.transcripts; "
+            "cogym.runners.cli, cogym.runners.tournament.transcripts; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -440,7 +440,7 @@ def test_show_has_help_and_is_listed(capsys):
 
 
 def test_headers_seats_and_policies_are_escaped_and_paired_games_are_labelled():
-    from cogym.runners.transcripts import format_transcript
+    from cogym.runners.tournament.transcripts import format_transcript
 
     row = {"source": "tournament", "pairing": ["runs/x\x1b]0;pwned\x07", "runs/x\x1b]0;pwned\x07"],
            "game": json.dumps(["paired", "runs/x", 3]), "seed": 1, "episode": "t0-1",

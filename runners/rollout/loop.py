@@ -435,7 +435,7 @@ def reproduce_command(game_id: str, kwargs: dict) -> str:
     if module and not module.startswith("cogym."):
         target = getattr(sys.modules.get(module), "__file__", None) if module.startswith("cogym_user_games.") else module
         if target:
-            code = f"from cogym.runners.modules import import_game_modules; import_game_modules([{str(target)!r}]); "
+            code = f"from cogym.runners.config.modules import import_game_modules; import_game_modules([{str(target)!r}]); "
     code += f"from cogym.envs.checks import check_game; check_game({game_id!r}, {kwargs!r})"
     if any(c in code for c in '"$`\\!'):
         return f"python -c {shlex.quote(code)}"

@@ -8,7 +8,7 @@ r > 0 writes to a temporary log whose tail is shown if it fails. The first worke
 the others, and the command exits with its code and a message naming its rank. On Linux the
 workers also die with the launcher, even when it is killed with ``kill -9``.
 
-What the ranks do (:mod:`cogym.runners.train`): each plays ``num_games / N`` of an iteration's games,
+What the ranks do (:mod:`cogym.runners.train.loop`): each plays ``num_games / N`` of an iteration's games,
 all ranks gather every rank's rollout, and the learners train data-parallel on the global batch.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cogym.learners.algorithms import FROZEN, registry
 
-from .config import Config, ConfigError
+from cogym.runners.config.schema import Config, ConfigError
 
 def _die_with_parent() -> None:
     """In the worker, before exec: on Linux, ask the kernel to SIGTERM it when the launcher dies

@@ -1,6 +1,6 @@
 """Training hooks: parts of training that act at fixed points of the loop (a league is one).
 
-The loop in :mod:`cogym.runners.train` knows no feature by name: it asks its hooks who plays the
+The loop in :mod:`cogym.runners.train.loop` knows no feature by name: it asks its hooks who plays the
 seats of a rollout, tells them what the rollout and the update did, and lets them save into
 checkpoints and add to the summary. A new training feature (a league, a curriculum, an opponent
 pool) is a new hook, not a branch in the loop.

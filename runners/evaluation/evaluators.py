@@ -46,8 +46,8 @@ import torch
 from cogym.core.errors import ConfigError
 from cogym.envs import make
 
-from .agent_factory import AgentFactory, model_agent, twin_name
-from .evaluate import heldout_accuracy
+from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
+from cogym.runners.evaluation.heldout import heldout_accuracy
 
 EVALUATORS: dict[str, type] = {}
 
@@ -178,8 +178,8 @@ class VsScripted:
         self._seating(run, run.games[0], self._policy_id(run))
 
     def evaluate(self, run) -> dict[str, float]:
-        from .rollout import rollout
-        from .tournament import game_score
+        from cogym.runners.rollout.turns import rollout
+        from cogym.runners.tournament.run import game_score
 
         cfg, pid = run.cfg, self._policy_id(run)
         games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(self.games)]
@@ -250,7 +250,7 @@ class KuhnExploitability:
         from cogym.agents.reply_probs import reply_distributions
         from cogym.envs.kuhn_poker import INFOSETS, ROLES, reply_classifier, turn_text
 
-        from .core import chat_messages
+        from cogym.runners.rollout.loop import chat_messages
 
         pid = evaluated_policy(self.name, self.policy, run)
         policy, sampling = run.policies[pid], run.cfg.policies[pid].sampling
@@ -350,7 +350,7 @@ class ProposalDifficulty:
     def _posed(self, run) -> tuple[list[tuple[str, str | None, float]], object]:
         """(problem, reference, the current solver's success rate) of each game that posed a valid problem,
         and the game's truth verifier."""
-        from .rollout import rollout
+        from cogym.runners.rollout.turns import rollout
 
         cfg = run.cfg
         games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(self.games)]
@@ -375,7 +375,7 @@ class ProposalDifficulty:
         return posed, games[0].truth
 
     def evaluate(self, run) -> dict[str, float]:
-        from .core import chat_messages
+        from cogym.runners.rollout.loop import chat_messages
 
         pid = self._solver_id(run)
         with forked_rng(self.seed):
@@ -421,7 +421,7 @@ def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
         close = difflib.get_close_matches(str(kind), list(EVALUATORS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"{where}.kind: unknown evaluator {kind!r}{hint}; known: {', '.join(sorted(EVALUATORS))}. "
-                          "Register your own with cogym.runners.evaluation.register_evaluator in a game.modules module")
+                          "Register your own with cogym.runners.evaluation.evaluators.register_evaluator in a game.modules module")
     fields = {k: v for k, v in spec.items() if k != "kind"}
     fields.setdefault("name", name)
     return build_section(EVALUATORS[kind], fields, where)

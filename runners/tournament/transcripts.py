@@ -2,7 +2,7 @@
 and shown by ``cogym show``.
 
 A transcript is one game's every move in order of play (scripted seats too), taken from a rollout's
-:attr:`~cogym.runners.core.RolloutResult.moves`, with each seat's total reward. Both sources write
+:attr:`~cogym.runners.rollout.loop.RolloutResult.moves`, with each seat's total reward. Both sources write
 the same row format, one JSON object per line of ``transcripts.jsonl`` in the run (or tournament)
 directory::
 

@@ -6,7 +6,7 @@ driver or in learner actors.
 one, and creates ``ray.num_rollout_workers`` actors (:class:`RolloutWorker`, ``ray.num_cpus`` and
 ``ray.num_gpus`` each). Every worker builds the config's games and policies (no learners) and plays
 a share of each rollout: worker r plays games r, r + W, r + 2W, ... with the rollout of a one-process
-run (:func:`~cogym.runners.rollout.rollout`), the games' own seeds and the rollout's sampling key, so
+run (:func:`~cogym.runners.rollout.turns.rollout`), the games' own seeds and the rollout's sampling key, so
 the gathered result is the one-process result (:mod:`cogym.agents.sampling`). With ``ray.placement``
 the workers form one placement group (a bundle each) with that strategy; workers that cannot start
 within ``ray.start_timeout_s`` stop the run with one line naming the cluster's resources.
@@ -17,13 +17,13 @@ the workers' placement group, sharing a worker's bundle (``colocated``) or in on
 uses as it uses a learner.
 
 Weights: after every update the driver writes each trained policy's weights once, into shared memory
-for the workers on its machine (:mod:`cogym.runners.shm_weights`, ``ray.weight_sync: auto``) and into
+for the workers on its machine (:mod:`cogym.runners.ray.weights`, ``ray.weight_sync: auto``) and into
 the object store (``ray.put``) for the others (a learner actor puts its own), and every worker loads
 them with their version before its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration);
 every Turn records the version it was sampled with, and a worker refuses a rollout whose versions it
 does not hold.
 
-Leagues: a rollout whose games meet league members (:class:`~cogym.runners.league.LeagueSeating`)
+Leagues: a rollout whose games meet league members (:class:`~cogym.runners.train.league.LeagueSeating`)
 sends each worker the members its share needs, once each (:meth:`RolloutWorker.set_members`), and
 each game's opponent; the worker seats its own copies.
 
@@ -58,10 +58,10 @@ import torch
 
 from cogym.core.errors import ConfigError
 
-from .build import trained_policies
-from .config import Config
-from .rollout import RolloutResult
-from .sampling import gather_rollouts, sampling_seed
+from cogym.runners.train.build import trained_policies
+from cogym.runners.config.schema import Config
+from cogym.runners.rollout.turns import RolloutResult
+from cogym.runners.train.iteration import gather_rollouts, sampling_seed
 
 log = logging.getLogger("cogym.ray")
 RAY_EXTRA = "pip install 'cogym[ray]'"
@@ -101,9 +101,9 @@ class RolloutWorker:
 
     def __init__(self, cfg: Config, index: int, cwd: str, env: dict[str, str], threads: int) -> None:
         _enter(cwd, env, threads)
-        from .build import build
-        from .rollout import rollout
-        from .token_rollout import token_rollout
+        from cogym.runners.train.build import build
+        from cogym.runners.rollout.turns import rollout
+        from cogym.runners.rollout.tokens import token_rollout
 
         self.cfg, self.index = cfg, index
         self.run = build(cfg, rollout_only=True)
@@ -119,7 +119,7 @@ class RolloutWorker:
     def sees(self, segment: str, token: bytes) -> bool:
         """Whether the driver's shared-memory segment ``segment`` is here and holds ``token`` (this
         worker is on the driver's machine and can load weights from shared memory)."""
-        from .shm_weights import attach
+        from cogym.runners.ray.weights import attach
 
         try:
             seg = attach(segment)
@@ -135,8 +135,8 @@ class RolloutWorker:
 
     def load_weights(self, pids: list[str], versions: dict[str, int], *weights) -> dict[str, int]:
         """Load ``weights[i]`` into policy ``pids[i]``: a :func:`to_wire` dict (from the object store) or a
-        :class:`~cogym.runners.shm_weights.ShmWeights` (read from the driver's shared memory)."""
-        from .shm_weights import ShmWeights, check, read
+        :class:`~cogym.runners.ray.weights.ShmWeights` (read from the driver's shared memory)."""
+        from cogym.runners.ray.weights import ShmWeights, check, read
 
         for pid, w in zip(pids, weights):
             backend = self.run.policies[pid].backend
@@ -152,9 +152,9 @@ class RolloutWorker:
         (:func:`to_wire` form, every parameter), forget ``drop``; return the names held."""
         from cogym.agents.policy import Policy
 
-        from .agent_factory import model_agent
-        from .config import league_policy
-        from .league import PREFIX, _freeze
+        from cogym.runners.rollout.agents import model_agent
+        from cogym.runners.config.schema import league_policy
+        from cogym.runners.train.league import PREFIX, _freeze
 
         for name in drop:
             self.members.pop(name, None)
@@ -183,7 +183,7 @@ class RolloutWorker:
         games = [self.run.games[g] for g in indices]
         seat_map = self.run.seat_map
         if league is not None:
-            from .league import LeagueSeating
+            from cogym.runners.train.league import LeagueSeating
 
             opponents, seats = league
             seat_map = [self.run.seat_map if o is None else
@@ -213,7 +213,7 @@ class LearnerWorker:
     def __init__(self, cfg: Config, pid: str, cwd: str, env: dict[str, str], threads: int,
                  policy_dir: str | None, critic_dir: str | None) -> None:
         _enter(cwd, env, threads)
-        from .build import build_learner
+        from cogym.runners.train.build import build_learner
 
         self.pid = pid
         self.policy, self.learner = build_learner(cfg, pid, Path(policy_dir) if policy_dir else None,
@@ -395,7 +395,7 @@ class LeaguePlan:
     @staticmethod
     def of(seat_map, n: int) -> "LeaguePlan | None":
         """The plan behind one rollout's seat map(s), or None when every game has the run's seat map."""
-        from .league import LeagueSeating
+        from cogym.runners.train.league import LeagueSeating
 
         if callable(seat_map) and not isinstance(seat_map, LeagueSeating):
             return None
@@ -607,7 +607,7 @@ class ActorPool:
 
 class RayRollout(ActorPool):
     """The driver's side: rollout workers, weight sync, restarts. ``play`` has the signature of
-    :func:`~cogym.runners.rollout.rollout` (the training loop's samplers call it); ``submit`` and
+    :func:`~cogym.runners.rollout.turns.rollout` (the training loop's samplers call it); ``submit`` and
     ``collect`` split it for one-step off-policy."""
 
     def __init__(self, cfg: Config, ckpt: Path | None = None) -> None:
@@ -748,7 +748,7 @@ class RayRollout(ActorPool):
         on this machine lacks them, put in the object store when another worker does."""
         sent = Sent()
         if any(r in self.local for r in lacking):
-            from .shm_weights import WeightSlots
+            from cogym.runners.ray.weights import WeightSlots
 
             slots = self._shm.get(pid)
             if slots is None or not slots.fits(state):
@@ -879,7 +879,7 @@ class RayRollout(ActorPool):
 
     def play(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
              group_size: int = 1, sampling_key: int | None = None, iteration: int = 0) -> RolloutResult:
-        """A whole rollout on the workers (the signature of :func:`~cogym.runners.rollout.rollout`)."""
+        """A whole rollout on the workers (the signature of :func:`~cogym.runners.rollout.turns.rollout`)."""
         return self.collect(self.submit(games, seat_map, system, seeds, episode_prefix, group_size, sampling_key,
                                         iteration))
 
@@ -894,8 +894,8 @@ class TournamentWorker:
         _enter(cwd, env, threads)
         from cogym.envs import make
 
-        from .build import import_game_modules
-        from .tournament import _Agents, _seating
+        from cogym.runners.train.build import import_game_modules
+        from cogym.runners.tournament.run import _Agents, _seating
 
         import_game_modules(modules)  # games registered by --module / modules: in the driver
         self.spec, self.index, self.agents, self.envs = spec, index, _Agents(spec), []
@@ -907,7 +907,7 @@ class TournamentWorker:
     def play(self, batch: list, seeds: list[int], batch_no: int) -> list[dict]:
         from cogym.envs import make
 
-        from .tournament import _play_batch
+        from cogym.runners.tournament.run import _play_batch
 
         spec = self.spec
         self.agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)

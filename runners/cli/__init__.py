@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .transcripts import MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
+from cogym.runners.tournament.transcripts import MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -21,7 +21,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from cogym.runners.config.schema import load_config
 
     if args.resume:
         run_path = Path(args.resume)
@@ -33,12 +33,12 @@ def _train(args: argparse.Namespace) -> int:
         run_path = Path(args.run_dir) if args.run_dir else None
         cfg = load_config(args.config, args.overrides)
     if args.nproc > 1:  # the launcher: N workers run this command without --nproc
-        from .launch import launch_train
+        from cogym.runners.train.launch import launch_train
 
         return launch_train(args, cfg)
     from cogym.learners import torch_dist as dist
 
-    from .train import train
+    from cogym.runners.train.loop import train
 
     started = dist.init_from_env()  # a worker of `--nproc N` (or of torchrun): join the process group
     main = dist.is_main()
@@ -58,8 +58,8 @@ def print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .metrics import reward_rows
-    from .sinks import HELDOUT_LABELS
+    from cogym.runners.train.metrics import reward_rows
+    from cogym.runners.train.sinks import HELDOUT_LABELS
 
     table = Table(title="cogym train: summary", show_header=True)
     table.add_column("metric")
@@ -100,8 +100,8 @@ def _eval(args: argparse.Namespace) -> int:
     from cogym.agents.policy import Policy
     from cogym.envs.arithmetic import load_heldout
 
-    from .config import load_config
-    from .evaluation import HeldoutArithmetic
+    from cogym.runners.config.schema import load_config
+    from cogym.runners.evaluation.evaluators import HeldoutArithmetic
 
     cfg = load_config(args.config)
     policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
@@ -124,8 +124,8 @@ def _eval(args: argparse.Namespace) -> int:
 def _games(args: argparse.Namespace) -> int:
     from cogym.envs import make, registered, scripted_strategies
 
-    from .build import import_game_modules
-    from .display import format_games, terminal_width
+    from cogym.runners.train.build import import_game_modules
+    from cogym.runners.display import format_games, terminal_width
 
     import_game_modules(args.module or [])
     versions: dict[str, list[str]] = {}
@@ -149,7 +149,7 @@ def _games(args: argparse.Namespace) -> int:
 def _key_values(items: list[str] | None, what: str) -> dict:
     import yaml
 
-    from .config import ConfigError
+    from cogym.runners.config.schema import ConfigError
 
     out = {}
     for item in items or []:
@@ -165,9 +165,9 @@ def _tournament(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from .config import ConfigError
-    from .build import import_game_modules
-    from .tournament import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, results_title,
+    from cogym.runners.config.schema import ConfigError
+    from cogym.runners.train.build import import_game_modules
+    from cogym.runners.tournament.run import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players, results_title,
                              run_tournament, settings_notes, split_binding)
 
     tree: dict = {}
@@ -210,7 +210,7 @@ def _tournament(args: argparse.Namespace) -> int:
     out = Path(args.out or tree.get("out") or f"tournaments/{game}")
     ray = None
     if args.ray is not None:
-        from .config import RayConfig
+        from cogym.runners.config.schema import RayConfig
 
         if args.workers is not None and args.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {args.workers}")
@@ -230,8 +230,8 @@ def _show(args: argparse.Namespace) -> int:
 
     from cogym.core.errors import ConfigError
 
-    from .display import terminal_width
-    from .transcripts import format_transcripts, read_transcripts, select, transcripts_path
+    from cogym.runners.display import terminal_width
+    from cogym.runners.tournament.transcripts import format_transcripts, read_transcripts, select, transcripts_path
 
     rows = read_transcripts(args.path)
     try:
@@ -252,9 +252,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from .config import ConfigError
-    from .display import terminal_width
-    from .reproduce import all_claims, claim_named, format_list, format_results, plot_results, reproduce
+    from cogym.runners.config.schema import ConfigError
+    from cogym.runners.display import terminal_width
+    from cogym.runners.research.reproduce import all_claims, claim_named, format_list, format_results, plot_results, reproduce
 
     if args.list:
         print(format_list(all_claims(), terminal_width()))
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training bar
     raw = sys.argv[1:] if argv is None else list(argv)
     if raw[:1] == ["build-tiny-model"]:  # its own parser reads everything after it, options and --help included
-        from .build_tiny_model import main as build_main
+        from cogym.runners.research.build_tiny_model import main as build_main
 
         return build_main(raw[1:])
     ap = parser()

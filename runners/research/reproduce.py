@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import default_config_path
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = default_config_path().parent  # the shipped configs (cogym.configs)
 VERDICTS = ("reproduced", "partially", "not reproduced")
 
 # A run's record: its summary (summary.json) and its metrics rows (metrics.jsonl).
@@ -125,7 +126,7 @@ def register_claim(claim: Claim) -> Claim:
 
 
 def claim_named(name: str) -> Claim:
-    from . import claims  # noqa: F401  (registers the shipped claims)
+    from cogym.runners.research import claims  # noqa: F401  (registers the shipped claims)
 
     if name not in CLAIMS:
         import difflib
@@ -137,7 +138,7 @@ def claim_named(name: str) -> Claim:
 
 
 def all_claims() -> list[Claim]:
-    from . import claims  # noqa: F401
+    from cogym.runners.research import claims  # noqa: F401
 
     return list(CLAIMS.values())
 
@@ -173,7 +174,7 @@ class Results:
 def arm_config(arm: Arm, seed: int, extra: Sequence[str] = ()):
     """The config of ``arm`` for ``seed``: its file, its overrides, the seed, no checkpoints, TensorBoard
     or plots, then ``extra`` (the command line's overrides, applied to every arm)."""
-    from .config import load_config
+    from cogym.runners.config.schema import load_config
 
     path = CONFIGS / arm.config
     if not path.is_file():
@@ -188,7 +189,7 @@ def reproduce(claim: Claim, seeds: int, out: Path, extra: Sequence[str] = (),
     """Train every arm of ``claim`` once per seed into ``out``; return the values, times and verdict."""
     import resource
 
-    from .train import train
+    from cogym.runners.train.loop import train
 
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -234,7 +235,7 @@ def _fmt(v: float) -> str:
 
 def format_results(claim: Claim, results: Results) -> str:
     """The table: one row per (measure, arm) with mean ± std and the per-seed values, then the verdict."""
-    from .display import _columns
+    from cogym.runners.display import _columns
 
     lines = [f"{claim.name}: {claim.paper}", f"claim: {claim.statement}",
              f"seeds: {', '.join(map(str, results.seeds))}"
@@ -298,7 +299,7 @@ def plot_results(claim: Claim, results: Results, path: Path) -> None:
 
 def format_list(claims: Sequence[Claim], width: int = 80) -> str:
     """``cogym reproduce --list``: each claim, its paper, arms and measured time for 3 seeds."""
-    from .display import _fill
+    from cogym.runners.display import _fill
 
     out = []
     for c in claims:

@@ -49,8 +49,8 @@ from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_ans
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 from cogym.envs.verifiers import majority_key, majority_rewards
 
-from .config import load_config
-from .evaluate import heldout_accuracy
+from cogym.runners.config.schema import load_config
+from cogym.runners.evaluation.heldout import heldout_accuracy
 
 
 def _tiny_config(tok, hidden: int = 128, layers: int = 4) -> LlamaConfig:

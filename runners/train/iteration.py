@@ -18,10 +18,10 @@ from cogym.agents.sampling import derive_key
 from cogym.core.errors import GameStepError
 from cogym.learners import torch_dist as dist
 
-from .build import Run
-from .hooks import TrainHook, after_rollout, seat_maps
-from .metrics import rollout_metrics
-from .rollout import RolloutResult
+from cogym.runners.train.build import Run
+from cogym.runners.train.hooks import TrainHook, after_rollout, seat_maps
+from cogym.runners.train.metrics import rollout_metrics
+from cogym.runners.rollout.turns import RolloutResult
 
 
 def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
@@ -51,7 +51,7 @@ def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
 def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
     """The sampling key of one rollout (round 0: the iteration's; >= 1: dynamic sampling's extra
     rounds): every game's draws derive from it, its place in the list and its moves (see
-    :func:`~cogym.runners.rollout.rollout`), so they are the same however the games are split."""
+    :func:`~cogym.runners.rollout.turns.rollout`), so they are the same however the games are split."""
     return derive_key(seed, iteration, round_)
 
 
@@ -186,7 +186,7 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
 class Sampler:
     """Plays one iteration's games and returns each learner's batch with the rollout's metrics.
 
-    ``pool``: Ray rollout workers (:class:`~cogym.runners.ray_rollout.RayRollout`) that play instead of
+    ``pool``: Ray rollout workers (:class:`~cogym.runners.ray.rollout.RayRollout`) that play instead of
     ``play``; :meth:`start` then only submits the rollout, so the caller can update meanwhile
     (one-step off-policy) before :meth:`finish` waits for it."""
 

@@ -34,8 +34,8 @@ from cogym.learners.engines import ENGINES as ENGINE_CLASSES
 from cogym.learners.learner import DYNAMIC_SAMPLING
 from cogym.learners.losses import KL_KINDS, LOSS_AGG_MODES
 
-from .agent_factory import twin_name
-from .modules import import_game_modules
+from cogym.runners.rollout.agents import twin_name
+from cogym.runners.config.modules import import_game_modules
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
 
@@ -119,7 +119,7 @@ class EvalConfig:
     # > 0: also heldout_sampled_acc, the mean accuracy of `samples` answers a problem sampled at this temperature
     temperature: float = 0.0
     samples: int = 4
-    # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation), e.g.
+    # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation.evaluators), e.g.
     # vs_nash: {kind: vs_scripted, opponent: nash, games: 200}
     evaluators: dict = field(default_factory=dict)
 
@@ -154,7 +154,7 @@ WEIGHT_SYNCS = ("auto", "object_store")  # ray.weight_sync
 
 @dataclass
 class RayConfig:
-    """Rollouts on Ray (``run.backend: ray``, :mod:`cogym.runners.ray_rollout`): the driver keeps the
+    """Rollouts on Ray (``run.backend: ray``, :mod:`cogym.runners.ray.rollout`): the driver keeps the
     loop, ``num_rollout_workers`` actors play shares of every iteration's games, and the learners run
     in the driver or (``learners``) in actors of their own."""
 
@@ -184,7 +184,7 @@ LEAGUE_SAMPLING = ("uniform", "pfsp")
 
 @dataclass
 class LeagueConfig:
-    """Self-play against past selves (:mod:`cogym.runners.league`); ``seats`` empty = off.
+    """Self-play against past selves (:mod:`cogym.runners.train.league`); ``seats`` empty = off.
 
     The seats (or roles) in ``seats`` are played, in each game, by a snapshot of ``policy`` drawn from
     the league (``uniform``, or ``pfsp``: weight ``(1 - p_win)^pfsp_power``, ``p_win`` the learner's

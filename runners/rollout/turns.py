@@ -5,7 +5,7 @@ a plain AEC game, all k solvers at once in proposer–solver). The requests of e
 grouped by the agent behind each seat and each agent answers its whole group in one call; then
 every game is stepped with its actions in AEC order. Each LLM move becomes a :class:`Turn` that
 keeps the exact prompt and response token ids and the behaviour log-probabilities. The loop and
-the bookkeeping are :mod:`cogym.runners.core`'s, shared with the token-level rollout.
+the bookkeeping are :mod:`cogym.runners.rollout.loop`'s, shared with the token-level rollout.
 
 ``rollout`` is a plain function of (games, seat assignment, prompts, seeds) so it runs unchanged
 inside a worker process or a Ray actor.
@@ -19,7 +19,7 @@ from cogym.agents.types import Action, Agent
 from cogym.envs.base import CogymEnv
 from cogym.envs.contract import observed_text
 
-from .core import (Episodes, RolloutResult, Seat, SeatMap, chat_messages, collect, credit, play, seat_map_of,
+from cogym.runners.rollout.loop import (Episodes, RolloutResult, Seat, SeatMap, chat_messages, collect, credit, play, seat_map_of,
                    skip_dead)
 
 __all__ = ["RolloutResult", "SeatMap", "chat_messages", "credit", "rollout", "seat_map_of"]
@@ -73,6 +73,6 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], sy
     request's draws are keyed by it, the game's place, its move and the seat, so a game samples the
     same tokens in any batch. None: draws from torch's global generator. ``on_error``: what a game that
     raises does to the rollout, ``"stop"`` it with a report naming the game, seed, seat and move, or
-    ``"skip"`` the game (:func:`cogym.runners.core.play`)."""
+    ``"skip"`` the game (:func:`cogym.runners.rollout.loop.play`)."""
     return play(games, seat_map, system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices,
                 sampling_key, on_error)

@@ -17,8 +17,8 @@ from typing import Sequence
 from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 
-from .build import Run
-from .config import ConfigError
+from cogym.runners.train.build import Run
+from cogym.runners.config.schema import ConfigError
 
 
 def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence = ()) -> Path:

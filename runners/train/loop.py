@@ -1,16 +1,16 @@
 """The training loop: iterations of sampling -> per-policy update, with metrics, evaluations and checkpoints.
 
-``train(cfg)`` builds what a config describes (:mod:`~cogym.runners.build`), runs its evaluators,
+``train(cfg)`` builds what a config describes (:mod:`~cogym.runners.train.build`), runs its evaluators,
 then ``run.iterations`` iterations with a live progress bar, and returns the summary. The loop
 only sequences small parts, each in its own module:
 
-- sampling (:mod:`~cogym.runners.sampling`): the rollout, data-parallel when there are several
+- sampling (:mod:`~cogym.runners.train.iteration`): the rollout, data-parallel when there are several
   processes, and DAPO's dynamic-sampling refill;
 - the learners (:mod:`cogym.learners`): one update per trained policy;
-- training hooks (:mod:`~cogym.runners.hooks`; a league is one): who plays the seats, and what
+- training hooks (:mod:`~cogym.runners.train.hooks`; a league is one): who plays the seats, and what
   happens after a rollout and an update;
-- evaluators (:mod:`~cogym.runners.evaluation`): before, every ``run.eval_every``, and after;
-- checkpoints (:mod:`~cogym.runners.checkpoint`) and metric sinks (:mod:`~cogym.runners.sinks`).
+- evaluators (:mod:`~cogym.runners.evaluation.evaluators`): before, every ``run.eval_every``, and after;
+- checkpoints (:mod:`~cogym.runners.train.checkpoint`) and metric sinks (:mod:`~cogym.runners.train.sinks`).
 
 Layout of a run directory::
 
@@ -23,7 +23,7 @@ Layout of a run directory::
     learning_curve.png   rewards and evaluations over iterations
     summary.json         the final table
 
-Data parallel (``cogym train ... --nproc W``, :mod:`cogym.runners.launch`; or torchrun): rank r
+Data parallel (``cogym train ... --nproc W``, :mod:`cogym.runners.train.launch`; or torchrun): rank r
 plays games r, r + W, r + 2W, ... of each iteration's game list, with the game seeds of a
 one-process run and a sampling stream of its own; right after each rollout every rank gathers all
 ranks' results, so metrics, dynamic sampling and the learners see the global batch on every rank.
@@ -49,20 +49,20 @@ from cogym.agents.conversation import continuity_breaks
 from cogym.core.errors import GameStepError
 from cogym.learners import torch_dist as dist
 
-from .build import Run, build
-from .checkpoint import check_resume_world, last_checkpoint, save_checkpoint
-from .config import Config, ConfigError
-from .evaluation import evaluate
-from .hooks import TrainHook
-from .launch import check_data_parallel
-from .league import LeagueHook
-from .metrics import mean_last, retokenize_mismatch, reward_summary, rollout_metrics
-from .rollout import rollout
-from .sampling import (Sampler, data_parallel, dynamic_sampling, gather_rollouts, grouped, iteration_seeds,
+from cogym.runners.train.build import Run, build
+from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, save_checkpoint
+from cogym.runners.config.schema import Config, ConfigError
+from cogym.runners.evaluation.evaluators import evaluate
+from cogym.runners.train.hooks import TrainHook
+from cogym.runners.train.launch import check_data_parallel
+from cogym.runners.train.league import LeagueHook
+from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary, rollout_metrics
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.iteration import (Sampler, data_parallel, dynamic_sampling, gather_rollouts, grouped, iteration_seeds,
                        mixed_prompt_groups, refill_seeds, sampling_seed)
-from .sinks import Sinks, open_sinks
-from .token_rollout import token_rollout
-from .transcripts import train_rows, transcripts_due
+from cogym.runners.train.sinks import Sinks, open_sinks
+from cogym.runners.rollout.tokens import token_rollout
+from cogym.runners.tournament.transcripts import train_rows, transcripts_due
 
 __all__ = ["train", "build", "rollout", "token_rollout", "iteration_seeds", "grouped", "refill_seeds", "sampling_seed",
            "gather_rollouts", "data_parallel", "dynamic_sampling", "rollout_metrics", "retokenize_mismatch",
@@ -75,7 +75,7 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     threads split at a loss, and under CPU contention OpenMP's spin-waits make tens of times slower.
     Else, in one-step off-policy mode on a local Ray cluster with the learners in the driver and
     rollout workers without GPUs, the ``cores`` the workers' threads leave (each runs
-    :func:`~cogym.runners.ray_rollout.actor_threads` of ``ray.num_cpus``), at least 1 and at most
+    :func:`~cogym.runners.ray.rollout.actor_threads` of ``ray.num_cpus``), at least 1 and at most
     ``default``: the update runs while the workers roll out, and threads beyond the cores only make
     both wait on each other (on 2 cores the default `cogym train --ray run.async=one_step` went from
     0.33 to 0.29 s an iteration; docs/ray.md)."""
@@ -86,7 +86,7 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     rc = cfg.ray
     if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
             and rc.learners == "driver" and not rc.num_gpus):
-        from .ray_rollout import actor_threads
+        from cogym.runners.ray.rollout import actor_threads
 
         return max(1, min(cores - rc.num_rollout_workers * actor_threads(rc.num_cpus), default))
     return 0
@@ -153,8 +153,8 @@ def _staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, floa
 
 def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
     """Every learner's step on its policy's turns, with the retokenization drift check. Learners in Ray
-    actors start before any is waited for (:class:`~cogym.runners.ray_rollout.RemoteUpdates`)."""
-    from .ray_rollout import RemoteUpdates
+    actors start before any is waited for (:class:`~cogym.runners.ray.rollout.RemoteUpdates`)."""
+    from cogym.runners.ray.rollout import RemoteUpdates
 
     t0 = time.perf_counter()
     rec: dict[str, float] = {}
@@ -183,7 +183,7 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
 def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool) -> dict:
     pool = None
     if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray_rollout.py)
-        from .ray_rollout import RayRollout
+        from cogym.runners.ray.rollout import RayRollout
 
         pool = RayRollout(cfg, ckpt)
     try:

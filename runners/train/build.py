@@ -26,13 +26,13 @@ from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners.algorithms import registry
 from cogym.learners.learner import Learner
 
-from .agent_factory import AgentFactory, twin_name
-from .core import reproduce_command
-from .config import Config, ConfigError, _build, _suggest, league_policy
-from .evaluation import evaluators_of
-from .modules import import_game_modules
-from .league import League
-from .token_rollout import ChatCodec
+from cogym.runners.rollout.agents import AgentFactory, twin_name
+from cogym.runners.rollout.loop import reproduce_command
+from cogym.runners.config.schema import Config, ConfigError, _build, _suggest, league_policy
+from cogym.runners.evaluation.evaluators import evaluators_of
+from cogym.runners.config.modules import import_game_modules
+from cogym.runners.train.league import League
+from cogym.runners.rollout.tokens import ChatCodec
 
 
 def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -> list:

@@ -30,13 +30,13 @@ from, and the notes the CLI prints under the leaderboard (:func:`settings_notes`
 Every finished game is one line of ``results.jsonl`` in the output directory, written and flushed
 as each batch of games ends; running the same tournament again skips the games already there, so
 a killed run loses at most the batch in flight. Games of a batch run in parallel, and all games in
-which the same player sits share one generate call (:func:`cogym.runners.rollout.rollout` batches
+which the same player sits share one generate call (:func:`cogym.runners.rollout.turns.rollout` batches
 by agent). Every draw of a game (tokens, scripted moves) derives from the tournament seed and the
 game's id (:func:`game_index`), so a game ends the same in any batch, on a rerun, and on any of
 ``ray.num_rollout_workers`` Ray workers (``cogym tournament --ray``: the driver splits each batch
 among them, restarts one that dies, replays its share, and alone writes ``results.jsonl``).
 Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
-(:mod:`cogym.runners.ratings`).
+(:mod:`cogym.runners.tournament.ratings`).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ import numpy as np
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.types import Agent
 
-from .agent_factory import AgentFactory, twin_name
-from .config import ConfigError
-from .transcripts import TRANSCRIPTS_FILE, append_transcripts, split_transcripts
+from cogym.runners.rollout.agents import AgentFactory, twin_name
+from cogym.runners.config.schema import ConfigError
+from cogym.runners.tournament.transcripts import TRANSCRIPTS_FILE, append_transcripts, split_transcripts
 
 SCHEDULES = ("round_robin", "gauntlet", "swiss")
 SCORINGS = ("competitive", "paired")  # the sign of the two sides' return difference; the players' own returns, seed by seed
@@ -227,7 +227,7 @@ class _Prompted:
 
     def _rewrite(self, requests):
         """Each request with this player's system message (its sampling key and conversation kept)."""
-        from cogym.runners.rollout import chat_messages
+        from cogym.runners.rollout.turns import chat_messages
 
         out = []
         for r in requests:
@@ -862,7 +862,7 @@ def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: 
 
     from cogym.agents.sampling import derive_key
 
-    from .rollout import rollout
+    from cogym.runners.rollout.turns import rollout
 
     by_name = {p.name: p for p in spec.players}
     agents.reseed(batch_no)
@@ -897,7 +897,7 @@ def _play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: 
 def _attach_transcripts(spec: TournamentSpec, batch: list[GameKey], rows: list[dict], res, batch_no: int) -> None:
     """Games among their pairing's first ``spec.transcripts`` carry their transcript in their row (under
     ``"transcript"``, which run_tournament moves to transcripts.jsonl): a Ray worker returns it the same way."""
-    from .transcripts import tournament_keeps, transcript_row
+    from cogym.runners.tournament.transcripts import tournament_keeps, transcript_row
 
     for key, row, moves, returns in zip(batch, rows, res.moves, res.returns):
         if tournament_keeps(key.k, key.order, spec.transcripts):
@@ -932,8 +932,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
 
     ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill).
-    ``ray``: a :class:`~cogym.runners.config.RayConfig`; its ``num_rollout_workers`` Ray actors play
-    each batch's games (:class:`~cogym.runners.ray_rollout.RayTournament`) with the same results."""
+    ``ray``: a :class:`~cogym.runners.config.schema.RayConfig`; its ``num_rollout_workers`` Ray actors play
+    each batch's games (:class:`~cogym.runners.ray.rollout.RayTournament`) with the same results."""
     from tqdm.auto import tqdm
 
     from cogym.envs import make
@@ -978,7 +978,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         return _play_batch(spec, batch, envs, agents, sides, fixed, seeds, batch_no)
 
     if ray is not None:
-        from .ray_rollout import RayTournament
+        from cogym.runners.ray.rollout import RayTournament
 
         pool = RayTournament(spec, ray, spec.modules)
     else:
@@ -1039,14 +1039,14 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     heatmap.png and ratings.png. Returns the leaderboard rows (best first).
 
     Every game has been played by now, so a rating that cannot be made finite is a flagged row, not
-    an error: with ``prior=0`` (:func:`cogym.runners.ratings.leaderboard`) a player who never lost or
+    an error: with ``prior=0`` (:func:`cogym.runners.tournament.ratings.leaderboard`) a player who never lost or
     never won is rated +-inf with a ``note`` (:func:`print_leaderboard` prints it; leaderboard.json
     writes the value as ``Infinity``), and a fit that does not converge keeps its last iterate with a
     RuntimeWarning. Only results that cannot be rated at all (nothing to rate, players in groups
     that never met) are a ConfigError."""
     import csv
 
-    from .ratings import Result, leaderboard
+    from cogym.runners.tournament.ratings import Result, leaderboard
 
     played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
     try:
@@ -1087,7 +1087,7 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .display import heatmap_figure, ratings_figure
+    from cogym.runners.display import heatmap_figure, ratings_figure
 
     # ratings.png has an axis of finite ratings: a flagged player rated +-inf is left out (the
     # leaderboard names it), and intervals are drawn only when every plotted player has a finite one.
@@ -1105,7 +1105,7 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
 def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12) -> None:
     """The cross-play matrix (score of the row player against the column player) on stdout, players
     in leaderboard order as P1..Pn with a key; larger pools only go to matrix.csv / heatmap.png."""
-    from .display import format_matrix, terminal_width
+    from cogym.runners.display import format_matrix, terminal_width
 
     order = [row["name"] for row in board]
     matrix, _ = score_matrix(rows, order)
@@ -1120,7 +1120,7 @@ def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes:
     (:func:`settings_notes`)."""
     import textwrap
 
-    from .display import format_leaderboard, terminal_width
+    from cogym.runners.display import format_leaderboard, terminal_width
 
     width = terminal_width()
     shown = [{**row, "name": row["name"] + " *"} if row.get("kind") == NO_RUN_CONFIG else row for row in board]

@@ -1,6 +1,6 @@
 """The token-level rollout: games wrapped in ``TokenLevelEnv``, one token per seat per step, batched.
 
-The loop is :func:`cogym.runners.core.play`'s, the one the turn-level rollout uses. At every step
+The loop is :func:`cogym.runners.rollout.loop.play`'s, the one the turn-level rollout uses. At every step
 the ready seat of every live game is grouped by the agent behind it, and each agent advances all
 its seats' messages in one call of its token-level capability
 (:class:`~cogym.agents.types.TokenStreaming`): a seat starting a message is asked with the same
@@ -29,7 +29,7 @@ from cogym.agents.types import Agent, Token, TokenStreaming
 from cogym.envs.contract import observed_text
 from cogym.envs.token_level import TokenLevelEnv
 
-from .core import Episodes, RolloutResult, Seat, SeatMap, chat_messages, play
+from cogym.runners.rollout.loop import Episodes, RolloutResult, Seat, SeatMap, chat_messages, play
 
 
 class ChatCodec:
@@ -160,7 +160,7 @@ def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap | Sequence[S
                   game_indices: Sequence[int] | None = None, sampling_key: int | None = None,
                   on_error: str = "stop") -> RolloutResult:
     """Play one episode in every token-level game; return its turns (one per model message).
-    ``game_indices``, ``sampling_key`` and ``on_error``: as in :func:`~cogym.runners.rollout.rollout`;
+    ``game_indices``, ``sampling_key`` and ``on_error``: as in :func:`~cogym.runners.rollout.turns.rollout`;
     ``max_steps`` counts steps of the whole batch (one token per live game each)."""
     for env in games:
         if not isinstance(env, TokenLevelEnv):

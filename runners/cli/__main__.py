@@ -1,0 +1,3 @@
+from cogym.runners.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""Print cogym's module import graph and check its rules.
+
+    python scripts/import_graph.py            # the summary and every violation
+    python scripts/import_graph.py --edges    # also every edge, one per line
+    python scripts/import_graph.py --json     # the whole graph as JSON
+
+Every import counts, at module level or inside a function (``if TYPE_CHECKING:`` blocks do not:
+they never run). The rules, each reported with file and line:
+
+- **no cycle** between any two cogym modules;
+- **no private name** (``_name``) imported from another cogym module;
+- **an import inside a function is for an optional heavy dependency only**: a third-party
+  package named in ``OPTIONAL``, or a cogym module that needs one at its top level.
+
+Exit status 1 when a rule is broken, 0 otherwise. ``tests/test_import_graph.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The folders that install as cogym's packages (pyproject.toml's package-dir).
+PACKAGES = {"core": "cogym.core", "envs": "cogym.envs", "agents": "cogym.agents",
+            "learners": "cogym.learners", "runners": "cogym.runners"}
+# Optional or heavy dependencies a module may import inside a function, so that importing cogym
+# does not pay for them (or need them installed).
+OPTIONAL = ("ray", "vllm", "deepspeed", "faiss", "peft", "trl", "matplotlib", "torch.utils.tensorboard",
+            "tensorboard", "pyspiel", "open_spiel", "textarena", "reasoning_gym")
+
+
+@dataclass
+class Import:
+    source: str          # importing module
+    target: str          # imported module (cogym module, or the third-party top package)
+    names: tuple[str, ...]
+    line: int
+    in_function: bool
+
+
+@dataclass
+class Graph:
+    modules: dict[str, Path] = field(default_factory=dict)
+    imports: list[Import] = field(default_factory=list)
+
+
+def module_name(path: Path) -> str | None:
+    rel = path.relative_to(ROOT)
+    package = PACKAGES.get(rel.parts[0])
+    if package is None:
+        return None
+    parts = [package, *rel.parts[1:]]
+    parts[-1] = parts[-1][:-3]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(node: ast.AST, in_function: bool):
+    """Yield (import node, in_function), skipping TYPE_CHECKING blocks."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _type_checking(child):
+            for sub in child.orelse:
+                yield from _walk_one(sub, in_function)
+            continue
+        yield from _walk_one(child, in_function)
+
+
+def _walk_one(node: ast.AST, in_function: bool):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node, in_function
+        return
+    inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+    yield from _walk(node, inner)
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def build() -> Graph:
+    graph = Graph()
+    files = sorted(p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py"))
+    for path in files:
+        name = module_name(path)
+        if name:
+            graph.modules[name] = path
+    for name, path in graph.modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        for node, in_function in _walk(tree, False):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    graph.imports.append(Import(name, _target(graph, alias.name), (), node.lineno, in_function))
+                continue
+            base = _resolve(name, is_package, node)
+            names = tuple(alias.name for alias in node.names)
+            if base in graph.modules or base.startswith("cogym."):
+                # `from pkg import submodule` imports the submodule
+                plain = [n for n in names if f"{base}.{n}" not in graph.modules]
+                for n in names:
+                    if f"{base}.{n}" in graph.modules:
+                        graph.imports.append(Import(name, f"{base}.{n}", (), node.lineno, in_function))
+                if plain or not names:
+                    graph.imports.append(Import(name, _target(graph, base), tuple(plain), node.lineno, in_function))
+            else:
+                graph.imports.append(Import(name, _target(graph, base), names, node.lineno, in_function))
+    return graph
+
+
+def _target(graph: Graph, dotted: str) -> str:
+    if dotted.startswith("cogym."):
+        return dotted
+    return dotted  # third party: kept whole so that `torch.utils.tensorboard` can be matched
+
+
+def cogym_edges(graph: Graph) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in graph.modules}
+    for imp in graph.imports:
+        if imp.target in graph.modules and imp.target != imp.source:
+            edges[imp.source].add(imp.target)
+            # importing a.b.c runs a/__init__ and a/b/__init__ too
+            parts = imp.target.split(".")
+            for i in range(2, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in graph.modules and parent != imp.source and not imp.source.startswith(parent + "."):
+                    edges[imp.source].add(parent)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(edges[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def _optional(target: str) -> str | None:
+    for dep in OPTIONAL:
+        if target == dep or target.startswith(dep + "."):
+            return dep
+    return None
+
+
+def optional_needs(graph: Graph) -> dict[str, str]:
+    """cogym module -> the optional dependency it imports at module level (directly or through cogym modules)."""
+    direct: dict[str, str] = {}
+    top_edges: dict[str, set[str]] = {m: set() for m in graph.modules}
+    for imp in graph.imports:
+        if imp.in_function:
+            continue
+        dep = _optional(imp.target)
+        if dep and imp.source not in direct:
+            direct[imp.source] = dep
+        if imp.target in graph.modules:
+            top_edges[imp.source].add(imp.target)
+    needs = dict(direct)
+    changed = True
+    while changed:
+        changed = False
+        for m, targets in top_edges.items():
+            if m in needs:
+                continue
+            for t in sorted(targets):
+                if t in needs:
+                    needs[m] = needs[t]
+                    changed = True
+                    break
+    return needs
+
+
+def check(graph: Graph) -> dict:
+    edges = cogym_edges(graph)
+    needs = optional_needs(graph)
+    private = [imp for imp in graph.imports
+               if imp.target in graph.modules and imp.target != imp.source
+               and any(n.startswith("_") and not n.startswith("__") for n in imp.names)]
+    lazy_ok, lazy_bad = [], []
+    for imp in graph.imports:
+        if not imp.in_function:
+            continue
+        dep = _optional(imp.target) or needs.get(imp.target)
+        (lazy_ok if dep else lazy_bad).append((imp, dep))
+    return {"edges": edges, "cycles": cycles(edges), "private": private, "lazy_ok": lazy_ok, "lazy_bad": lazy_bad}
+
+
+def _where(graph: Graph, imp: Import) -> str:
+    return f"{graph.modules[imp.source].relative_to(ROOT)}:{imp.line}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--edges", action="store_true", help="print every cogym -> cogym edge")
+    parser.add_argument("--json", action="store_true", help="print the graph and the findings as JSON")
+    args = parser.parse_args(argv)
+    graph = build()
+    found = check(graph)
+    if args.json:
+        print(json.dumps({
+            "modules": sorted(graph.modules),
+            "edges": {m: sorted(t) for m, t in sorted(found["edges"].items())},
+            "cycles": found["cycles"],
+            "private": [{"at": _where(graph, i), "from": i.target, "names": list(i.names)} for i in found["private"]],
+            "imports_in_functions": [{"at": _where(graph, i), "module": i.target, "for": dep}
+                                     for i, dep in found["lazy_ok"] + found["lazy_bad"]],
+        }, indent=1))
+        return 1 if found["cycles"] or found["private"] or found["lazy_bad"] else 0
+    n_edges = sum(len(t) for t in found["edges"].values())
+    in_functions = found["lazy_ok"] + found["lazy_bad"]
+    print(f"{len(graph.modules)} modules, {n_edges} cogym->cogym edges, {len(graph.imports)} imports "
+          f"({len(in_functions)} inside functions)")
+    if args.edges:
+        for m, targets in sorted(found["edges"].items()):
+            for t in sorted(targets):
+                print(f"  {m} -> {t}")
+    print(f"\ncycles: {len(found['cycles'])}")
+    for component in found["cycles"]:
+        print("  " + " <-> ".join(component))
+    print(f"\nprivate names imported across modules: {len(found['private'])}")
+    for imp in found["private"]:
+        print(f"  {_where(graph, imp)}: from {imp.target} import {', '.join(imp.names)}")
+    print(f"\nimports inside functions: {len(in_functions)} "
+          f"({len(found['lazy_ok'])} for an optional dependency, {len(found['lazy_bad'])} not)")
+    for imp, dep in sorted(in_functions, key=lambda pair: _where(graph, pair[0])):
+        print(f"  {_where(graph, imp)}: {imp.target}  [{dep or 'NOT OPTIONAL'}]")
+    broken = bool(found["cycles"] or found["private"] or found["lazy_bad"])
+    print("\n" + ("rules broken" if broken else "ok: no cycle, no private import, every lazy import is optional"))
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
