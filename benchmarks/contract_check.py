@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from cogym.envs import contract
-from cogym.runners.rollout.turns import loop as core
+from cogym.runners.rollout import loop as core
 from cogym.runners.rollout import turns as rollout
-from cogym.runners.rollout.turns import tokens as token_rollout
+from cogym.runners.rollout import tokens as token_rollout
 from cogym.runners.config.schema import load_config
 from cogym.runners.train.loop import train
 

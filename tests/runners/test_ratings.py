@@ -429,7 +429,7 @@ def test_a_fit_that_mm_cannot_finish_in_max_iter_is_finished_not_raised():
 
 
 def test_a_fit_that_does_not_converge_warns_and_keeps_its_last_iterate(monkeypatch):
-    from cogym.runners.tournament.run import ratings
+    from cogym.runners.tournament import ratings
 
     results = games("A", "B", wins=29, losses=1) + games("A", "C", wins=30) + games("B", "C", wins=30)
     full, ci_full = bradley_terry(results), bootstrap_intervals(results, n_boot=50)

@@ -581,7 +581,9 @@ def test_the_cli_flag_sets_the_backend_and_address(monkeypatch) -> None:
     from cogym.runners import cli
 
     seen: list[tuple] = []
-    monkeypatch.setattr(cli, "_train", lambda args: seen.append((args.config, list(args.overrides))) or 0)
+    from cogym.runners.cli import train as train_command
+
+    monkeypatch.setattr(train_command, "run", lambda args: seen.append((args.config, list(args.overrides))) or 0)
     assert cli.main(["train", "--ray", "10.0.0.1:6379", "my.yaml"]) == 0
     assert seen[-1] == ("my.yaml", ["run.backend=ray", "ray.address=10.0.0.1:6379"])
     # The address is optional, so a config or an override right after the flag is put back.

@@ -228,7 +228,7 @@ def test_eval_takes_a_dtype_and_an_attention_kernel(capsys, tiny_model_dir, monk
 
 
 def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
-    from cogym.runners.cli import print_summary
+    from cogym.runners.cli.train import print_summary
 
     monkeypatch.setenv("COLUMNS", "200")
     print_summary({"chooser_reward_first5": -0.5, "chooser_reward_last5": 0.25, "judge_reward_first5": None,
@@ -245,7 +245,7 @@ def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
 
 def _reward_row(summary: dict, capsys) -> str:
     """The summary table's line of the chooser's reward, its spaces collapsed."""
-    from cogym.runners.cli import print_summary
+    from cogym.runners.cli.train import print_summary
 
     print_summary({"engines": ["torch"], "wall_s": 1.0, "run_dir": "runs/x", **summary})
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "chooser reward" in line]
@@ -284,10 +284,10 @@ def test_a_one_iteration_run_s_summary_shows_its_one_reward(capsys, monkeypatch)
 
 
 def test_overrides_may_follow_options(monkeypatch, tmp_path):
-    from cogym.runners import cli
+    from cogym.runners.cli import train as train_command
 
     seen = {}
-    monkeypatch.setattr(cli, "_train", lambda args: seen.update(config=args.config, overrides=args.overrides, run_dir=args.run_dir) or 0)
+    monkeypatch.setattr(train_command, "run", lambda args: seen.update(config=args.config, overrides=args.overrides, run_dir=args.run_dir) or 0)
     assert main(["train", "cfg.yaml", "a.b=1", "--run-dir", str(tmp_path), "c.d=2"]) == 0
     assert seen == {"config": "cfg.yaml", "overrides": ["a.b=1", "c.d=2"], "run_dir": str(tmp_path)}
     with pytest.raises(SystemExit):
@@ -316,7 +316,9 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch) -> None
     def broken(args):
         raise BrokenPipeError("a worker's pipe")
 
-    monkeypatch.setattr(cli, "_games", broken)
+    from cogym.runners.cli import games as games_command
+
+    monkeypatch.setattr(games_command, "run", broken)
     with pytest.raises(BrokenPipeError, match="worker"):
         cli.main(["games"])
 
@@ -364,7 +366,7 @@ def test_eval_reproduces_the_training_evaluators_pass_at_1(capsys):
 def test_summary_and_learning_curve_show_the_sampled_heldout_accuracy(capsys, monkeypatch, tmp_path):
     import json
 
-    from cogym.runners.cli import print_summary
+    from cogym.runners.cli.train import print_summary
     from cogym.runners.train.sinks import plot_learning_curve
 
     monkeypatch.setenv("COLUMNS", "200")
