@@ -157,13 +157,13 @@ def ratings_figure(board: Sequence[dict]):
 
 
 # -------------------------------------------------------------------------------------------- text
-def _fill(text: str, width: int, indent: str = "") -> list[str]:
+def fill(text: str, width: int, indent: str = "") -> list[str]:
     """Words wrapped to ``width``; a word (an id, a path) is never broken unless longer than a line."""
     return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False,
                          break_long_words=True) or [indent.rstrip()]
 
 
-def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
     """Right-aligned columns, each as wide as its widest cell."""
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
     return [gap.join(cell.rjust(w) for cell, w in zip(r, widths)) for r in [header, *rows]]
@@ -179,9 +179,9 @@ def format_leaderboard(board: Sequence[dict], title: str, width: int) -> str:
         ci = f"[{row['lo']:.0f}, {row['hi']:.0f}]" if row["lo"] is not None else "-"
         rows.append([str(k), f"{row['rating']:.0f}", ci, str(row["games"]), str(row["wins"]), str(row["draws"]),
                      str(row["losses"]), f"{row['score']:.3f}"])
-    lines = _columns(header, rows)
+    lines = columns(header, rows)
     inline = len(lines[0]) + 2 + max(len(row["name"]) for row in board) <= width
-    out = _fill(title, width)
+    out = fill(title, width)
     out += [lines[0] + "  player"] if inline else [lines[0], "    player"]
     for line, row in zip(lines[1:], board):
         if inline:
@@ -201,7 +201,7 @@ def format_matrix(matrix: np.ndarray, names: Sequence[str], width: int, max_play
     pad = max(len(lab) for lab in labels) + 1
     per_block = max(1, (width - pad) // SCORE_WIDTH)
     out = ["cross-play: mean score of row against column (- : never met)"]
-    out = _fill(out[0], width)
+    out = fill(out[0], width)
     for start in range(0, n, per_block):
         cols = range(start, min(n, start + per_block))
         if n > per_block:
@@ -218,19 +218,19 @@ def format_matrix(matrix: np.ndarray, names: Sequence[str], width: int, max_play
 def format_games(games: Sequence[dict], width: int, note: str = "") -> str:
     """Registered games as one block each: the id and its versions, its facts, the description, then
     each role with its scripted twins; everything wrapped to ``width``, ids and names never broken."""
-    out = _fill(f"registered games ({len(games)})", width)
+    out = fill(f"registered games ({len(games)})", width)
     for g in games:
-        out += ["", *_fill(f"{g['id']}  (versions: {', '.join(g['versions'])})", width)]
-        out += _fill(f"zero-sum: {'yes' if g['zero_sum'] else 'no'}   reward range: {g['reward_range']}   "
+        out += ["", *fill(f"{g['id']}  (versions: {', '.join(g['versions'])})", width)]
+        out += fill(f"zero-sum: {'yes' if g['zero_sum'] else 'no'}   reward range: {g['reward_range']}   "
                      f"at most {g['max_turns']} turns", width, "  ")
-        out += _fill(g["description"], width, "  ")
+        out += fill(g["description"], width, "  ")
         out.append("  roles (scripted twins, for scripted:<twin> players and fixed seats):"
                    if width >= 72 else "  roles (scripted twins):")
         pad = max(len(role) for role in g["roles"]) + 6
         for role, twins in g["roles"].items():
-            lines = _fill(", ".join(twins) if twins else "-", width, " " * pad)
+            lines = fill(", ".join(twins) if twins else "-", width, " " * pad)
             out.append(f"    {role}".ljust(pad) + lines[0][pad:])
             out.extend(lines[1:])
     if note:
-        out += ["", *_fill(note, width)]
+        out += ["", *fill(note, width)]
     return "\n".join(out)

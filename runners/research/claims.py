@@ -7,7 +7,7 @@ measured on the 2-core development machine (None until measured).
 
 from __future__ import annotations
 
-from cogym.runners.research.reproduce import Arm, Claim, Measure, Values, after, before, gain, last, mean, register_claim, rise
+from cogym.runners.research.claim import Arm, Claim, Measure, Values, after, before, gain, last, mean, register_claim, rise
 
 HELDOUT = Measure("heldout_gain", "greedy held-out accuracy after training less before", gain("heldout_acc"))
 

@@ -15,8 +15,10 @@ The claims, their papers, their arms and the measured tables are in docs/claims.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,112 +27,17 @@ from pathlib import Path
 import numpy as np
 
 from cogym.core.errors import ConfigError
-from cogym.runners.config.schema import default_config_path
+from cogym.runners.config.schema import default_config_path, load_config
+from cogym.runners.display import columns, fill
+from cogym.runners.research import claims  # noqa: F401  (registers the shipped claims)
+from cogym.runners.research.claim import CLAIMS, VERDICTS, Arm, Claim, Values, mean, std
+from cogym.runners.train.loop import train
 
 CONFIGS = default_config_path().parent  # the shipped configs (cogym.configs)
-VERDICTS = ("reproduced", "partially", "not reproduced")
-
-# A run's record: its summary (summary.json) and its metrics rows (metrics.jsonl).
-Record = tuple[dict, list[dict]]
-Values = dict[str, dict[str, list[float]]]  # arm -> measure -> one value per seed
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One way of training: ``config`` (a file of ``configs/``) with ``overrides`` (``key=value``)."""
-
-    name: str
-    config: str
-    overrides: tuple[str, ...] = ()
-    about: str = ""
-
-
-@dataclass(frozen=True)
-class Measure:
-    """A number read off one run: ``read(summary, rows)``; ``better`` is "low", "high" or "" (neither: a
-    description, such as a difficulty), for the plot's titles."""
-
-    name: str
-    about: str
-    read: Callable[[dict, list[dict]], float]
-    better: str = "high"
-
-
-def after(key: str) -> Callable[[dict, list[dict]], float]:
-    """The evaluation ``key`` after training (summary ``<key>_after``)."""
-    return lambda summary, rows: float(summary[f"{key}_after"])
-
-
-def before(key: str) -> Callable[[dict, list[dict]], float]:
-    """The evaluation ``key`` before training (summary ``<key>_before``)."""
-    return lambda summary, rows: float(summary[f"{key}_before"])
-
-
-def gain(key: str) -> Callable[[dict, list[dict]], float]:
-    """The change of evaluation ``key`` from before to after training."""
-    return lambda summary, rows: float(summary[f"{key}_after"]) - float(summary[f"{key}_before"])
-
-
-def _series(rows: list[dict], metric: str) -> list[float]:
-    return [r[metric] for r in rows if isinstance(r.get(metric), (int, float))]
-
-
-def last(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
-    """The mean of training metric ``metric`` over its last ``k`` logged iterations (NaN if never logged)."""
-    return lambda summary, rows: mean(_series(rows, metric)[-k:])
-
-
-def first(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
-    """The mean of training metric ``metric`` over its first ``k`` logged iterations (NaN if never logged)."""
-    return lambda summary, rows: mean(_series(rows, metric)[:k])
-
-
-def rise(metric: str, k: int = 20) -> Callable[[dict, list[dict]], float]:
-    """How much training metric ``metric`` rose: its last ``k`` iterations' mean less its first ``k``'s."""
-    return lambda summary, rows: last(metric, k)(summary, rows) - first(metric, k)(summary, rows)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A paper's statement, the arms that test it, what is measured and how the verdict is reached."""
-
-    name: str
-    paper: str
-    statement: str
-    arms: tuple[Arm, ...]
-    measures: tuple[Measure, ...]
-    judge: Callable[[Values], tuple[str, str]]
-    minutes: float | None = None  # measured CPU-minutes of 3 seeds on the 2-core development machine
-    notes: str = ""
-    curve: str = ""  # a training metric plotted over iterations, per arm (mean over seeds)
-
-
-def mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
-def std(values: Sequence[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0
-
-
-CLAIMS: dict[str, Claim] = {}
-
-
-def register_claim(claim: Claim) -> Claim:
-    if claim.name in CLAIMS:
-        raise ValueError(f"claim {claim.name!r} is already registered")
-    CLAIMS[claim.name] = claim
-    return claim
 
 
 def claim_named(name: str) -> Claim:
-    from cogym.runners.research import claims  # noqa: F401  (registers the shipped claims)
-
     if name not in CLAIMS:
-        import difflib
-
         close = difflib.get_close_matches(name, list(CLAIMS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown claim {name!r}{hint}; known: {', '.join(CLAIMS)} (cogym reproduce --list)")
@@ -138,8 +45,6 @@ def claim_named(name: str) -> Claim:
 
 
 def all_claims() -> list[Claim]:
-    from cogym.runners.research import claims  # noqa: F401
-
     return list(CLAIMS.values())
 
 
@@ -174,8 +79,6 @@ class Results:
 def arm_config(arm: Arm, seed: int, extra: Sequence[str] = ()):
     """The config of ``arm`` for ``seed``: its file, its overrides, the seed, no checkpoints, TensorBoard
     or plots, then ``extra`` (the command line's overrides, applied to every arm)."""
-    from cogym.runners.config.schema import load_config
-
     path = CONFIGS / arm.config
     if not path.is_file():
         raise ConfigError(f"arm {arm.name!r}: no shipped config {arm.config!r} in {CONFIGS}")
@@ -187,10 +90,6 @@ def arm_config(arm: Arm, seed: int, extra: Sequence[str] = ()):
 def reproduce(claim: Claim, seeds: int, out: Path, extra: Sequence[str] = (),
               progress: Callable[[str], None] | None = None) -> Results:
     """Train every arm of ``claim`` once per seed into ``out``; return the values, times and verdict."""
-    import resource
-
-    from cogym.runners.train.loop import train
-
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     results = Results(claim.name, list(range(seeds)), overrides=list(extra))
@@ -235,8 +134,6 @@ def _fmt(v: float) -> str:
 
 def format_results(claim: Claim, results: Results) -> str:
     """The table: one row per (measure, arm) with mean ± std and the per-seed values, then the verdict."""
-    from cogym.runners.display import _columns
-
     lines = [f"{claim.name}: {claim.paper}", f"claim: {claim.statement}",
              f"seeds: {', '.join(map(str, results.seeds))}"
              + (f"; overrides: {' '.join(results.overrides)}" if results.overrides else ""), ""]
@@ -248,7 +145,7 @@ def format_results(claim: Claim, results: Results) -> str:
                 rows.append([m.name, arm.name, "not logged", ""])
                 continue
             rows.append([m.name, arm.name, f"{_fmt(mean(vals))} ± {_fmt(std(vals))}", " ".join(_fmt(v) for v in vals)])
-    lines += _columns(["measure", "arm", "mean ± std", "per seed"], rows)
+    lines += columns(["measure", "arm", "mean ± std", "per seed"], rows)
     cpu = sum(sum(v) for v in results.cpu_s.values()) / 60
     lines += ["", f"verdict: {results.verdict} ({results.reason})", f"CPU time: {cpu:.1f} min"]
     return "\n".join(lines)
@@ -299,14 +196,12 @@ def plot_results(claim: Claim, results: Results, path: Path) -> None:
 
 def format_list(claims: Sequence[Claim], width: int = 80) -> str:
     """``cogym reproduce --list``: each claim, its paper, arms and measured time for 3 seeds."""
-    from cogym.runners.display import _fill
-
     out = []
     for c in claims:
         time_s = f"{c.minutes:.0f} CPU-minutes for 3 seeds" if c.minutes is not None else "time not measured yet"
         out.append(f"{c.name}  ({time_s})")
-        out += _fill(c.paper, width, "    ")
-        out += _fill(c.statement, width, "    ")
-        out += _fill("arms: " + ", ".join(a.name for a in c.arms), width, "    ")
+        out += fill(c.paper, width, "    ")
+        out += fill(c.statement, width, "    ")
+        out += fill("arms: " + ", ".join(a.name for a in c.arms), width, "    ")
         out.append("")
     return "\n".join(out).rstrip()

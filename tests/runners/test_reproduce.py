@@ -11,7 +11,8 @@ import pytest
 
 from cogym.core.errors import CogymError
 from cogym.runners.cli import main
-from cogym.runners.research.reproduce import VERDICTS, all_claims, claim_named, format_results, reproduce
+from cogym.runners.research.claim import VERDICTS
+from cogym.runners.research.reproduce import all_claims, claim_named, format_results, reproduce
 
 CLAIMS = ["kuhn_nash", "ttrl", "reward_hacking", "azr_curriculum", "prime_dense", "debate_truth", "mae_collusion"]
 # one iteration per arm, smaller evaluations: what is tested is that every arm runs and every measure is read
