@@ -29,7 +29,7 @@ import numpy as np
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import default_config_path, load_config
 from cogym.runners.display import columns, fill
-from cogym.runners.research import claims  # noqa: F401  (registers the shipped claims)
+import cogym.runners.research.claims  # noqa: F401  (registers the shipped claims)
 from cogym.runners.research.claim import CLAIMS, VERDICTS, Arm, Claim, Values, mean, std
 from cogym.runners.train.loop import train
 
