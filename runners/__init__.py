@@ -1,14 +1,15 @@
 """cogym runners: training, tournaments and what they write.
 
     from cogym.runners import load_config
-    from cogym.runners.train.loop import train
+    from cogym.runners.train import train
     summary = train(load_config("configs/kuhn_poker.yaml", ["run.iterations=5"]))
 
     from cogym.runners import read_transcripts, format_transcripts
     print(format_transcripts(read_transcripts("runs/kuhn_poker-20260101-120000")))
 
-``train``, ``rollout``, ``token_rollout``, ``build`` and ``evaluate`` are modules of this package:
-import their functions from them (``from cogym.runners.train.loop import train``).
+The package is split by subsystem: ``rollout`` (the play loop), ``train``, ``evaluation``,
+``tournament``, ``ray``, ``config``, ``cli`` and ``research`` (claims, ``cogym reproduce``); each
+subpackage's docstring says what is in it (``from cogym.runners.train import train``).
 
 Names are imported on first use: ``import cogym.runners.cli`` (the ``cogym`` command) stays light.
 """

@@ -60,7 +60,7 @@ from cogym.core.errors import ConfigError
 
 from cogym.runners.train.build import trained_policies
 from cogym.runners.config.schema import Config
-from cogym.runners.rollout.turns import RolloutResult
+from cogym.runners.rollout.loop import RolloutResult
 from cogym.runners.train.iteration import gather_rollouts, sampling_seed
 
 log = logging.getLogger("cogym.ray")

@@ -19,11 +19,9 @@ from cogym.agents.types import Action, Agent
 from cogym.envs.base import CogymEnv
 from cogym.envs.contract import observed_text
 
-from cogym.runners.rollout.loop import (Episodes, RolloutResult, Seat, SeatMap, chat_messages, collect, credit, play, seat_map_of,
-                   skip_dead)
+from cogym.runners.rollout.loop import Episodes, RolloutResult, Seat, SeatMap, play
 
-__all__ = ["RolloutResult", "SeatMap", "chat_messages", "credit", "rollout", "seat_map_of"]
-_skip_dead, _collect = skip_dead, collect  # the names older code imports
+__all__ = ["rollout", "TurnMover"]
 
 
 class TurnMover:

@@ -227,7 +227,7 @@ class _Prompted:
 
     def _rewrite(self, requests):
         """Each request with this player's system message (its sampling key and conversation kept)."""
-        from cogym.runners.rollout.turns import chat_messages
+        from cogym.runners.rollout.loop import chat_messages
 
         out = []
         for r in requests:

@@ -17,11 +17,12 @@ import torch
 from cogym.agents.sampling import derive_key
 from cogym.core.errors import GameStepError
 from cogym.learners import torch_dist as dist
+from cogym.learners.dapo import select_groups
 
 from cogym.runners.train.build import Run
 from cogym.runners.train.hooks import TrainHook, after_rollout, seat_maps
 from cogym.runners.train.metrics import rollout_metrics
-from cogym.runners.rollout.turns import RolloutResult
+from cogym.runners.rollout.loop import RolloutResult
 
 
 def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
@@ -144,8 +145,6 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
     made (at most ``max_sampling_rounds`` rollouts in all), then keep the first that many passing
     groups. Replaces those learners' entries of ``batches`` in place; returns metrics. A learner
     still short after its last round trains on the groups that passed (``<pid>/ds_short`` = 1)."""
-    from cogym.learners.dapo import select_groups
-
     ds = {pid: lr for pid, lr in run.learners.items() if lr.cfg.dynamic_sampling != "off"}
     if not ds:
         return {}

@@ -15,7 +15,9 @@ all ranks gather every rank's rollout, and the learners train data-parallel on t
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,9 +33,6 @@ def _die_with_parent() -> None:
     """In the worker, before exec: on Linux, ask the kernel to SIGTERM it when the launcher dies
     (even by ``kill -9``), so no orphaned rank keeps a port and the cores busy."""
     if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
         try:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
         except OSError:

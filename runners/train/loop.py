@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from cogym.agents.conversation import continuity_breaks
 from cogym.core.errors import GameStepError
@@ -56,17 +57,14 @@ from cogym.runners.evaluation.evaluators import evaluate
 from cogym.runners.train.hooks import TrainHook
 from cogym.runners.train.launch import check_data_parallel
 from cogym.runners.train.league import LeagueHook
-from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary, rollout_metrics
+from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
 from cogym.runners.rollout.turns import rollout
-from cogym.runners.train.iteration import (Sampler, data_parallel, dynamic_sampling, gather_rollouts, grouped, iteration_seeds,
-                       mixed_prompt_groups, refill_seeds, sampling_seed)
+from cogym.runners.train.iteration import Sampler, data_parallel, grouped, iteration_seeds, mixed_prompt_groups
 from cogym.runners.train.sinks import Sinks, open_sinks
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.tournament.transcripts import train_rows, transcripts_due
 
-__all__ = ["train", "build", "rollout", "token_rollout", "iteration_seeds", "grouped", "refill_seeds", "sampling_seed",
-           "gather_rollouts", "data_parallel", "dynamic_sampling", "rollout_metrics", "retokenize_mismatch",
-           "save_checkpoint", "last_checkpoint", "check_resume_world"]
+__all__ = ["train", "driver_threads"]
 
 
 def driver_threads(cfg: Config, cores: int, default: int) -> int:
@@ -217,8 +215,6 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         sampler = Sampler(run, data_parallel(play), hooks, pool)
         one_step = cfg.run.async_ == "one_step"
         summary.update(_evaluate_before(run, sinks, start_it, main))
-        from tqdm.auto import tqdm
-
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
         trained = start_it - 1  # the last iteration whose update is done

@@ -9,7 +9,7 @@ import numpy as np
 
 from cogym.envs.search import NgramEmbedder
 
-from cogym.runners.rollout.turns import RolloutResult
+from cogym.runners.rollout.loop import RolloutResult
 
 # Roles whose problems (infos[seat]["problem"]) are their own output: their diversity is logged.
 DIVERSITY_ROLES = ("proposer",)

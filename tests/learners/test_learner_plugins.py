@@ -13,8 +13,8 @@ from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch
-from cogym.runners.rollout.turns import RolloutResult
-from cogym.runners.train.loop import dynamic_sampling, grouped
+from cogym.runners.rollout.loop import RolloutResult
+from cogym.runners.train.iteration import dynamic_sampling, grouped
 
 
 def _turn(policy: Policy, gen, episode: str, seat: str, reward: float, role: str = "player", info=None,

@@ -12,7 +12,10 @@ import yaml
 
 from cogym.runners.train import loop as train_mod
 from cogym.runners.config.schema import load_config
-from cogym.runners.train.loop import iteration_seeds, last_checkpoint, rollout_metrics, train
+from cogym.runners.train.checkpoint import last_checkpoint
+from cogym.runners.train.iteration import iteration_seeds
+from cogym.runners.train.loop import train
+from cogym.runners.train.metrics import rollout_metrics
 
 
 def _overrides(model_dir, iterations: int = 2, engine: str = "torch", extra: list[str] | None = None) -> list[str]:
@@ -244,7 +247,8 @@ def test_mixed_engines_are_all_named(tmp_path, tiny_model_dir):
 def test_solver_accuracy_counts_only_solvers_that_answered():
     from cogym.agents.scripted import ScriptedAgent
     from cogym.envs import make, scripted_strategies
-    from cogym.runners.rollout.turns import RolloutResult, rollout
+    from cogym.runners.rollout.loop import RolloutResult
+    from cogym.runners.rollout.turns import rollout
 
     twins = scripted_strategies("proposer_solver-v0")
     oracle = ScriptedAgent(twins["solver"]["oracle"], name="oracle")

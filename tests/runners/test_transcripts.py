@@ -414,7 +414,7 @@ def test_package_roots_export_the_public_names():
         assert set(pkg.__all__) <= set(dir(pkg))
         with pytest.raises(AttributeError):
             pkg.NoSuchName  # noqa: B018
-    assert "train" not in runners.__all__  # a module of the package: `from cogym.runners.train.loop import train`
+    assert "train" not in runners.__all__  # a subpackage: `from cogym.runners.train import train`
 
 
 def test_package_roots_stay_light():
