@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
 from cogym.agents.sampling import derive_key
 from cogym.core.errors import GameStepError
+from cogym.core.seeding import derive_seed, derive_seeds
 from cogym.learners import torch_dist as dist
 from cogym.learners.dapo import select_groups
 
@@ -27,7 +27,7 @@ from cogym.runners.rollout.loop import RolloutResult
 
 def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
     """Game seeds of one iteration: a pure function of (run seed, iteration), so resume replays them."""
-    return [int(x) for x in np.random.SeedSequence([seed, iteration]).generate_state(n)]
+    return derive_seeds(seed, iteration, n=n)
 
 
 def grouped(seeds: list[int], group_size: int) -> list[int]:
@@ -38,15 +38,15 @@ def grouped(seeds: list[int], group_size: int) -> list[int]:
 def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
     """Game seeds of dynamic sampling's extra rollout ``round_`` (>= 1) of an iteration (round 0 is
     :func:`iteration_seeds`); a pure function, so resume replays them too."""
-    return [int(x) for x in np.random.SeedSequence([seed, iteration, round_]).generate_state(n)]
+    return derive_seeds(seed, iteration, round_, n=n)
 
 
 def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
     """Seed of the sampling stream of one iteration (replayed exactly on resume); rank r > 0 of a
     data-parallel run draws its own stream."""
     if rank == 0:
-        return seed * 100_003 + iteration
-    return int(np.random.SeedSequence([seed, iteration, rank]).generate_state(1)[0])
+        return seed * 100_003 + iteration  # predates derive_seed; kept, since every recorded run's draws follow it
+    return derive_seed(seed, iteration, rank)
 
 
 def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
