@@ -10,7 +10,12 @@ they never run). The rules, each reported with file and line:
 - **no cycle** between any two cogym modules;
 - **no private name** (``_name``) imported from another cogym module;
 - **an import inside a function is for an optional heavy dependency only**: a third-party
-  package named in ``OPTIONAL``, or a cogym module that needs one at its top level.
+  package named in ``OPTIONAL``, or a cogym module that needs one at its top level;
+- **no source file over** ``MAX_LINES`` lines (the five largest are printed).
+
+The ``cogym`` command loads the module of the subcommand it runs by name (``importlib``, from the
+table in ``runners/cli/__init__.py``), so that ``cogym --help`` loads no torch; that load is not an
+import statement and is not in the graph.
 
 Exit status 1 when a rule is broken, 0 otherwise. ``tests/test_import_graph.py`` runs it.
 """
@@ -34,6 +39,9 @@ OPTIONAL = ("ray", "vllm", "deepspeed", "faiss", "peft", "trl", "matplotlib", "t
             "tensorboard", "pyspiel", "open_spiel", "textarena", "reasoning_gym")
 
 
+MAX_LINES = 600  # no source file is longer
+
+
 @dataclass
 class Import:
     source: str          # importing module
@@ -45,12 +53,13 @@ class Import:
 
 @dataclass
 class Graph:
+    root: Path = ROOT
     modules: dict[str, Path] = field(default_factory=dict)
     imports: list[Import] = field(default_factory=list)
 
 
-def module_name(path: Path) -> str | None:
-    rel = path.relative_to(ROOT)
+def module_name(path: Path, root: Path = ROOT) -> str | None:
+    rel = path.relative_to(root)
     package = PACKAGES.get(rel.parts[0])
     if package is None:
         return None
@@ -94,11 +103,11 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def build() -> Graph:
-    graph = Graph()
-    files = sorted(p for folder in PACKAGES for p in (ROOT / folder).rglob("*.py"))
+def build(root: Path = ROOT) -> Graph:
+    graph = Graph(root=root)
+    files = sorted(p for folder in PACKAGES for p in (root / folder).rglob("*.py"))
     for path in files:
-        name = module_name(path)
+        name = module_name(path, root)
         if name:
             graph.modules[name] = path
     for name, path in graph.modules.items():
@@ -238,11 +247,14 @@ def check(graph: Graph) -> dict:
             continue
         dep = _optional(imp.target) or needs.get(imp.target)
         (lazy_ok if dep else lazy_bad).append((imp, dep))
-    return {"edges": edges, "cycles": cycles(edges), "private": private, "lazy_ok": lazy_ok, "lazy_bad": lazy_bad}
+    lines = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in graph.modules.items()}
+    long = sorted(((n, m) for m, n in lines.items() if n > MAX_LINES), reverse=True)
+    return {"edges": edges, "cycles": cycles(edges), "private": private, "lazy_ok": lazy_ok, "lazy_bad": lazy_bad,
+            "lines": lines, "long": long}
 
 
 def _where(graph: Graph, imp: Import) -> str:
-    return f"{graph.modules[imp.source].relative_to(ROOT)}:{imp.line}"
+    return f"{graph.modules[imp.source].relative_to(graph.root)}:{imp.line}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--edges", action="store_true", help="print every cogym -> cogym edge")
     parser.add_argument("--json", action="store_true", help="print the graph and the findings as JSON")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository to read (default: this one)")
     args = parser.parse_args(argv)
-    graph = build()
+    graph = build(args.root)
     found = check(graph)
     if args.json:
         print(json.dumps({
@@ -261,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
             "private": [{"at": _where(graph, i), "from": i.target, "names": list(i.names)} for i in found["private"]],
             "imports_in_functions": [{"at": _where(graph, i), "module": i.target, "for": dep}
                                      for i, dep in found["lazy_ok"] + found["lazy_bad"]],
+            "too_long": [{"file": str(graph.modules[m].relative_to(graph.root)), "lines": n} for n, m in found["long"]],
         }, indent=1))
-        return 1 if found["cycles"] or found["private"] or found["lazy_bad"] else 0
+        return 1 if found["cycles"] or found["private"] or found["lazy_bad"] or found["long"] else 0
     n_edges = sum(len(t) for t in found["edges"].values())
     in_functions = found["lazy_ok"] + found["lazy_bad"]
     print(f"{len(graph.modules)} modules, {n_edges} cogym->cogym edges, {len(graph.imports)} imports "
@@ -281,8 +295,13 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(found['lazy_ok'])} for an optional dependency, {len(found['lazy_bad'])} not)")
     for imp, dep in sorted(in_functions, key=lambda pair: _where(graph, pair[0])):
         print(f"  {_where(graph, imp)}: {imp.target}  [{dep or 'NOT OPTIONAL'}]")
-    broken = bool(found["cycles"] or found["private"] or found["lazy_bad"])
-    print("\n" + ("rules broken" if broken else "ok: no cycle, no private import, every lazy import is optional"))
+    largest = sorted(found["lines"].items(), key=lambda kv: -kv[1])[:5]
+    print(f"\nlargest files (at most {MAX_LINES} lines): " + ", ".join(
+        f"{graph.modules[m].relative_to(graph.root)} {n}" for m, n in largest))
+    for n, m in found["long"]:
+        print(f"  TOO LONG: {graph.modules[m].relative_to(graph.root)} {n} lines")
+    broken = bool(found["cycles"] or found["private"] or found["lazy_bad"] or found["long"])
+    print("\n" + ("rules broken" if broken else "ok: no cycle, no private import, every lazy import is optional, no long file"))
     return 1 if broken else 0
 
 
