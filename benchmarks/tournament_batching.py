@@ -27,7 +27,9 @@ import torch
 
 from cogym.agents.backends import hf as backends
 from cogym.agents.policy import tiny_model_path
-from cogym.runners.tournament.run import TournamentSpec, resolve_players, run_tournament
+from cogym.runners.tournament.players import resolve_players
+from cogym.runners.tournament.run import run_tournament
+from cogym.runners.tournament.spec import TournamentSpec
 
 
 def _play(players, games_per_pairing: int, batch: int, out: Path) -> tuple[float, int]:

@@ -29,8 +29,8 @@ _EXPORTS = {
     "TrainHook": "train.hooks",
     "register_evaluator": "evaluation.evaluators",
     "import_game_modules": "config.modules",
-    "Player": "tournament.run", "TournamentSpec": "tournament.run", "resolve_players": "tournament.run",
-    "run_tournament": "tournament.run", "report": "tournament.run",
+    "Player": "tournament.players", "TournamentSpec": "tournament.spec", "resolve_players": "tournament.players",
+    "run_tournament": "tournament.run", "report": "tournament.leaderboard",
     "TRANSCRIPTS_FILE": "tournament.transcripts", "read_transcripts": "tournament.transcripts", "format_transcripts": "tournament.transcripts",
     "format_transcript": "tournament.transcripts", "transcript_row": "tournament.transcripts",
 }
@@ -66,5 +66,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from .evaluation.evaluators import register_evaluator
     from .train.hooks import TrainHook
     from .config.modules import import_game_modules
-    from .tournament.run import Player, TournamentSpec, report, resolve_players, run_tournament
+    from .tournament.players import Player, resolve_players
+    from .tournament.leaderboard import report
+    from .tournament.run import run_tournament
+    from .tournament.spec import TournamentSpec
     from .tournament.transcripts import TRANSCRIPTS_FILE, format_transcript, format_transcripts, read_transcripts, transcript_row

@@ -12,8 +12,10 @@ from cogym.core.errors import ConfigError
 from cogym.runners.cli.args import positive_int
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import RayConfig
-from cogym.runners.tournament.run import (TournamentSpec, print_leaderboard, print_matrix, report, resolve_players,
-                                          results_title, run_tournament, settings_notes, split_binding)
+from cogym.runners.tournament.players import resolve_players, split_binding
+from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
+from cogym.runners.tournament.run import run_tournament
+from cogym.runners.tournament.spec import TournamentSpec
 
 DESCRIPTION = ("Play every scheduled pairing of the players (both seat orders, paired seeds), log each game to "
                "OUT/results.jsonl (a rerun skips finished games), and write a Bradley-Terry leaderboard with 95% "

@@ -179,7 +179,7 @@ class VsScripted:
 
     def evaluate(self, run) -> dict[str, float]:
         from cogym.runners.rollout.turns import rollout
-        from cogym.runners.tournament.run import game_score
+        from cogym.runners.tournament.scoring import game_score
 
         cfg, pid = run.cfg, self._policy_id(run)
         games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(self.games)]

@@ -895,11 +895,12 @@ class TournamentWorker:
         from cogym.envs import make
 
         from cogym.runners.train.build import import_game_modules
-        from cogym.runners.tournament.run import _Agents, _seating
+        from cogym.runners.tournament.run import Agents
+        from cogym.runners.tournament.settle import sides_and_fixed
 
         import_game_modules(modules)  # games registered by --module / modules: in the driver
-        self.spec, self.index, self.agents, self.envs = spec, index, _Agents(spec), []
-        self.sides, self.fixed = _seating(spec, make(spec.game, **spec.game_kwargs))
+        self.spec, self.index, self.agents, self.envs = spec, index, Agents(spec), []
+        self.sides, self.fixed = sides_and_fixed(spec, make(spec.game, **spec.game_kwargs))
 
     def ping(self) -> dict:
         return {"pid": os.getpid(), "node": _node_ip()}
@@ -907,12 +908,12 @@ class TournamentWorker:
     def play(self, batch: list, seeds: list[int], batch_no: int) -> list[dict]:
         from cogym.envs import make
 
-        from cogym.runners.tournament.run import _play_batch
+        from cogym.runners.tournament.run import play_batch
 
         spec = self.spec
         self.agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
         self.envs.extend(make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(self.envs)))
-        return _play_batch(spec, batch, self.envs, self.agents, self.sides, self.fixed, seeds, batch_no)
+        return play_batch(spec, batch, self.envs, self.agents, self.sides, self.fixed, seeds, batch_no)
 
 
 class RayTournament(ActorPool):

@@ -42,7 +42,7 @@ from cogym.runners.rollout.agents import model_agent
 from cogym.runners.config.schema import LeagueConfig
 from cogym.runners.train.hooks import TrainHook
 from cogym.runners.tournament.ratings import Result, StreamingRatings
-from cogym.runners.tournament.run import game_score  # the learner's seats as side a, the league's as side b
+from cogym.runners.tournament.scoring import game_score  # the learner's seats as side a, the league's as side b
 
 PREFIX = "league:"  # policy id of a member's seats: no learner has it
 CURRENT = "current"  # the learner's name in the ratings table

@@ -67,7 +67,7 @@ def test_verifier_quality_reads_each_view_as_a_lone_prompt_would() -> None:
 
 
 def test_a_tournament_takes_tiny_verifier_as_a_player() -> None:
-    from cogym.runners.tournament.run import resolve_players
+    from cogym.runners.tournament.players import resolve_players
 
     (player, _) = resolve_players(["tiny-verifier", "scripted:random"])
     assert player.name == "tiny-verifier" and Policy.from_pretrained(player.path, device="cpu").name == "tiny-verifier"

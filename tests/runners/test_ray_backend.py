@@ -403,7 +403,10 @@ def test_a_league_on_ray_plays_and_rates_the_games_of_one_process(league_referen
 
 
 def _tournament(out: Path, ray_config=None) -> list[dict]:
-    from cogym.runners.tournament.run import RESULTS_FILE, TournamentSpec, resolve_players, run_tournament
+    from cogym.runners.tournament.players import resolve_players
+    from cogym.runners.tournament.results import RESULTS_FILE
+    from cogym.runners.tournament.run import run_tournament
+    from cogym.runners.tournament.spec import TournamentSpec
 
     spec = TournamentSpec(game="kuhn_poker-v0", players=resolve_players(["tiny", "scripted:random", "scripted:nash"]),
                           games_per_pairing=8, batch_games=16, max_new_tokens=4, prompts={"first": "Poker.", "second": "Poker."})

@@ -11,7 +11,7 @@ from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.runners.rollout.tokens import ChatCodec, token_rollout
-from cogym.runners.tournament.run import _Prompted
+from cogym.runners.tournament.players import Prompted
 
 SYSTEM = {"solver": "Solve.", "proposer": "Propose."}
 
@@ -121,7 +121,7 @@ def test_a_wrapped_agent_plays_at_token_level(policy) -> None:
 
 
 def test_a_tournament_player_with_its_own_prompts_plays_at_token_level(policy) -> None:
-    agent = _Prompted(LLMAgent(policy, SamplingParams(max_new_tokens=4, temperature=1.0), name="ckpt"), {"solver": "Add."})
+    agent = Prompted(LLMAgent(policy, SamplingParams(max_new_tokens=4, temperature=1.0), name="ckpt"), {"solver": "Add."})
     res = _play(policy, agent, n=2)
     assert res.turns
     for t in res.turns:

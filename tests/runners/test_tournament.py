@@ -10,18 +10,12 @@ import numpy as np
 import pytest
 
 from cogym.runners.config.schema import ConfigError
-from cogym.runners.tournament.run import (
-    RESULTS_FILE,
-    Player,
-    ResultsLog,
-    TournamentSpec,
-    gauntlet,
-    report,
-    resolve_players,
-    round_robin,
-    run_tournament,
-    swiss_round,
-)
+from cogym.runners.tournament.players import Player, resolve_players
+from cogym.runners.tournament.leaderboard import report
+from cogym.runners.tournament.results import RESULTS_FILE, ResultsLog
+from cogym.runners.tournament.run import run_tournament
+from cogym.runners.tournament.schedule import gauntlet, round_robin, swiss_round
+from cogym.runners.tournament.spec import TournamentSpec
 
 
 def _scripted(*twins: str) -> list[Player]:
@@ -348,14 +342,14 @@ def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkey
 
     run = _fake_run(tmp_path, "exp1", [1, 2, 3, 4], ["player"], tiny_model_dir)
     players = resolve_players([str(run)])
-    peak, original = [0], tournament._Agents.get
+    peak, original = [0], tournament.Agents.get
 
     def spy(self, who, role):
         agent = original(self, who, role)
         peak[0] = max(peak[0], sum(not isinstance(a, ScriptedAgent) for a in self.cache.values()))
         return agent
 
-    monkeypatch.setattr(tournament._Agents, "get", spy)
+    monkeypatch.setattr(tournament.Agents, "get", spy)
     spec = TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4, max_new_tokens=2, max_loaded=2)
     rows = run_tournament(spec, tmp_path / "t", progress=False)
     assert len(rows) == 6 * 4 and peak[0] == 2
@@ -408,7 +402,7 @@ def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
 def test_report_flags_a_player_without_a_finite_rating_and_still_writes_everything(tmp_path, capsys):
     # All games are played: a rating that cannot be made finite (prior=0, a player who never won) is a
     # flagged row with a note under the printed leaderboard, not an error losing the table.
-    from cogym.runners.tournament.run import print_leaderboard
+    from cogym.runners.tournament.leaderboard import print_leaderboard
 
     def game(a: str, b: str, score: float) -> dict:
         return {"a": a, "b": b, "score": score}
@@ -443,7 +437,7 @@ def test_checkpoints_load_in_their_runs_dtype_and_attention_kernel(tmp_path, tin
     # model directory has no run config and loads with the defaults (float32, transformers' choice).
     import torch
 
-    from cogym.runners.tournament.run import _Agents
+    from cogym.runners.tournament.run import Agents
 
     run = _fake_run(tmp_path, "bf16run", [5], ["player"], tiny_model_dir)
     (run / "config.yaml").write_text("prompts:\n  first: {system: Poker.}\n  second: {system: Poker.}\n"
@@ -451,7 +445,7 @@ def test_checkpoints_load_in_their_runs_dtype_and_attention_kernel(tmp_path, tin
     plain = _fake_run(tmp_path, "plain", [5], ["player"], tiny_model_dir)  # its config names no dtype
     players = resolve_players([str(run), str(plain), str(tiny_model_dir)])
     assert [(p.dtype, p.attn_implementation) for p in players] == [("bfloat16", "eager"), (None, None), (None, None)]
-    agents = _Agents(TournamentSpec(game="kuhn_poker-v0", players=players))
+    agents = Agents(TournamentSpec(game="kuhn_poker-v0", players=players))
     loaded = [agents.get(p, "first") for p in players]
     models = [getattr(a, "agent", a).policy.model for a in loaded]  # a checkpoint's agent wears its run's prompts
     assert {prm.dtype for prm in models[0].parameters()} == {torch.bfloat16}

@@ -17,15 +17,13 @@ from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.checks import PATHOLOGICAL, check_game
 from cogym.runners.train.build import import_game_modules
 from cogym.runners.config.schema import ConfigError
-from cogym.runners.tournament.run import (
-    RESULTS_FILE,
-    TournamentSpec,
-    game_seeds,
-    paired_rows,
-    report,
-    resolve_players,
-    run_tournament,
-)
+from cogym.runners.tournament.players import resolve_players
+from cogym.runners.tournament.leaderboard import report
+from cogym.runners.tournament.results import RESULTS_FILE
+from cogym.runners.tournament.run import run_tournament
+from cogym.runners.tournament.schedule import game_seeds
+from cogym.runners.tournament.scoring import paired_rows
+from cogym.runners.tournament.spec import TournamentSpec
 from pettingzoo.test import api_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -486,7 +484,7 @@ def test_the_example_config_trains_and_its_checkpoints_are_rated_per_role(game, 
 def test_paired_games_of_one_seed_draw_alike_for_every_player() -> None:
     """The fixed partners of a paired game (a random twin, a sampled model) draw from the game's number,
     which leaves the rated player out: each player meets the same partner moves on a seed."""
-    from cogym.runners.tournament.run import SoloKey, game_index
+    from cogym.runners.tournament.schedule import SoloKey, game_index
 
     assert game_index(SoloKey("a", 3)) == game_index(SoloKey("b", 3)) != game_index(SoloKey("a", 4))
     assert game_index(SoloKey("a", 3, round=1)) != game_index(SoloKey("a", 3, round=2))

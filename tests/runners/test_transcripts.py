@@ -189,7 +189,9 @@ def test_transcript_config_keys(tiny_model_dir):
 def kuhn_tournament(tiny_model_dir, tmp_path_factory):
     """A model against two scripted players, keeping 3 games of each pairing, with every rollout recorded."""
     import cogym.runners.rollout.turns as rollout_mod
-    from cogym.runners.tournament.run import TournamentSpec, resolve_players, run_tournament
+    from cogym.runners.tournament.players import resolve_players
+    from cogym.runners.tournament.run import run_tournament
+    from cogym.runners.tournament.spec import TournamentSpec
 
     played: dict[str, tuple[list[int], object]] = {}
     real = rollout_mod.rollout

@@ -1,0 +1,49 @@
+"""The append-only results log (results.jsonl): one line per finished game, read back on a rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+
+RESULTS_FILE = "results.jsonl"
+def write_json(path: Path, data) -> None:
+    """Write a small JSON file atomically (a kill leaves the old file or the new one)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+class ResultsLog:
+    """``results.jsonl``: one line per finished game, appended and flushed batch by batch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict] = []
+        if path.is_file():
+            text = path.read_text()
+            lines = text.splitlines()
+            for line in lines:
+                try:
+                    self.rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill mid-write: that game is played again
+            if len(self.rows) != len(lines) or (text and not text.endswith("\n")):
+                # Drop the cut line, so the next append starts on a line of its own (atomically).
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+                os.replace(tmp, path)
+        self.done = {r["id"] for r in self.rows}
+
+    def append(self, rows: Iterable[dict]) -> None:
+        rows = [r for r in rows if r["id"] not in self.done]
+        if not rows:
+            return
+        with open(self.path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+            f.flush()
+            os.fsync(f.fileno())
+        self.rows += rows
+        self.done |= {r["id"] for r in rows}
+def count(names: Sequence[str]) -> str:
+    return ", ".join(names) if len(names) <= 2 else f"{len(names)} players"
