@@ -18,14 +18,13 @@ if the driver is killed); workers only attach, and do not register them with a t
 (one that would unlink the driver's segment when the worker exits).
 """
 
-from __future__ import annotations
 
 import os
 import secrets
 import shutil
 import sys
 from dataclasses import dataclass
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 import torch
@@ -157,7 +156,6 @@ def attach(name: str) -> shared_memory.SharedMemory:
         return shared_memory.SharedMemory(name=name)
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
-    from multiprocessing import resource_tracker
 
     seg = shared_memory.SharedMemory(name=name)
     try:

@@ -1,15 +1,20 @@
 """The report of a tournament: what it prints and writes after its games: the leaderboard, the cross-play matrix,
 plots and the notes on the players' settings."""
 
-from __future__ import annotations
 
+import csv
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Sequence
+
 import numpy as np
+
 from cogym.runners.config.schema import ConfigError
+from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
 from cogym.runners.tournament.players import NO_RUN_CONFIG
+from cogym.runners.tournament.ratings import leaderboard, Result
 from cogym.runners.tournament.scoring import score_matrix
 
 
@@ -25,10 +30,6 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     writes the value as ``Infinity``), and a fit that does not converge keeps its last iterate with a
     RuntimeWarning. Only results that cannot be rated at all (nothing to rate, players in groups
     that never met) are a ConfigError."""
-    import csv
-
-    from cogym.runners.tournament.ratings import Result, leaderboard
-
     played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
     try:
         board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
@@ -58,6 +59,8 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     if plots:
         _plots(board, matrix, order, out_dir)
     return board
+
+
 def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Path) -> None:
     """heatmap.png and ratings.png (:mod:`cogym.runners.display`: sized to the number of players,
     long names shown as P-labels with a key)."""
@@ -66,7 +69,6 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from cogym.runners.display import heatmap_figure, ratings_figure
 
     # ratings.png has an axis of finite ratings: a flagged player rated +-inf is left out (the
     # leaderboard names it), and intervals are drawn only when every plotted player has a finite one.
@@ -79,29 +81,29 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
     for name, fig in figures:
         fig.savefig(out_dir / name, bbox_inches="tight", pad_inches=0.1)
         plt.close(fig)
+
+
 def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12) -> None:
     """The cross-play matrix (score of the row player against the column player) on stdout, players
     in leaderboard order as P1..Pn with a key; larger pools only go to matrix.csv / heatmap.png."""
-    from cogym.runners.display import format_matrix, terminal_width
-
     order = [row["name"] for row in board]
     matrix, _ = score_matrix(rows, order)
     print()
     print(format_matrix(matrix, order, terminal_width(), max_players=max_players))
+
+
 def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes: Sequence[str] = ()) -> None:
     """The leaderboard on stdout, every number in full at any width (names wrap, numbers never); a
     model player with no run config is marked ``*``. Then the rating notes of the rows (a player
     whose rating is infinite, intervals that could not be made: :func:`rating_notes`) and ``notes``
     (:func:`settings_notes`)."""
-    import textwrap
-
-    from cogym.runners.display import format_leaderboard, terminal_width
-
     width = terminal_width()
     shown = [{**row, "name": row["name"] + " *"} if row.get("kind") == NO_RUN_CONFIG else row for row in board]
     print(format_leaderboard(shown, title, width))
     for note in [*rating_notes(board), *notes]:
         print("\n".join(textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)))
+
+
 def rating_notes(board: Sequence[dict]) -> list[str]:
     """One line per distinct rating note of the leaderboard's rows (``note``), naming its players."""
     by_note: dict[str, list[str]] = {}
@@ -110,20 +112,28 @@ def rating_notes(board: Sequence[dict]) -> list[str]:
             by_note.setdefault(row["note"], []).append(row["name"])
     return [f"note: {', '.join(names) if len(names) <= 3 else f'{len(names)} players'}: {note}"
             for note, names in by_note.items()]
+
+
 def _tournament_info(out_dir: Path) -> dict:
     try:
         return json.loads((Path(out_dir) / "tournament.json").read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
 def player_kinds(out_dir: Path) -> dict[str, str]:
     """Each player's kind as tournament.json records it (``scripted``, ``checkpoint``, or a model with
     no run config), {} for a directory without that record."""
     players = _tournament_info(out_dir).get("players") or {}
     return {name: info["kind"] for name, info in players.items() if isinstance(info, dict) and "kind" in info}
+
+
 def settings_notes(out_dir: Path) -> list[str]:
     """The notes the leaderboard must carry about the players' settings (tournament.json): models
     with no run config, and prompts or limits that differ between model players."""
     return list(_tournament_info(out_dir).get("notes") or [])
+
+
 def results_title(game: str, rows: Sequence[dict], out_dir: Path) -> str:
     """The leaderboard's title: the game, how many results (paired: per-seed comparisons) and where."""
     if any(r.get("order") is None for r in rows):

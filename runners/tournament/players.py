@@ -1,15 +1,19 @@
 """Tournament players: checkpoints (a policy of a run's checkpoint), model directories and scripted
 twins, and the settings (prompts, message limit) each model player brings from its run."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
+
+import yaml
+
 from cogym.agents.embedded import EMBEDDED_MODELS
+from cogym.agents.policy import SamplingParams
 from cogym.agents.types import Agent
-from cogym.runners.rollout.agents import twin_name
 from cogym.runners.config.schema import ConfigError
+from cogym.runners.rollout.agents import twin_name
+from cogym.runners.rollout.loop import chat_messages
 
 
 # ------------------------------------------------------------------------------------------ players
@@ -38,6 +42,8 @@ class Player:
     def load_options(self) -> dict:
         """The keyword arguments of ``Policy.from_pretrained`` this player is loaded with."""
         return {"dtype": self.dtype or "float32", "attn_implementation": self.attn_implementation}
+
+
 def _checkpoint_policy(step: Path, policy: str | None, seated: str | None = None) -> tuple[Path, bool]:
     """The policy directory that plays, and whether the checkpoint holds several. ``seated``: the
     policy the run seated in the player's bound role (picks it when no policy is named)."""
@@ -53,14 +59,16 @@ def _checkpoint_policy(step: Path, policy: str | None, seated: str | None = None
     raise ConfigError(f"checkpoint {step} holds policies {', '.join(policies)}; pick one with --policy "
                       "(or PATH:POLICY for this player, or bind it to a role its run seats one of them in: "
                       "--role ROLE or PATH@ROLE)")
+
+
 def _run_tree(run: Path) -> dict | None:
     """The run's resolved config (``<run>/config.yaml``), None when there is none."""
-    import yaml
-
     config = run / "config.yaml"
     if not config.is_file():
         return None
     return yaml.safe_load(config.read_text()) or {}
+
+
 def _run_settings(run: Path, policy: str) -> tuple[dict | None, int | None]:
     """The run's per-role system prompts and the policy's max_new_tokens (``<run>/config.yaml``)."""
     tree = _run_tree(run)
@@ -68,20 +76,28 @@ def _run_settings(run: Path, policy: str) -> tuple[dict | None, int | None]:
         return None, None
     prompts = {role: (v or {}).get("system", "") for role, v in (tree.get("prompts") or {}).items()}
     return prompts, _policy_limit(tree, policy)
+
+
 def _policy_limit(tree: dict, policy: str) -> int | None:
     return (((tree.get("policies") or {}).get(policy) or {}).get("sampling") or {}).get("max_new_tokens")
+
+
 def _policy_loading(tree: dict | None, policy: str) -> tuple[str | None, str | None]:
     """The ``dtype`` and ``attn_implementation`` the run loaded policy ``policy`` with
     (``policies.<policy>`` of its config.yaml; None where it does not say)."""
     cfg = ((tree or {}).get("policies") or {}).get(policy) or {}
     dtype, attn = cfg.get("dtype"), cfg.get("attn_implementation")
     return (str(dtype) if dtype is not None else None), (str(attn) if attn is not None else None)
+
+
 def _role_limits(run: Path) -> dict[str, int]:
     """The message limit the run gave each role (or seat) it seated a model policy in."""
     tree = _run_tree(run) or {}
     policies = tree.get("policies") or {}
     return {role: _policy_limit(tree, pid) or default_limit() for role, pid in (tree.get("seats") or {}).items()
             if isinstance(pid, str) and pid in policies}
+
+
 def split_binding(spec: str, role: str | None = None) -> tuple[str, tuple[str, ...] | None]:
     """``PLAYER@ROLE`` -> ``(PLAYER, (ROLE,))``; ``PLAYER@SEAT,SEAT`` binds seats. A spec without
     ``@`` takes ``role`` (``--role``, comma-separated seats allowed), or None: no binding. A path
@@ -97,6 +113,8 @@ def split_binding(spec: str, role: str | None = None) -> tuple[str, tuple[str, .
     if role is not None and not names(role):
         raise ConfigError(f"--role {role!r}: name a role or seats, e.g. --role hinter")
     return spec, names(role) if role is not None else None
+
+
 def resolve_players(specs: Sequence[str], policy: str | None = None, role: str | None = None,
                     minimum: int = 2) -> list[Player]:
     """Players from command-line specs: ``scripted:<twin>``, an HF model directory, ``tiny``, a
@@ -149,6 +167,8 @@ def resolve_players(specs: Sequence[str], policy: str | None = None, role: str |
     if len(players) < minimum:
         raise ConfigError(f"a tournament needs at least 2 players, got {len(players)}")
     return players
+
+
 class Prompted:
     """A model player with its own system prompts: rewrites each request's system message for its
     role, then asks the agent (the rollout builds messages with the tournament's prompts)."""
@@ -158,8 +178,6 @@ class Prompted:
 
     def _rewrite(self, requests):
         """Each request with this player's system message (its sampling key and conversation kept)."""
-        from cogym.runners.rollout.loop import chat_messages
-
         out = []
         for r in requests:
             system = self.prompts.get(r.role, "")
@@ -184,6 +202,8 @@ class Prompted:
 
     def close(self, handles):
         self.agent.close(handles)
+
+
 def fixed_player(who: str, where: str) -> Player:
     """A fixed model agent (a model directory, ``tiny``, or one checkpoint, ``PATH[:POLICY]``)."""
     try:
@@ -194,9 +214,11 @@ def fixed_player(who: str, where: str) -> Player:
         raise ConfigError(f"{where}: {who} holds {len(found)} checkpoints; a fixed seat needs one "
                           "(e.g. RUN/checkpoints/step_N[:POLICY])")
     return replace(found[0], name=who, bind=None)
+
+
 def default_limit() -> int:
     """The message limit a run without ``sampling.max_new_tokens`` trained with."""
-    from cogym.agents.policy import SamplingParams
-
     return SamplingParams.max_new_tokens
+
+
 NO_RUN_CONFIG = "model (no run config)"

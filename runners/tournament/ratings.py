@@ -107,6 +107,7 @@ class Result:
 
 # -- data --------------------------------------------------------------------------------------
 
+
 def _check_results(results: Sequence[Result]) -> list[Result]:
     results = list(results)
     for k, r in enumerate(results):
@@ -158,6 +159,7 @@ def win_matrix(results: Sequence[Result], players: Sequence[str] | None = None) 
 
 # -- graph checks ------------------------------------------------------------------------------
 
+
 def _closure(adj: np.ndarray) -> np.ndarray:
     """Reflexive-transitive closure of boolean adjacency ``(..., n, n)`` by repeated squaring."""
     n = adj.shape[-1]
@@ -204,6 +206,7 @@ def _check_identifiable(w: np.ndarray, names: Sequence[str], prior: float) -> No
 
 
 # -- Bradley–Terry -----------------------------------------------------------------------------
+
 
 def _check_options(prior: float, max_iter: int, tol: float, scale: str) -> None:
     if not (isinstance(prior, (int, float)) and math.isfinite(prior) and prior >= 0):
@@ -656,6 +659,7 @@ def leaderboard(
 
 
 # -- streaming (openskill) ---------------------------------------------------------------------
+
 
 STREAMING_MODELS = {
     "plackett_luce": "PlackettLuce",

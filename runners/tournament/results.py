@@ -1,19 +1,21 @@
 """The append-only results log (results.jsonl): one line per finished game, read back on a rerun."""
 
-from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-
 RESULTS_FILE = "results.jsonl"
+
+
 def write_json(path: Path, data) -> None:
     """Write a small JSON file atomically (a kill leaves the old file or the new one)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
 class ResultsLog:
     """``results.jsonl``: one line per finished game, appended and flushed batch by batch."""
 
@@ -45,5 +47,7 @@ class ResultsLog:
             os.fsync(f.fileno())
         self.rows += rows
         self.done |= {r["id"] for r in rows}
+
+
 def count(names: Sequence[str]) -> str:
     return ", ".join(names) if len(names) <= 2 else f"{len(names)} players"

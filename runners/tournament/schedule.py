@@ -1,14 +1,15 @@
 """Who meets whom, on which seeds: round robin, gauntlet and Swiss pairings, the keys of games and
 their seeds, and batches of games that hold at most a few model players."""
 
-from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
+
 import numpy as np
+
 from cogym.runners.tournament.results import ResultsLog, write_json
 from cogym.runners.tournament.scoring import paired_rows
 from cogym.runners.tournament.spec import TournamentSpec
@@ -18,9 +19,13 @@ from cogym.runners.tournament.spec import TournamentSpec
 def round_robin(names: Sequence[str]) -> list[tuple[str, str]]:
     """Every unordered pair once (each pairing is then played in both seat orders)."""
     return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+
+
 def gauntlet(new: Sequence[str], pool: Sequence[str]) -> list[tuple[str, str]]:
     """Each new player against each player of the (anchored) pool; pool players do not meet each other."""
     return [(n, p) for n in new for p in pool if n != p]
+
+
 def swiss_round(names: Sequence[str], points: dict[str, float], met: set[frozenset], rng: np.random.Generator
                 ) -> list[tuple[str, str]]:
     """One Swiss round: players sorted by points (ties broken by a seeded shuffle) are paired top
@@ -34,6 +39,8 @@ def swiss_round(names: Sequence[str], points: dict[str, float], met: set[frozens
         k = next((i for i, b in enumerate(left) if frozenset((a, b)) not in met), 0)
         pairs.append((a, left.pop(k)))
     return pairs
+
+
 # ------------------------------------------------------------------------------------------ results
 @dataclass(frozen=True)
 class GameKey:
@@ -50,6 +57,8 @@ class GameKey:
     def id(self) -> str:
         parts = [self.a, self.b, self.k, self.order] + ([self.round] if self.round is not None else [])
         return json.dumps(parts)
+
+
 @dataclass(frozen=True)
 class SoloKey:
     """Paired scoring: one game of ``player`` in the rated seats on seed ``k`` (for Swiss, in a round:
@@ -72,6 +81,8 @@ class SoloKey:
     @property
     def id(self) -> str:
         return json.dumps(["paired", self.player, self.k] + ([self.round] if self.round is not None else []))
+
+
 def game_index(key: GameKey) -> int:
     """A game's number in the rollout that plays it (63 bits of a hash of its id): its draws derive
     from it and the tournament seed, so they do not depend on the batch or worker it lands in. A paired
@@ -79,9 +90,13 @@ def game_index(key: GameKey) -> int:
     fixed partners (a random twin, a sampled model) play alike for each of them."""
     ident = json.dumps(["paired", key.k, key.round]) if isinstance(key, SoloKey) else key.id
     return int.from_bytes(hashlib.blake2b(ident.encode(), digest_size=8).digest(), "little") >> 1
+
+
 def game_seeds(seed: int, n: int) -> list[int]:
     """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
     return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
+
+
 def batches(todo: list[GameKey], size: int, max_loaded: int, models: set[str]) -> Iterable[list[GameKey]]:
     """Consecutive games of ``todo`` in batches of at most ``size``; with ``max_loaded`` > 0 a batch
     also holds games of at most ``max_loaded`` model players (the schedule keeps a pairing's games
@@ -97,6 +112,8 @@ def batches(todo: list[GameKey], size: int, max_loaded: int, models: set[str]) -
         players = new
     if batch:
         yield batch
+
+
 def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.random.Generator,
               rounds: Sequence = ()) -> list[tuple[str, str]]:
     """This round's pairings (Swiss: from the results so far; paired scoring reads them from the
@@ -113,6 +130,8 @@ def _pairings(spec: TournamentSpec, names: list[str], log: ResultsLog, rng: np.r
         points[r["b"]] = points.get(r["b"], 0.0) + 1.0 - r["score"]
         met.add(frozenset((r["a"], r["b"])))
     return swiss_round(names, points, met, rng)
+
+
 class Schedule:
     """Each round's pairings, written down before the round is played, so a rerun replays the same
     schedule (Swiss pairings depend on the results so far, which a rerun would otherwise see more of)."""

@@ -1,20 +1,24 @@
 """A game's result for a pairing: competitive (the sign of the two sides' return difference) or paired
 (the players' own returns on the same seed), and the score matrix of a tournament's results."""
 
-from __future__ import annotations
 
 import json
 from typing import Sequence
+
 import numpy as np
 
 
 def side_returns(returns: dict[str, float], *sides: Sequence[str]) -> list[float]:
     """Each side's return: the sum of its seats' returns."""
     return [sum(returns.get(seat, 0.0) for seat in side) for side in sides]
+
+
 def game_score(returns: dict[str, float], side_a: Sequence[str], side_b: Sequence[str]) -> float:
     """The result for side a: 1 if its seats made more than side b's, 0 if less, 0.5 on a tie."""
     ra, rb = side_returns(returns, side_a, side_b)
     return 1.0 if ra > rb else 0.0 if ra < rb else 0.5
+
+
 def paired_rows(games: Sequence[dict], rounds: Sequence[Sequence[Sequence[str]]], n_seeds: int, swiss: bool
                 ) -> list[dict]:
     """Paired scoring's results: for each pairing (a, b) of each round and each seed index below
@@ -35,6 +39,8 @@ def paired_rows(games: Sequence[dict], rounds: Sequence[Sequence[Sequence[str]]]
                             "order": None, "round": rnd, "seed": ga["seed"], "return_a": ra, "return_b": rb,
                             "score": 1.0 if ra > rb else 0.0 if ra < rb else 0.5})
     return out
+
+
 # ------------------------------------------------------------------------------------------- report
 def score_matrix(rows: Sequence[dict], names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(mean score of row player against column player, games) over every game between them; NaN

@@ -1,13 +1,14 @@
 """A tournament's settings checked against its game before the first game: the sides or rated seats,
 the fixed agents, each player's roles, prompts and message limit."""
 
-from __future__ import annotations
 
 import json
 from dataclasses import replace
 from typing import Sequence
-from cogym.runners.rollout.agents import twin_name
+
+from cogym.envs import scripted_strategies
 from cogym.runners.config.schema import ConfigError
+from cogym.runners.rollout.agents import twin_name
 from cogym.runners.tournament.players import default_limit, fixed_player, Player
 from cogym.runners.tournament.results import count
 from cogym.runners.tournament.spec import SCORINGS, TournamentSpec
@@ -27,6 +28,8 @@ def default_sides(env) -> list[list[str]]:
                           "e.g. --sides player_0 player_1")
     ss = by_role[multi[0]]
     return [ss[: len(ss) // 2], ss[len(ss) // 2: 2 * (len(ss) // 2)]]
+
+
 def _scoring(spec: TournamentSpec, probe) -> str:
     """The scoring rules: ``spec.scoring``, else paired when a player is bound to seats, else the
     game's ``tournament_scoring``, else competitive."""
@@ -43,6 +46,8 @@ def _scoring(spec: TournamentSpec, probe) -> str:
                               "(fix the game, or give --scoring)")
         return declared
     return "competitive"
+
+
 def _seats_of(probe, names: Sequence[str], what: str) -> list[str]:
     """The seats that role or seat ``names`` stand for, in the game's seat order."""
     seats = list(probe.possible_agents)
@@ -57,6 +62,8 @@ def _seats_of(probe, names: Sequence[str], what: str) -> list[str]:
             raise ConfigError(f"{what}: {probe.spec.id} has no role or seat {n!r} (roles: {', '.join(roles)}; "
                               f"seats: {', '.join(seats)})")
     return [s for s in seats if s in out]
+
+
 def sides_and_fixed(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[str, str]]:
     """Competitive scoring: the two sides' seats; paired: one list, the rated seats. And the fixed
     agent of every other seat. Checked against the game: bound roles and seats exist, every seat is
@@ -128,10 +135,14 @@ def sides_and_fixed(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[
                           f"{','.join(played)}), so the fixed agent would never sit there; drop the --fixed, or bind the "
                           "players to other seats")
     return sides, fixed
+
+
 def _played_roles(probe, sides: list[list[str]]) -> list[str]:
     """The roles the players play, in the game's order."""
     seats = {s for side in sides for s in side}
     return [r for r in probe.spec.roles if any(probe.role_of(s) == r for s in seats)]
+
+
 def _settle_player(p: Player, roles: Sequence[str], spec: TournamentSpec, checkpoints: Sequence[Player],
                    where: str) -> Player:
     """``p`` with a system prompt for each role it plays and a message limit, and where each came from:
@@ -180,6 +191,8 @@ def _settle_player(p: Player, roles: Sequence[str], spec: TournamentSpec, checkp
         limit, limit_source = next(iter(values.values())), "checkpoints"
     return replace(p, prompts=prompts, max_new_tokens=limit,
                    sources={"prompts": sources, "max_new_tokens": limit_source})
+
+
 def settle(spec: TournamentSpec, probe) -> tuple[TournamentSpec, list[list[str]], dict[str, str]]:
     """Check everything before the first game, and fill in what the games need. Returns the spec
     with its scoring, its fixed model agents and each model player's prompts and limit resolved;
@@ -190,8 +203,6 @@ def settle(spec: TournamentSpec, probe) -> tuple[TournamentSpec, list[list[str]]
     override, a seat with no one to play it, a scripted twin missing for a role its player would
     play, a fixed model that is not one model, a ``--system`` role the game does not have, and a
     model with no run config for which nothing gives a prompt or limit."""
-    from cogym.envs import scripted_strategies
-
     spec = replace(spec, scoring=_scoring(spec, probe))
     sides, fixed = sides_and_fixed(spec, probe)
     roles = list(probe.spec.roles)
@@ -229,6 +240,8 @@ def settle(spec: TournamentSpec, probe) -> tuple[TournamentSpec, list[list[str]]
     models = {who: _settle_player(p, fixed_roles[who], spec, checkpoints, f"--fixed agent {who!r}")
               for who, p in models.items()}
     return replace(spec, players=players, fixed_players=models), sides, fixed
+
+
 def check_players(spec: TournamentSpec) -> None:
     names = [p.name for p in spec.players]
     if spec.anchor is not None and spec.anchor not in names:

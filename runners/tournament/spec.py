@@ -1,13 +1,14 @@
 """What a tournament plays: the game, the players, the schedule and scoring, seeds and batch sizes."""
 
-from __future__ import annotations
 
 from dataclasses import dataclass, field
-from cogym.runners.tournament.players import Player
 
+from cogym.runners.tournament.players import Player
 
 SCHEDULES = ("round_robin", "gauntlet", "swiss")
 SCORINGS = ("competitive", "paired")  # the sign of the two sides' return difference; the players' own returns, seed by seed
+
+
 # --------------------------------------------------------------------------------------- the runner
 @dataclass
 class TournamentSpec:

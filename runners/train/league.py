@@ -70,7 +70,7 @@ class Member:
     agent: LLMAgent
 
 
-def _freeze(model):
+def freeze(model):
     model.eval()
     model.requires_grad_(False)
     return model
@@ -114,7 +114,7 @@ class League:
     def add(self, iteration: int) -> None:
         """Snapshot the policy's current weights as member ``it<iteration>``; drop the oldest beyond ``size``."""
         with self.policy.gather():
-            model = _freeze(copy.deepcopy(self.policy.model))
+            model = freeze(copy.deepcopy(self.policy.model))
         name = f"it{iteration}"
         self._append(self._member(name, iteration, Policy(model, self.policy.tokenizer, name=PREFIX + name)))
 
@@ -228,7 +228,7 @@ class League:
         self.members = []
         for name in state["members"]:
             snap = Policy.from_pretrained(path / name, name=PREFIX + name, dtype=dtype, device=device)
-            _freeze(snap.model)
+            freeze(snap.model)
             self.members.append(self._member(name, int(state["iterations"][name]), snap))
         if self.cfg.size:
             self.members = self.members[-self.cfg.size:]

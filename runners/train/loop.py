@@ -73,7 +73,7 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     threads split at a loss, and under CPU contention OpenMP's spin-waits make tens of times slower.
     Else, in one-step off-policy mode on a local Ray cluster with the learners in the driver and
     rollout workers without GPUs, the ``cores`` the workers' threads leave (each runs
-    :func:`~cogym.runners.ray.rollout.actor_threads` of ``ray.num_cpus``), at least 1 and at most
+    :func:`~cogym.runners.ray.pool.actor_threads` of ``ray.num_cpus``), at least 1 and at most
     ``default``: the update runs while the workers roll out, and threads beyond the cores only make
     both wait on each other (on 2 cores the default `cogym train --ray run.async=one_step` went from
     0.33 to 0.29 s an iteration; docs/ray.md)."""
@@ -84,7 +84,7 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     rc = cfg.ray
     if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
             and rc.learners == "driver" and not rc.num_gpus):
-        from cogym.runners.ray.rollout import actor_threads
+        from cogym.runners.ray.pool import actor_threads
 
         return max(1, min(cores - rc.num_rollout_workers * actor_threads(rc.num_cpus), default))
     return 0
@@ -151,12 +151,14 @@ def _staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, floa
 
 def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
     """Every learner's step on its policy's turns, with the retokenization drift check. Learners in Ray
-    actors start before any is waited for (:class:`~cogym.runners.ray.rollout.RemoteUpdates`)."""
-    from cogym.runners.ray.rollout import RemoteUpdates
-
+    actors start before any is waited for (:class:`~cogym.runners.ray.learners.RemoteUpdates`)."""
     t0 = time.perf_counter()
     rec: dict[str, float] = {}
-    remote = RemoteUpdates(run.learners, batches)
+    remote = {}  # no learner actors: every learner updates here
+    if run.cfg.run.backend == "ray":  # learner actors exist only on Ray
+        from cogym.runners.ray.learners import RemoteUpdates
+
+        remote = RemoteUpdates(run.learners, batches)
     for pid, learner in run.learners.items():
         turns = batches[pid]
         if turns and main:

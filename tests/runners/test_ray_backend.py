@@ -187,7 +187,8 @@ def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(loc
 
     from cogym.runners.ray import weights as shm_weights
     from cogym.runners.train.build import build
-    from cogym.runners.ray.rollout import RayRollout, from_wire
+    from cogym.runners.ray.rollout import RayRollout
+    from cogym.runners.ray.wire import from_wire
 
     cfg = _cfg(tmp_path, "run.backend=ray")
     run = build(cfg, rollout_only=True)
@@ -504,7 +505,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
         assert subprocess.run([exe, "status", f"--address={address}"], capture_output=True, env=env).returncode == 0
         # With no ray.address a run starts a private cluster, even where RAY_ADDRESS names this one (a
         # bare ray.init() would join it and then refuse num_cpus).
-        probe = ("from types import SimpleNamespace as N; from cogym.runners.ray.rollout import connect\n"
+        probe = ("from types import SimpleNamespace as N; from cogym.runners.ray.pool import connect\n"
                  "ray, _ = connect(N(address=None, num_rollout_workers=1, num_cpus=1, learners='driver'))\n"
                  "print('GCS', ray.get_runtime_context().gcs_address); ray.shutdown()")
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
@@ -525,21 +526,21 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
 def test_an_address_that_takes_no_connection_is_one_line_with_the_token_hint(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.ray import pool
 
     def init(**kwargs):
         raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}")
 
     fake = SimpleNamespace(is_initialized=lambda: False, init=init)
-    monkeypatch.setattr(ray_rollout, "import_ray", lambda: fake)
+    monkeypatch.setattr(pool, "import_ray", lambda: fake)
     rc = SimpleNamespace(address="10.9.8.7:6379", num_rollout_workers=1, num_cpus=1, learners="driver")
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     with pytest.raises(ConfigError, match=r"ray.address 10.9.8.7:6379: Failed to connect .*RAY_AUTH_MODE=token") as err:
-        ray_rollout.connect(rc)
+        pool.connect(rc)
     assert "\n" not in str(err.value)
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # set already: the hint would not help
     with pytest.raises(ConfigError) as err:
-        ray_rollout.connect(rc)
+        pool.connect(rc)
     assert "RAY_AUTH_MODE" not in str(err.value)
 
 
@@ -566,11 +567,12 @@ def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
 
 
 def test_without_ray_installed_the_error_names_the_extra(tmp_path: Path, monkeypatch) -> None:
-    from cogym.runners.ray.rollout import import_ray
+    import importlib
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    monkeypatch.delitem(sys.modules, "cogym.runners.ray.pool", raising=False)
     with pytest.raises(ConfigError, match=r"pip install 'cogym\[ray\]'"):
-        import_ray()
+        importlib.import_module("cogym.runners.ray.pool")
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None\n"
                            "from cogym.runners.cli import main; sys.exit(main(sys.argv[1:]))",
                            "train", "--ray", *SMALL, f"run.out_dir={tmp_path}"], capture_output=True, text=True,
@@ -601,7 +603,7 @@ def test_the_cli_flag_sets_the_backend_and_address(monkeypatch) -> None:
 def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
     import torch
 
-    from cogym.runners.ray.rollout import from_wire, to_wire
+    from cogym.runners.ray.wire import from_wire, to_wire
 
     state = {"w": torch.randn(3, 4), "bf": torch.randn(5).to(torch.bfloat16), "h": torch.randn(2).half()}
     wire = to_wire(state)
@@ -613,7 +615,7 @@ def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
 def test_learner_actors_sharing_a_bundle_update_in_turn() -> None:
     """Colocated learners of one bundle take turns (two updates on the same cores or GPU only slow each
     other down); learners of different bundles start at once."""
-    from cogym.runners.ray.rollout import RemoteLearner, RemoteUpdates
+    from cogym.runners.ray.learners import RemoteLearner, RemoteUpdates
 
     events: list[str] = []
 

@@ -437,7 +437,7 @@ def test_checkpoints_load_in_their_runs_dtype_and_attention_kernel(tmp_path, tin
     # model directory has no run config and loads with the defaults (float32, transformers' choice).
     import torch
 
-    from cogym.runners.tournament.run import Agents
+    from cogym.runners.tournament.play import Agents
 
     run = _fake_run(tmp_path, "bf16run", [5], ["player"], tiny_model_dir)
     (run / "config.yaml").write_text("prompts:\n  first: {system: Poker.}\n  second: {system: Poker.}\n"
