@@ -1,6 +1,7 @@
 """Learners in Ray actors (``ray.learners: colocated | separate``): the actor, the driver's handle on
 it (used by the training loop as it uses a learner), and one batch's updates across actors."""
 
+from __future__ import annotations
 
 import os
 from pathlib import Path

@@ -3,6 +3,7 @@ pool every Ray path uses, and the settings every actor starts with.
 
 Importing this module imports ray; without it installed, the error names the extra."""
 
+from __future__ import annotations
 
 import logging
 import math

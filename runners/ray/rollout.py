@@ -40,6 +40,7 @@ Tournaments (``cogym tournament --ray``): :class:`RayTournament` gives each :cla
 a contiguous share of every batch of games and gathers the rows; the driver writes them.
 """
 
+from __future__ import annotations
 
 import copy
 import os

@@ -1,6 +1,7 @@
 """``cogym tournament --ray``: tournament workers each play a contiguous share of every batch of games;
 the driver gathers the rows and alone writes them."""
 
+from __future__ import annotations
 
 import os
 from typing import Sequence

@@ -18,6 +18,7 @@ if the driver is killed); workers only attach, and do not register them with a t
 (one that would unlink the driver's segment when the worker exits).
 """
 
+from __future__ import annotations
 
 import os
 import secrets

@@ -2,6 +2,7 @@
 numpy arrays, bit-identical on the way back), what each worker was sent and still has to load, and
 the league members a rollout's games meet."""
 
+from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field

@@ -1,6 +1,7 @@
 """The report of a tournament: what it prints and writes after its games: the leaderboard, the cross-play matrix,
 plots and the notes on the players' settings."""
 
+from __future__ import annotations
 
 import csv
 import json

@@ -2,6 +2,7 @@
 ``max_loaded`` models held at once), the batched rollout and each game's row. The driver and
 every Ray tournament worker play batches with these."""
 
+from __future__ import annotations
 
 import gc
 from pathlib import Path

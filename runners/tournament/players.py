@@ -1,6 +1,7 @@
 """Tournament players: checkpoints (a policy of a run's checkpoint), model directories and scripted
 twins, and the settings (prompts, message limit) each model player brings from its run."""
 
+from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path

@@ -70,13 +70,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = [
-    "Result", "SCALES", "STREAMING_MODELS",
-    "win_matrix", "bradley_terry", "bootstrap_intervals", "expected_score", "leaderboard",
-    "StreamingRatings",
-]
+from cogym.runners.tournament.bt_fit import SCALES, check_identifiable, check_options, closure, fit, not_converged
 
-SCALES = ("elo", "natural")
+__all__ = ["Result", "SCALES", "win_matrix", "bradley_terry", "bootstrap_intervals", "expected_score", "leaderboard"]
+
 _ELO = 400.0 / math.log(10.0)  # Elo points per natural-log unit of strength
 _SCORES = (0.0, 0.5, 1.0)
 
@@ -105,10 +102,7 @@ class Result:
         object.__setattr__(self, "score", float(s))
 
 
-# -- data --------------------------------------------------------------------------------------
-
-
-def _check_results(results: Sequence[Result]) -> list[Result]:
+def check_results(results: Sequence[Result]) -> list[Result]:
     results = list(results)
     for k, r in enumerate(results):
         if not isinstance(r, Result):
@@ -147,7 +141,7 @@ def win_matrix(results: Sequence[Result], players: Sequence[str] | None = None) 
     explicit list fixes the order, may add players with no games (zero rows), and must contain every
     name in ``results``.
     """
-    results = _check_results(results)
+    results = check_results(results)
     names = _player_list(results, players)
     n = len(names)
     i, j, s = _game_cells(results, {p: k for k, p in enumerate(names)})
@@ -155,229 +149,6 @@ def win_matrix(results: Sequence[Result], players: Sequence[str] | None = None) 
     np.add.at(w, i * n + j, s)
     np.add.at(w, j * n + i, 1.0 - s)
     return names, w.reshape(n, n)
-
-
-# -- graph checks ------------------------------------------------------------------------------
-
-
-def _closure(adj: np.ndarray) -> np.ndarray:
-    """Reflexive-transitive closure of boolean adjacency ``(..., n, n)`` by repeated squaring."""
-    n = adj.shape[-1]
-    reach = (adj | np.eye(n, dtype=bool)).astype(np.float64)
-    while True:
-        nxt = (reach @ reach > 0).astype(np.float64)
-        if np.array_equal(nxt, reach):
-            return reach > 0
-        reach = nxt
-
-
-def _groups(mutual: np.ndarray, names: Sequence[str]) -> list[list[str]]:
-    """Partition of players given a symmetric 'same group' boolean matrix (n, n)."""
-    out, done = [], set()
-    for k in range(len(names)):
-        if k not in done:
-            members = np.flatnonzero(mutual[k])
-            done.update(members.tolist())
-            out.append([names[m] for m in members])
-    return out
-
-
-def _check_identifiable(w: np.ndarray, names: Sequence[str], prior: float) -> None:
-    """Raise ValueError for the degenerate cases the module docstring lists."""
-    games = w + w.T
-    idle = [names[k] for k in np.flatnonzero(games.sum(1) == 0)]
-    if idle:
-        raise ValueError(f"players with no games cannot be rated: {idle} (drop them from players)")
-    comps = _groups(_closure(games > 0), names)
-    if len(comps) > 1:
-        raise ValueError(
-            f"the comparison graph is disconnected, components {comps}: no game links them, so ratings "
-            "across components would be pure prior; rate each component separately")
-    if prior == 0:
-        reach = _closure(w > 0)
-        sccs = _groups(reach & reach.T, names)
-        if len(sccs) > 1:
-            never_lost = [names[k] for k in np.flatnonzero(w.sum(0) == 0)]
-            never_won = [names[k] for k in np.flatnonzero(w.sum(1) == 0)]
-            raise ValueError(
-                "with prior=0 the maximum-likelihood ratings are infinite: the win graph is not strongly "
-                f"connected (groups {sccs}; never lost: {never_lost}; never won: {never_won}). "
-                "Use prior > 0 (default 1.0) for finite ratings")
-
-
-# -- Bradley–Terry -----------------------------------------------------------------------------
-
-
-def _check_options(prior: float, max_iter: int, tol: float, scale: str) -> None:
-    if not (isinstance(prior, (int, float)) and math.isfinite(prior) and prior >= 0):
-        raise ValueError(f"prior must be a finite number >= 0, got {prior!r}")
-    if not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter must be an int >= 1, got {max_iter!r}")
-    if not (tol > 0):
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-
-
-def _recentre(theta: np.ndarray, prior: float) -> np.ndarray:
-    """Shift each row of ``theta`` (B, n) to the optimal common level under the prior.
-
-    The penalised log-likelihood depends on a common shift ``c`` only through the prior, whose
-    derivative in ``c`` is ``prior * (n/2 - sum_i sigmoid(theta_i + c))``: solve that for ``c``
-    by Newton's method (steps clipped to 1, since a sum of sigmoids flattens far from the root).
-    """
-    n = theta.shape[-1]
-    c = np.zeros(theta.shape[:-1] + (1,))                                # (B, 1)
-    for _ in range(100):
-        sig = 0.5 * (1.0 + np.tanh((theta + c) / 2.0))                  # (B, n)
-        slope = np.maximum((sig * (1.0 - sig)).sum(-1, keepdims=True), 1e-300)
-        step = np.clip((n / 2.0 - sig.sum(-1, keepdims=True)) / slope, -1.0, 1.0)
-        c = c + step
-        if float(np.max(np.abs(step))) < 1e-13:
-            break
-    return theta + c
-
-
-def _mm(w: np.ndarray, prior: float, max_iter: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """Batched MM for Bradley–Terry. ``w`` (B, n, n) win matrices -> ``theta = ln p`` (B, n) and each
-    replicate's last step ``max_i |theta_new - theta|`` (B,).
-
-    Stops when every replicate's step is below ``tol``, or after ``max_iter`` iterations: then the
-    replicates whose last step is still ``tol`` or more are not converged (:func:`_fit` finishes
-    them with Newton's method). With ``prior == 0`` each iterate is renormalised to mean(theta) = 0
-    (the likelihood is scale-free); with a prior the reference player (p = 1) fixes the scale and
-    each iterate is shifted to the best common level (:func:`_recentre`).
-    """
-    games = w + np.swapaxes(w, -1, -2)                                   # (B, n, n)
-    log_wins = np.log(w.sum(-1) + prior / 2.0)                           # (B, n)
-    theta = np.zeros(w.shape[:-1])                                       # (B, n)
-    step = np.full(w.shape[0], np.inf)                                   # (B,)
-    for _ in range(max_iter):
-        p = np.exp(theta)
-        denom = (games / (p[..., :, None] + p[..., None, :])).sum(-1)   # (B, n)
-        if prior > 0:
-            denom = denom + prior / (p + 1.0)
-        new = log_wins - np.log(denom)
-        # The likelihood ignores a common shift of theta; only the prior (or, without one, the
-        # convention mean = 0) sets it. MM moves along that direction at a rate of about
-        # prior / games, so set the shift exactly every step instead (a maximisation along one
-        # coordinate: the objective still increases).
-        new = _recentre(new, prior) if prior > 0 else new - new.mean(-1, keepdims=True)
-        step = np.abs(new - theta).max(-1) if new.shape[-1] else np.zeros(w.shape[0])
-        theta = new
-        if float(step.max(initial=0.0)) < tol:
-            break
-    return theta, step
-
-
-def _log_lik(theta: np.ndarray, w: np.ndarray, prior: float) -> np.ndarray:
-    """Penalised log-likelihood (B,) of ``theta`` (B, n) given win matrices ``w`` (B, n, n), up to a
-    constant: ``sum_ij W_ij log sigmoid(theta_i - theta_j) + prior * sum_i [theta_i / 2 - log(1 + e^theta_i)]``."""
-    diff = theta[..., :, None] - theta[..., None, :]                     # (B, n, n)
-    out = -(w * np.logaddexp(0.0, -diff)).sum((-1, -2))
-    if prior > 0:
-        out = out + prior * (theta / 2.0 - np.logaddexp(0.0, theta)).sum(-1)
-    return out
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(x / 2.0))
-
-
-def _newton(w: np.ndarray, theta: np.ndarray, prior: float, tol: float, max_iter: int = 100
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Finish fits MM left unconverged: damped Newton ascent on :func:`_log_lik` from ``theta``.
-
-    MM's rate is linear with a constant that tends to 1 as a rating runs away (a player who won,
-    or lost, almost everything: about 1 - 1/games per step, measured with the Jeffreys prior), so a
-    bootstrap replicate can need more than ``max_iter`` MM steps. The penalised
-    log-likelihood is strictly concave (with ``prior > 0``; with ``prior = 0`` on the subspace
-    mean(theta) = 0, given a strongly connected win graph), so Newton's method, started where MM
-    stopped, converges quadratically. Steps are capped at 1 in every coordinate and halved until the
-    objective does not fall (up to float64 noise), which keeps every iterate an ascent.
-
-    Returns ``(theta, step, converged)``: the last full Newton step (B,) and whether it fell below
-    ``tol``, or stopped shrinking while already below 1e-6 (float64 noise: the iterate is as close
-    to the maximum as float64 can tell).
-    """
-    theta = theta.copy()
-    b, n = theta.shape
-    games = w + np.swapaxes(w, -1, -2)                                   # (B, n, n)
-    wins = w.sum(-1) + prior / 2.0                                       # (B, n)
-    step = np.full(b, np.inf)
-    converged = np.zeros(b, dtype=bool)
-    active = np.ones(b, dtype=bool)
-    eye = np.eye(n)
-    for _ in range(max_iter):
-        idx = np.flatnonzero(active)
-        if idx.size == 0:
-            break
-        t, wi, gi = theta[idx], w[idx], games[idx]
-        sig = _sigmoid(t[:, :, None] - t[:, None, :])                    # (b, n, n)
-        curv = gi * sig * (1.0 - sig)                                    # (b, n, n)
-        grad = wins[idx] - (gi * sig).sum(-1)                            # (b, n)
-        hess = curv - eye * curv.sum(-1)[:, :, None]                     # (b, n, n), negative semi-definite
-        if prior > 0:
-            s = _sigmoid(t)
-            grad = grad - prior * s
-            hess = hess - eye * (prior * s * (1.0 - s))[:, :, None]
-        else:  # the likelihood is flat along a common shift: solve in the mean-zero subspace
-            hess = hess - 1.0 / n
-        try:
-            d = np.linalg.solve(hess, -grad[..., None])[..., 0]         # (b, n), the Newton step
-        except np.linalg.LinAlgError:  # singular: no Newton step (cannot happen after the checks)
-            active[idx] = False
-            break
-        if prior == 0:
-            d = d - d.mean(-1, keepdims=True)
-        size = np.abs(d).max(-1)                                         # (b,)
-        stalled = (size < 1e-6) & (size >= 0.5 * step[idx])
-        step[idx] = size
-        done = (size < tol) | stalled
-        # Capped, then halved until the objective does not fall (beyond float64 noise).
-        d = d * np.minimum(1.0, 1.0 / np.maximum(size, 1e-300))[:, None]
-        before = _log_lik(t, wi, prior)
-        slack = 1e-12 * (1.0 + np.abs(before))
-        scale = np.ones(idx.size)
-        for _ in range(40):
-            trial = t + scale[:, None] * d
-            bad = _log_lik(trial, wi, prior) < before - slack
-            if not bad.any():
-                break
-            scale = np.where(bad, scale / 2.0, scale)
-        theta[idx] = t + scale[:, None] * d
-        converged[idx[done]] = True
-        active[idx[done]] = False
-    if prior == 0:
-        theta = theta - theta.mean(-1, keepdims=True)
-    return theta, step, converged
-
-
-def _fit(w: np.ndarray, prior: float, max_iter: int, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bradley–Terry fits of win matrices ``w`` (B, n, n): ``(theta (B, n), converged (B,), step (B,))``.
-
-    MM (:func:`_mm`) first, exactly as it always ran, so every fit MM finishes within ``max_iter``
-    is unchanged to the last bit; replicates it leaves unconverged are finished by Newton's method
-    (:func:`_newton`). Never raises for non-convergence: a fit that still has not converged keeps
-    its last iterate, and ``converged`` says which (the callers warn). A rating table computed
-    after hours of games must not be lost to an iteration count.
-    """
-    theta, step = _mm(w, prior, max_iter, tol)
-    converged = step < tol
-    slow = np.flatnonzero(~converged)
-    if slow.size:
-        theta[slow], step[slow], converged[slow] = _newton(w[slow], theta[slow], prior, tol)
-    return theta, converged, step
-
-
-def _not_converged(what: str, converged: np.ndarray, step: np.ndarray, max_iter: int, tol: float) -> str | None:
-    """The warning for fits that did not converge, None when all did."""
-    bad = int((~converged).sum())
-    if not bad:
-        return None
-    return (f"{what}: {bad} of {converged.size} Bradley–Terry fits did not converge to tol={tol} ({max_iter} MM "
-            f"iterations, then Newton's method; largest last step {float(step[~converged].max()):.3g}); their last "
-            "iterates are used")
 
 
 def _report(theta: np.ndarray, names: Sequence[str], anchor: str | None, anchor_rating: float, scale: str) -> np.ndarray:
@@ -414,7 +185,7 @@ def bradley_terry(
         prior: virtual drawn games of each player against a reference player of strength 1;
             0 gives the plain maximum-likelihood estimate.
         max_iter, tol: MM stops when no ``ln p_i`` moves by ``tol`` or more; a fit still moving
-            after ``max_iter`` iterations is finished by Newton's method (see :func:`_fit`). If even
+            after ``max_iter`` iterations is finished by Newton's method (see :func:`fit`). If even
             that does not converge, the last iterate is returned with a RuntimeWarning, never an error.
 
     Returns:
@@ -424,14 +195,14 @@ def bradley_terry(
         ValueError: empty results, unknown anchor, a player with no games, a disconnected
             comparison graph, or (``prior=0`` only) a win graph that is not strongly connected.
     """
-    _check_options(prior, max_iter, tol, scale)
+    check_options(prior, max_iter, tol, scale)
     names, w = win_matrix(results, players)
     if not names:
         raise ValueError("results is empty: nothing to rate")
     _check_anchor(anchor, names)
-    _check_identifiable(w, names, prior)
-    theta, converged, step = _fit(w[None], prior, max_iter, tol)
-    message = _not_converged("bradley_terry", converged, step, max_iter, tol)
+    check_identifiable(w, names, prior)
+    theta, converged, step = fit(w[None], prior, max_iter, tol)
+    message = not_converged("bradley_terry", converged, step, max_iter, tol)
     if message:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     ratings = _report(theta[0], names, anchor, anchor_rating, scale)
@@ -483,13 +254,13 @@ def bootstrap_intervals(
         raise ValueError(f"n_boot must be an int >= 1, got {n_boot!r}")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
-    _check_options(prior, max_iter, tol, scale)
-    results = _check_results(results)
+    check_options(prior, max_iter, tol, scale)
+    results = check_results(results)
     names, w = win_matrix(results, players)
     if not names:
         raise ValueError("results is empty: nothing to rate")
     _check_anchor(anchor, names)
-    _check_identifiable(w, names, prior)
+    check_identifiable(w, names, prior)
 
     n = len(names)
     i, j, s = _game_cells(results, {p: k for k, p in enumerate(names)})
@@ -510,13 +281,13 @@ def bootstrap_intervals(
     draws = rng.multinomial(len(results), counts / counts.sum(), size=n_boot)  # (B, K)
     wb = (draws @ effect).reshape(n_boot, n, n)                                 # (B, n, n)
     if prior == 0:
-        reach = _closure(wb > 0)                                                # (B, n, n)
+        reach = closure(wb > 0)                                                # (B, n, n)
         bad = int((~(reach & np.swapaxes(reach, -1, -2)).all(axis=(-1, -2))).sum())
         if bad:
             raise NoFiniteResamples(f"{bad} of {n_boot} bootstrap resamples have no finite maximum-likelihood ratings "
                                     "(a player won or lost all its resampled games, or the graph split); use prior > 0")
-    theta, converged, step = _fit(wb, prior, max_iter, tol)                                # (B, n)
-    message = _not_converged("bootstrap_intervals", converged, step, max_iter, tol)
+    theta, converged, step = fit(wb, prior, max_iter, tol)                                # (B, n)
+    message = not_converged("bootstrap_intervals", converged, step, max_iter, tol)
     if message:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     ratings = _report(theta, names, anchor, anchor_rating, scale)                          # (B, n)
@@ -596,15 +367,15 @@ def leaderboard(
     aside (groups that beat each other only one way), whose gaps no finite number describes.
     """
     bt = dict(anchor=anchor, anchor_rating=anchor_rating, scale=scale, prior=prior, max_iter=max_iter, tol=tol)
-    _check_options(prior, max_iter, tol, scale)
-    results = _check_results(results)
+    check_options(prior, max_iter, tol, scale)
+    results = check_results(results)
     names, w = win_matrix(results, players)
     if not names:
         raise ValueError("results is empty: nothing to rate")
     _check_anchor(anchor, names)
     unbounded = _unbounded(w, names) if prior == 0 else {}
     if unbounded:
-        _check_identifiable(w, names, prior=1.0)  # no games, or a split graph, are errors with any prior
+        check_identifiable(w, names, prior=1.0)  # no games, or a split graph, are errors with any prior
         if anchor in unbounded:
             raise ValueError(f"anchor {anchor!r} {unbounded[anchor][2]}: with prior=0 its rating is infinite, so it "
                              "cannot anchor the others; anchor another player or use prior > 0")
@@ -656,100 +427,3 @@ def leaderboard(
 
     rows.sort(key=order)
     return rows
-
-
-# -- streaming (openskill) ---------------------------------------------------------------------
-
-
-STREAMING_MODELS = {
-    "plackett_luce": "PlackettLuce",
-    "bradley_terry_full": "BradleyTerryFull",
-    "bradley_terry_part": "BradleyTerryPart",
-    "thurstone_mosteller_full": "ThurstoneMostellerFull",
-    "thurstone_mosteller_part": "ThurstoneMostellerPart",
-}
-_ALIASES = {"thurstone": "thurstone_mosteller_full", "thurstone_mosteller": "thurstone_mosteller_full",
-            "bradley_terry": "bradley_terry_full"}
-
-
-def _openskill_models():
-    try:
-        import openskill.models as models
-    except ImportError as e:
-        raise ImportError("StreamingRatings needs the openskill package: pip install openskill") from e
-    return models
-
-
-class StreamingRatings:
-    """Online ratings, one game at a time, with openskill's Weng–Lin Bayesian models.
-
-    Each player has a Gaussian skill belief ``(mu, sigma)``, created at ``(mu, sigma)`` on first
-    appearance. ``model`` is one of :data:`STREAMING_MODELS` (``"plackett_luce"`` default;
-    ``"thurstone"`` = ``"thurstone_mosteller_full"``, the TrueSkill-like Gaussian model;
-    ``"bradley_terry"`` = ``"bradley_terry_full"``; for two-player games "full" and "part" agree).
-    A draw is a tie (equal ranks). Unlike :func:`bradley_terry` the result depends on game order:
-    use it for live tables and checkpoints, the batch functions for the final ranking.
-    """
-
-    def __init__(self, model: str = "plackett_luce", *, mu: float = 25.0, sigma: float = 25.0 / 3.0,
-                 beta: float = 25.0 / 6.0, kappa: float = 1e-4, tau: float = 25.0 / 300.0) -> None:
-        models = _openskill_models()
-        key = _ALIASES.get(model, model)
-        if key not in STREAMING_MODELS:
-            raise ValueError(f"model must be one of {sorted(STREAMING_MODELS) + sorted(_ALIASES)}, got {model!r}")
-        for name, value in (("sigma", sigma), ("beta", beta), ("kappa", kappa)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value!r}")
-        if not tau >= 0:
-            raise ValueError(f"tau must be >= 0, got {tau!r}")
-        self.model_name = key
-        self.params = dict(mu=float(mu), sigma=float(sigma), beta=float(beta), kappa=float(kappa), tau=float(tau))
-        self._model = getattr(models, STREAMING_MODELS[key])(**self.params)
-        self._ratings: dict[str, Any] = {}
-        self.games = 0
-
-    def _get(self, name: str):
-        if name not in self._ratings:
-            self._ratings[name] = self._model.rating(name=name)
-        return self._ratings[name]
-
-    def update(self, result: Result) -> None:
-        """Rate one game (a draw as a tie)."""
-        if not isinstance(result, Result):
-            raise TypeError(f"update takes a Result(a, b, score), got {type(result).__name__}: {result!r}")
-        # openskill ranks: lower is better, equal is a tie.
-        ranks = {1.0: [0, 1], 0.0: [1, 0], 0.5: [0, 0]}[result.score]
-        [[a], [b]] = self._model.rate([[self._get(result.a)], [self._get(result.b)]], ranks=ranks)
-        self._ratings[result.a], self._ratings[result.b] = a, b
-        self.games += 1
-
-    def update_many(self, results: Sequence[Result]) -> None:
-        """Rate games in order."""
-        for r in _check_results(results):
-            self.update(r)
-
-    def ratings(self) -> dict[str, tuple[float, float]]:
-        """``{name: (mu, sigma)}`` in order of first appearance."""
-        return {name: (float(r.mu), float(r.sigma)) for name, r in self._ratings.items()}
-
-    def ordinal(self, name: str, z: float = 3.0) -> float:
-        """Conservative skill ``mu - z * sigma`` (openskill's ordinal); KeyError for an unseen player."""
-        if name not in self._ratings:
-            raise KeyError(f"no games rated for player {name!r}; known: {list(self._ratings)}")
-        r = self._ratings[name]
-        return float(r.mu - z * r.sigma)
-
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state; :meth:`from_state_dict` restores it exactly."""
-        return {"version": 1, "model": self.model_name, "params": dict(self.params), "games": self.games,
-                "players": {name: [mu, sigma] for name, (mu, sigma) in self.ratings().items()}}
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> "StreamingRatings":
-        if state.get("version") != 1:
-            raise ValueError(f"unsupported StreamingRatings state version {state.get('version')!r} (expected 1)")
-        out = cls(state["model"], **state["params"])
-        out.games = int(state["games"])
-        for name, (mu, sigma) in state["players"].items():
-            out._ratings[name] = out._model.rating(mu=float(mu), sigma=float(sigma), name=name)
-        return out

@@ -1,5 +1,6 @@
 """The append-only results log (results.jsonl): one line per finished game, read back on a rerun."""
 
+from __future__ import annotations
 
 import json
 import os

@@ -39,6 +39,7 @@ Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
 (:mod:`cogym.runners.tournament.ratings`).
 """
 
+from __future__ import annotations
 
 import json
 import math

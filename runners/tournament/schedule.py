@@ -1,6 +1,7 @@
 """Who meets whom, on which seeds: round robin, gauntlet and Swiss pairings, the keys of games and
 their seeds, and batches of games that hold at most a few model players."""
 
+from __future__ import annotations
 
 import hashlib
 import json

@@ -1,6 +1,7 @@
 """A game's result for a pairing: competitive (the sign of the two sides' return difference) or paired
 (the players' own returns on the same seed), and the score matrix of a tournament's results."""
 
+from __future__ import annotations
 
 import json
 from typing import Sequence

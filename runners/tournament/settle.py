@@ -1,6 +1,7 @@
 """A tournament's settings checked against its game before the first game: the sides or rated seats,
 the fixed agents, each player's roles, prompts and message limit."""
 
+from __future__ import annotations
 
 import json
 from dataclasses import replace

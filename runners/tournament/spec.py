@@ -1,5 +1,6 @@
 """What a tournament plays: the game, the players, the schedule and scoring, seeds and batch sizes."""
 
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

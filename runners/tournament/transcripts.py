@@ -38,6 +38,7 @@ each is cut at ``MAX_CHARS`` characters.
 This module reads and formats without torch (``cogym show`` starts fast).
 """
 
+from __future__ import annotations
 
 import json
 import textwrap
