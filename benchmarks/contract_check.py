@@ -28,7 +28,7 @@ from cogym.envs import contract
 from cogym.runners.rollout import loop as core
 from cogym.runners.rollout import turns as rollout
 from cogym.runners.rollout import tokens as token_rollout
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 
 SPOTS = ((core, "check_rewards"), (core, "check_infos"), (contract, "check_observation"))

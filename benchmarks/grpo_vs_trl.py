@@ -70,7 +70,7 @@ from cogym.envs.datasets import load_problems
 from cogym.envs.proposer_solver import solver_reward
 from cogym.envs.verifiers import make_verifier
 from cogym.runners.train.build import Run, build
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.iteration import rollout_key
 

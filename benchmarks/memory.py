@@ -194,7 +194,7 @@ def child(work: str, model: str, dtype: str = "float32") -> int:
     note = ""
     if work == "generate":
         from cogym.envs.arithmetic import load_heldout
-        from cogym.runners.config.schema import load_config
+        from cogym.runners.config.load import load_config
 
         system = load_config(str(CONFIG)).prompts["solver"].system
         records = load_heldout()[:GEN_PROMPTS]

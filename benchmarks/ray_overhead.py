@@ -199,7 +199,7 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
     import ray
 
     from cogym.runners.train.build import build
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.ray.rollout import RayRollout
 
     print(f"\nweight sync: one policy to 2 rollout workers, median of {repeats}")

@@ -29,7 +29,7 @@ from cogym.agents.backends.vllm import VLLMBackend, require_vllm
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
 from cogym.envs import make
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout
 
 

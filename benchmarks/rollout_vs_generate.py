@@ -28,7 +28,7 @@ from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy, SamplingParams
 from cogym.agents.types import Action, Request
 from cogym.envs import make
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout
 
 

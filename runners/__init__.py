@@ -20,7 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "load_config": "config.schema", "Config": "config.schema", "RunConfig": "config.schema", "GameConfig": "config.schema",
+    "load_config": "config.load", "Config": "config.schema", "RunConfig": "config.schema", "GameConfig": "config.schema",
     "PolicyConfig": "config.schema", "PromptConfig": "config.schema", "EvalConfig": "config.schema", "LeagueConfig": "config.schema",
     "RayConfig": "config.schema", "default_config_path": "config.schema",
     "ConfigError": "cogym.core.errors",
@@ -60,8 +60,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
 
     from .train.build import Run
 
-    from .config.schema import (Config, EvalConfig, GameConfig, LeagueConfig, PolicyConfig, PromptConfig,
-                         RayConfig, RunConfig, default_config_path, load_config)
+    from .config.load import load_config
+    from .config.schema import (Config, EvalConfig, GameConfig, LeagueConfig, PolicyConfig, PromptConfig, RayConfig,
+                                RunConfig, default_config_path)
     from .rollout.loop import RolloutResult
     from .evaluation.evaluators import register_evaluator
     from .train.hooks import TrainHook

@@ -7,7 +7,7 @@ import argparse
 from cogym.agents.policy import Policy
 from cogym.envs.arithmetic import load_heldout
 from cogym.runners.cli.args import nonnegative_float, positive_int
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.evaluation.evaluators import HeldoutArithmetic
 
 DESCRIPTION = "Greedy solver accuracy of a model on the 500-problem held-out set (and pass@1 with --temperature)."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import re
 from pathlib import Path
 
 import yaml
@@ -11,18 +12,22 @@ import yaml
 from cogym.core.errors import ConfigError
 from cogym.runners.cli.args import positive_int
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.config.schema import RayConfig
+from cogym.runners.config.load import build_section, load_tree
+from cogym.runners.config.schema import RayConfig, TournamentConfig
 from cogym.runners.tournament.players import resolve_players, split_binding
 from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.spec import TournamentSpec
 
+OVERRIDES_AFTER_OPTIONS = True
 DESCRIPTION = ("Play every scheduled pairing of the players (both seat orders, paired seeds), log each game to "
                "OUT/results.jsonl (a rerun skips finished games), and write a Bradley-Terry leaderboard with 95% "
                "bootstrap intervals, the cross-play matrix, heatmap.png, ratings.png and CSV/JSON files to OUT.")
 
 
 def add_arguments(tt: argparse.ArgumentParser) -> None:
+    tt.add_argument("overrides", nargs="*", help="dotted overrides of the --config keys, e.g. sampling.temperature=0.5 "
+                    "(cogym config --command tournament lists them)")
     tt.add_argument("--config", help="YAML with any of the options below (command-line options win)")
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
     tt.add_argument("--players", nargs="+", metavar="PLAYER",
@@ -88,45 +93,61 @@ def key_values(items: list[str] | None, what: str) -> dict:
     return out
 
 
+OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=.*")
+# Flat keys of the first tournament YAML format, now in the shared sampling section.
+MOVED = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature"}
+
+
+def tournament_config(args: argparse.Namespace) -> TournamentConfig:
+    """The --config YAML, then the dotted overrides, then the flags (a flag wins), read by the config loader."""
+    # `--players a b key=value`: argparse gives the override to --players; it is an override
+    overrides = [*args.overrides, *(p for p in args.players or [] if OVERRIDE.fullmatch(p) and not Path(p).exists())]
+    args.players = [p for p in args.players or [] if p not in overrides] or None
+    tree = load_tree(args.config, overrides, what="--config")
+    for old, new in MOVED.items():
+        if old in tree:
+            raise ConfigError(f"{old}: write {new} (the sampling section is shared with cogym train's configs)")
+    flags = {"game": args.game, "policy": args.policy, "role": args.role, "schedule": args.schedule,
+             "scoring": args.scoring, "games_per_pairing": args.games_per_pairing, "pool": args.pool,
+             "swiss_rounds": args.swiss_rounds, "anchor": args.anchor, "seed": args.seed, "batch_games": args.batch_games,
+             "max_loaded": args.max_loaded, "out": args.out, "transcripts": args.transcripts,
+             "sides": [side.split(",") for side in args.sides] if args.sides else None}
+    tree.update({key: value for key, value in flags.items() if value is not None})
+    sampling = tree.setdefault("sampling", {})
+    if isinstance(sampling, dict):
+        if args.max_new_tokens is not None:
+            sampling["max_new_tokens"] = args.max_new_tokens
+        if args.temperature is not None:
+            sampling["temperature"] = args.temperature
+    for key, flag, what in (("game_kwargs", args.kwarg, "--kwarg"), ("fixed", args.fixed, "--fixed"),
+                            ("prompts", args.system, "--system")):
+        if flag:
+            tree[key] = {**(tree.get(key) or {}), **key_values(flag, what)}
+    if args.module:
+        tree["modules"] = [*(tree.get("modules") or []), *args.module]
+    if args.players:
+        tree["players"] = args.players
+    return build_section(TournamentConfig, tree, "")
+
+
 def run(args: argparse.Namespace) -> int:
-    tree: dict = {}
-    if args.config:
-        tree = yaml.safe_load(Path(args.config).read_text()) or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"{args.config} must hold a mapping")
-        known = {"game", "game_kwargs", "players", "policy", "sides", "fixed", "schedule", "games_per_pairing", "pool",
-                 "swiss_rounds", "anchor", "seed", "batch_games", "max_loaded", "max_new_tokens", "modules", "temperature", "prompts", "out",
-                 "transcripts", "role", "scoring"}
-        unknown = sorted(set(tree) - known)
-        if unknown:
-            raise ConfigError(f"{args.config}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    tc = tournament_config(args)
+    if not tc.game:
+        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
     specs = []
-    for p in args.players or tree.get("players") or []:  # globs expanded; a binding (@ROLE) kept on each match
+    for p in tc.players:  # globs expanded; a binding (@ROLE) kept on each match
         head, bind = split_binding(p) if not glob.glob(p) else (p, None)
         suffix = f"@{','.join(bind)}" if bind else ""
         specs += [m + suffix for m in sorted(glob.glob(head))] or [p]
-    game = args.game or tree.get("game")
-    if not game:
-        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
-    players = resolve_players(specs, args.policy or tree.get("policy"), role=args.role or tree.get("role"))
-    modules = [*(tree.get("modules") or []), *(args.module or [])]
-    import_game_modules(modules)
-    prompts = {**tree.get("prompts", {}), **key_values(args.system, "--system")}  # over each checkpoint's own
+    players = resolve_players(specs, tc.policy, role=tc.role)
+    import_game_modules(tc.modules)
     spec = TournamentSpec(
-        game=game, players=players, game_kwargs={**tree.get("game_kwargs", {}), **key_values(args.kwarg, "--kwarg")},
-        sides=[s.split(",") for s in args.sides] if args.sides else tree.get("sides"),
-        fixed={**tree.get("fixed", {}), **key_values(args.fixed, "--fixed")},
-        schedule=args.schedule or tree.get("schedule", "round_robin"),
-        games_per_pairing=args.games_per_pairing or tree.get("games_per_pairing", 100),
-        pool=args.pool or tree.get("pool", []), swiss_rounds=args.swiss_rounds or tree.get("swiss_rounds", 0),
-        anchor=args.anchor or tree.get("anchor"), seed=args.seed if args.seed is not None else tree.get("seed", 0),
-        batch_games=args.batch_games or tree.get("batch_games", 256),
-        max_loaded=args.max_loaded or tree.get("max_loaded", 0),
-        max_new_tokens=args.max_new_tokens or tree.get("max_new_tokens", 0),
-        temperature=args.temperature if args.temperature is not None else tree.get("temperature", 1.0), prompts=prompts,
-        scoring=args.scoring or tree.get("scoring"),
-        modules=modules, transcripts=args.transcripts if args.transcripts is not None else tree.get("transcripts", 0))
-    out = Path(args.out or tree.get("out") or f"tournaments/{game}")
+        game=tc.game, players=players, game_kwargs=tc.game_kwargs, sides=tc.sides, fixed=tc.fixed,
+        schedule=tc.schedule, games_per_pairing=tc.games_per_pairing, pool=tc.pool, swiss_rounds=tc.swiss_rounds,
+        anchor=tc.anchor, seed=tc.seed, batch_games=tc.batch_games, max_loaded=tc.max_loaded,
+        max_new_tokens=tc.sampling.max_new_tokens, temperature=tc.sampling.temperature, prompts=tc.prompts,
+        scoring=tc.scoring, modules=tc.modules, transcripts=tc.transcripts)
+    out = Path(tc.out or f"tournaments/{tc.game}")
     ray = None
     if args.ray is not None:
         if args.workers is not None and args.workers < 1:
@@ -137,6 +158,6 @@ def run(args: argparse.Namespace) -> int:
     rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
-    print_leaderboard(board, title=results_title(game, rows, out), notes=settings_notes(out))
+    print_leaderboard(board, title=results_title(tc.game, rows, out), notes=settings_notes(out))
     print_matrix(rows, board)
     return 0

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from cogym.learners import torch_dist as dist
 from cogym.runners.cli.args import positive_int
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.launch import launch_train
 from cogym.runners.train.loop import train
 from cogym.runners.train.metrics import reward_rows

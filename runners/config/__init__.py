@@ -3,4 +3,4 @@
 from cogym.core.lazy import lazy_exports
 
 __all__ = ["Config", "default_config_path", "load_config"]
-__getattr__, __dir__ = lazy_exports(__name__, {"load_config": "schema", "Config": "schema", "default_config_path": "schema"}, __all__)
+__getattr__, __dir__ = lazy_exports(__name__, {"load_config": "load", "Config": "schema", "default_config_path": "schema"}, __all__)

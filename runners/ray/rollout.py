@@ -52,7 +52,8 @@ from typing import Any, Sequence
 import torch
 
 from cogym.agents.policy import Policy
-from cogym.runners.config.schema import Config, league_policy
+from cogym.runners.config.schema import Config
+from cogym.runners.config.validate import league_policy
 from cogym.runners.ray.learners import LearnerWorker, RemoteLearner
 from cogym.runners.ray.pool import actor_threads, ActorPool, enter, ENV_KEYS, log, node_ip, say
 from cogym.runners.ray.weights import attach, check, read, ShmWeights, WeightSlots

@@ -49,7 +49,7 @@ from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_ans
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 from cogym.envs.verifiers import majority_key, majority_rewards
 
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.evaluation.heldout import heldout_accuracy
 
 

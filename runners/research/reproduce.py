@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from cogym.core.errors import ConfigError
-from cogym.runners.config.schema import default_config_path, load_config
+from cogym.runners.config.load import load_config
+from cogym.runners.config.schema import default_config_path
 from cogym.runners.display import columns, fill
 import cogym.runners.research.claims  # noqa: F401  (registers the shipped claims)
 from cogym.runners.research.claim import CLAIMS, VERDICTS, Arm, Claim, Values, mean, std

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
 from cogym.runners.tournament.players import NO_RUN_CONFIG
 from cogym.runners.tournament.ratings import leaderboard, Result

@@ -12,7 +12,7 @@ import yaml
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.policy import SamplingParams
 from cogym.agents.types import Agent
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.rollout.loop import chat_messages
 

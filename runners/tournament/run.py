@@ -49,7 +49,7 @@ from typing import Callable, Sequence
 from tqdm.auto import tqdm
 
 from cogym.envs import make
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.players import NO_RUN_CONFIG, Player
 from cogym.runners.tournament.results import count, RESULTS_FILE, ResultsLog, write_json

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from cogym.envs import scripted_strategies
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.tournament.players import default_limit, fixed_player, Player
 from cogym.runners.tournament.results import count

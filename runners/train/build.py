@@ -28,7 +28,10 @@ from cogym.learners.learner import Learner
 
 from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.loop import reproduce_command
-from cogym.runners.config.schema import Config, ConfigError, _build, _suggest, league_policy
+from cogym.runners.config.load import build_section
+from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import Config, suggest
+from cogym.runners.config.validate import league_policy
 from cogym.runners.evaluation.evaluators import evaluators_of
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.train.league import League
@@ -88,12 +91,12 @@ class Run:
 def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
     for role in cfg.prompts:
         if role not in roles:
-            raise ConfigError(f"prompts.{role}: {cfg.game.id} has no role {role!r}{_suggest(role, roles)}")
+            raise ConfigError(f"prompts.{role}: {cfg.game.id} has no role {role!r}{suggest(role, roles)}")
     for pid, lc in cfg.learners.items():
         for role in lc.role_algorithms:
             if role not in roles:
                 raise ConfigError(f"learners.{pid}.role_algorithms.{role}: {cfg.game.id} has no role {role!r}"
-                                  f"{_suggest(role, roles)}")
+                                  f"{suggest(role, roles)}")
 
 
 def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
@@ -171,7 +174,7 @@ def _league_seats(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
     league: list[str] = []
     for key in cfg.league.seats:
         if key not in names:
-            raise ConfigError(f"league.seats: {cfg.game.id} has no role or seat {key!r}{_suggest(key, names)}")
+            raise ConfigError(f"league.seats: {cfg.game.id} has no role or seat {key!r}{suggest(key, names)}")
         league += [s for s in game.possible_agents if (s == key or game.role_of(s) == key) and s not in league]
     for seat in league:
         if assignment[seat][0] != pid:
@@ -305,7 +308,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     _check_groups(cfg, game, assignment)
     _warn_mixed_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
-    evaluators = [] if rollout_only else evaluators_of(cfg, _build)  # after game.modules: they may register kinds
+    evaluators = [] if rollout_only else evaluators_of(cfg, build_section)  # after game.modules: they may register kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share

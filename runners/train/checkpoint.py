@@ -18,7 +18,7 @@ from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 
 from cogym.runners.train.build import Run
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 
 
 def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence = ()) -> Path:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from cogym.learners.algorithms import FROZEN, registry
 
-from cogym.runners.config.schema import Config, ConfigError
+from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import Config
 
 def _die_with_parent() -> None:
     """In the worker, before exec: on Linux, ask the kernel to SIGTERM it when the launcher dies

@@ -52,7 +52,8 @@ from cogym.learners import torch_dist as dist
 
 from cogym.runners.train.build import Run, build
 from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, save_checkpoint
-from cogym.runners.config.schema import Config, ConfigError
+from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import Config
 from cogym.runners.evaluation.evaluators import evaluate
 from cogym.runners.train.hooks import TrainHook
 from cogym.runners.train.launch import check_data_parallel

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-import cogym.runners.config.schema as config_module
+import cogym.runners.config.validate as config_module
 from cogym.agents.backends import BACKENDS, HFBackend, make_backend
 from cogym.agents.backends import vllm as vllm_module
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 
 
 def _error(overrides: list[str]) -> str:

@@ -65,7 +65,7 @@ def test_turns_record_the_weight_version_that_generated_them(tmp_path, monkeypat
     """Iteration i's turns were sampled by weights of version i (one update a policy an iteration), at
     both granularities (the embedded model: its proposer writes problems the solver can play)."""
     from cogym.learners.learner import Learner
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     versions: dict[str, list[set]] = {}
@@ -88,7 +88,7 @@ def test_turns_record_the_weight_version_that_generated_them(tmp_path, monkeypat
 @pytest.mark.slow
 def test_a_resumed_run_generates_with_the_checkpoints_version(tmp_path, monkeypatch):
     from cogym.learners.learner import Learner
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     base = ["run.checkpoint_every=2", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",

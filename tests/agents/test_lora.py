@@ -19,7 +19,8 @@ from cogym.agents.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch, response_logp
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
@@ -147,7 +148,7 @@ def test_missing_peft_names_the_install_command(monkeypatch, tiny_model_dir):
         require_peft()
     with pytest.raises(ModelLoadError, match="pip install peft"):
         LoraBase(tiny_model_dir)
-    import cogym.runners.config.schema as config_mod
+    import cogym.runners.config.validate as config_mod
 
     monkeypatch.setattr(config_mod, "peft_available", lambda: False)
     with pytest.raises(ConfigError, match=r"policies\.solver\.lora\.r > 0 needs the peft package: pip install peft"):

@@ -41,6 +41,6 @@ def test_every_user_error_is_a_cogym_error_and_still_a_value_error() -> None:
         assert issubclass(cls, CogymError) and issubclass(cls, ValueError)
     from cogym.agents.errors import ModelLoadError as FromAgents
     from cogym.envs.errors import DatasetError as FromEnvs
-    from cogym.runners.config.schema import ConfigError as FromRunners
+    from cogym.core.errors import ConfigError as FromRunners
 
     assert (FromAgents, FromEnvs, FromRunners) == (ModelLoadError, DatasetError, ConfigError)

@@ -520,7 +520,7 @@ def test_pettingzoo_api_test(kwargs: dict) -> None:
 
 # ----------------------------------------------------------------------------- the shipped config
 def _config(model_dir: Path, *overrides: str):
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
 
     return load_config(CONFIG, [f"policies.{pid}.model={model_dir}" for pid in ("debater", "judge")]
                        + [f"learners.{pid}.engine=torch" for pid in ("debater", "judge")]

@@ -55,7 +55,7 @@ def run_golden(name: str, out_dir: Path) -> dict:
     """Train one golden run in ``out_dir``; return {"metrics": [rows], "summary": {...}}, pinned parts only."""
     import torch
 
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     torch.set_num_threads(1)

@@ -16,7 +16,8 @@ from cogym.learners.algorithms import (Advantages, Algorithm, AlgorithmConfig, g
                                        unregister)
 from cogym.learners.config import LearnerConfig, UnknownKey, common_keys, split_keys
 from cogym.learners.learner import Learner
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 
 SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin")
 

@@ -242,7 +242,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch(any_policy, new_polic
 
 def test_frozen_policy_is_untouched_by_the_other_learner(tiny_model_dir):
     from cogym.runners.train.build import build
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
 
     cfg = load_config(None, [f"policies.proposer.model={tiny_model_dir}", f"policies.solver.model={tiny_model_dir}",
                              "learners.proposer.algorithm=frozen", "learners.solver.engine=torch",

@@ -15,7 +15,8 @@ from cogym.learners.critic import Critic
 from cogym.learners.gae import gae_advantages
 from cogym.learners.learner import Learner, TokenBatch
 from cogym.learners.pipeline import role_advantages
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 from cogym.runners.train.loop import train
 
 

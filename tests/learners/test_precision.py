@@ -16,7 +16,7 @@ from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import LossScaler, TorchEngine
 from cogym.learners.learner import Learner
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 
 DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
 

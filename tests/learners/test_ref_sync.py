@@ -12,7 +12,8 @@ import torch
 from cogym.agents.policy import Policy
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import REFERENCE_FILE, Learner
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 
 from test_learner import _snapshot, _turns
 

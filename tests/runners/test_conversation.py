@@ -27,7 +27,7 @@ from cogym.envs.search_qa import SearchQAEnv, read_answer
 from cogym.learners.batch import TokenBatch
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.train.loop import train

@@ -233,7 +233,8 @@ def test_nproc_refuses_configs_it_cannot_split(overrides: list[str], message: st
 
 
 def test_nproc_refuses_spin() -> None:
-    from cogym.runners.config.schema import ConfigError, load_config
+    from cogym.runners.config.load import load_config
+    from cogym.core.errors import ConfigError
     from cogym.runners.train.launch import check_data_parallel
 
     cfg = load_config(KUHN, ["learners.player.algorithm=spin", "game.num_games=4"])

@@ -11,7 +11,8 @@ import pytest
 
 from cogym.core.errors import CogymError
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 from cogym.runners.evaluation.evaluators import EVALUATORS, KuhnExploitability, VsScripted, evaluate, register_evaluator
 from cogym.runners.train.loop import train
 
@@ -118,11 +119,11 @@ def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch
 
 
 def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
-    from cogym.runners.train.build import _build
+    from cogym.runners.train.build import build_section
     from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
     cfg = load_config(None, ["eval.batch_size=16"])
-    (heldout,) = [e for e in evaluators_of(cfg, _build) if isinstance(e, HeldoutArithmetic)]
+    (heldout,) = [e for e in evaluators_of(cfg, build_section) if isinstance(e, HeldoutArithmetic)]
     assert heldout.batch_size == 16
     with pytest.raises(ConfigError, match="eval.batch_size must be >= 1|batch_size"):
         load_config(None, ["eval.batch_size=0"])
@@ -291,12 +292,12 @@ def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(po
 
 
 def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
-    from cogym.runners.train.build import _build
+    from cogym.runners.train.build import build_section
     from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
-    (greedy,) = [e for e in evaluators_of(load_config(None, []), _build) if isinstance(e, HeldoutArithmetic)]
+    (greedy,) = [e for e in evaluators_of(load_config(None, []), build_section) if isinstance(e, HeldoutArithmetic)]
     (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.temperature=0.7", "eval.samples=2", "eval.size=6"]),
-                                           _build) if isinstance(e, HeldoutArithmetic)]
+                                           build_section) if isinstance(e, HeldoutArithmetic)]
     assert (greedy.temperature, sampled.temperature, sampled.samples) == (0.0, 0.7, 2)
     run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
                            "cfg": load_config(None, [])})()

@@ -20,7 +20,7 @@ from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from cogym.envs.kuhn_poker import KuhnPokerEnv
 from cogym.runners.cli import main
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.iteration import iteration_seeds
 from cogym.runners.rollout.tokens import ChatCodec, token_rollout
@@ -154,7 +154,7 @@ def test_a_game_that_raises_in_training_stops_resumably_and_skipping_goes_on(fra
 
 
 def test_on_error_is_checked_in_the_config(tmp_path, tiny_model_dir, fragile) -> None:
-    from cogym.runners.config.schema import ConfigError
+    from cogym.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="game.on_error must be one of stop, skip; got 'skpi'"):
         load_config(_config(tmp_path, tiny_model_dir, on_error="skpi"))

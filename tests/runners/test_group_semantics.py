@@ -11,7 +11,7 @@ import pytest
 from cogym.agents.types import Turn
 from cogym.envs.checks import prompts_that_depend_on_play
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.iteration import mixed_prompt_groups, regroup_by_prompt
 from cogym.runners.train.loop import train
 
@@ -68,7 +68,7 @@ def test_training_reports_mixed_groups_and_grouping_by_prompt_removes_them(tiny_
 
 
 def test_group_by_is_checked(tiny_model_dir) -> None:
-    from cogym.runners.config.schema import ConfigError
+    from cogym.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="game.group_by must be one of seed, prompt"):
         load_config(None, _overrides(tiny_model_dir, "game.group_by=promt"))

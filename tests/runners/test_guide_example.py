@@ -25,7 +25,7 @@ from cogym.envs.checks import PATHOLOGICAL, check_game
 from cogym.runners.train.build import import_game_modules
 from cogym.runners.train import build as build_module
 from cogym.runners.cli import main, parser
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from pettingzoo.test import api_test
 

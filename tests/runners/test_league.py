@@ -26,7 +26,9 @@ from cogym.agents.policy import SamplingParams, tiny_model_path
 from cogym.learners.learner import Learner
 from cogym.runners.train import loop as train_mod
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import ConfigError, LeagueConfig, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import LeagueConfig
 from cogym.runners.train.league import League, Member, game_score, pfsp_weights
 from cogym.runners.train.loop import train
 

@@ -101,7 +101,7 @@ def test_the_run_stops_before_any_learner_or_generator_sees_the_fault(tmp_path: 
 
 def test_the_error_is_a_game_error_and_a_game_step_error(tmp_path: Path) -> None:
     """What a caller catches: GameError (the contract) and GameStepError (a game failed in play)."""
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     cfg = load_config(_config(tmp_path, "range"))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cogym.core.errors import ConfigError
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from tests.rounding import same
 

@@ -7,7 +7,8 @@ import pytest
 from cogym.agents.llm import LLMAgent
 from cogym.agents.scripted import ScriptedAgent
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 
 
 def _cfg(model_dir, *extra: str):

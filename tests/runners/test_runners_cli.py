@@ -350,7 +350,7 @@ def test_eval_adds_pass_at_1_at_a_temperature(capsys, monkeypatch):
 def test_eval_reproduces_the_training_evaluators_pass_at_1(capsys):
     """`cogym eval --config` draws as the run's held-out evaluator does: the same heldout_sampled_acc."""
     from cogym.agents.policy import Policy
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.evaluation.evaluators import HeldoutArithmetic
 
     reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")

@@ -6,16 +6,9 @@ import pytest
 import yaml
 
 from cogym.learners.config import LearnerConfig
-from cogym.runners.config.schema import (
-    ALGORITHMS,
-    ENGINES,
-    Config,
-    ConfigError,
-    PolicyConfig,
-    default_config_path,
-    load_config,
-    parse_override,
-)
+from cogym.runners.config.load import load_config, parse_override
+from cogym.core.errors import ConfigError
+from cogym.runners.config.schema import ALGORITHMS, ENGINES, Config, PolicyConfig, default_config_path
 
 
 def _error(overrides: list[str], path=None) -> str:

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from cogym.agents.policy import resolve_model_dir
 from cogym.envs import registered
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 
 CONFIGS = sorted(p.name for p in resources.files("cogym.configs").iterdir() if p.name.endswith(".yaml"))

@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from cogym.envs import CogymEnv, GameSpec, registry
 from cogym.envs.base import int_arg, seat_names, text_space
 from cogym.envs.checks import check_game
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from cogym.agents.policy import tiny_model_path
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ import torch
 
 from cogym.agents.types import Request
 from cogym.runners.train.build import build
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 from cogym.runners.train.loop import train
 
 

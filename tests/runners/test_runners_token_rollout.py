@@ -15,7 +15,8 @@ from cogym.agents.policy import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.learners.learner import TokenBatch, response_logp
-from cogym.runners.config.schema import ConfigError, load_config
+from cogym.runners.config.load import load_config
+from cogym.core.errors import ConfigError
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.rollout.tokens import ChatCodec, token_rollout
 from cogym.runners.train.loop import train

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from cogym.runners.train import loop as train_mod
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 from cogym.runners.train.checkpoint import last_checkpoint
 from cogym.runners.train.iteration import iteration_seeds
 from cogym.runners.train.loop import train

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.tournament.players import Player, resolve_players
 from cogym.runners.tournament.leaderboard import report
 from cogym.runners.tournament.results import RESULTS_FILE, ResultsLog
@@ -246,7 +246,7 @@ def test_results_log_skips_duplicates(tmp_path):
 def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
     """The issue's end-to-end case at small scale: 4 checkpoints of a Kuhn poker run of the embedded
     model, round-robin, 100 games per pairing."""
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     cfg = load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",

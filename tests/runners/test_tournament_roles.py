@@ -16,7 +16,7 @@ import pytest
 from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.checks import PATHOLOGICAL, check_game
 from cogym.runners.train.build import import_game_modules
-from cogym.runners.config.schema import ConfigError
+from cogym.core.errors import ConfigError
 from cogym.runners.tournament.players import resolve_players
 from cogym.runners.tournament.leaderboard import report
 from cogym.runners.tournament.results import RESULTS_FILE
@@ -459,7 +459,7 @@ def test_the_example_config_trains_and_its_checkpoints_are_rated_per_role(game, 
     """Acceptance at small scale: two policies with two algorithms, two checkpoints, each role rated
     with role-bound players and paired scoring; the scripted twin of known strength is on top with an
     interval apart from every other player's."""
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
     monkeypatch.chdir(tmp_path)

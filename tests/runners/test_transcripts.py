@@ -25,7 +25,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def _kuhn(model_dir, *extra: str):
-    from cogym.runners.config.schema import load_config
+    from cogym.runners.config.load import load_config
 
     return load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
                        [f"policies.player.model={model_dir}", "game.num_games=4", "run.checkpoint_every=0",
@@ -168,7 +168,9 @@ def test_a_run_with_transcripts_off_writes_none_and_show_says_how(tiny_model_dir
 
 
 def test_transcript_config_keys(tiny_model_dir):
-    from cogym.runners.config.schema import ConfigError, RunConfig, load_config
+    from cogym.runners.config.load import load_config
+    from cogym.core.errors import ConfigError
+    from cogym.runners.config.schema import RunConfig
 
     assert (RunConfig().transcripts_every, RunConfig().transcripts_games) == (10, 2)
     cfg = _kuhn(tiny_model_dir, "run.transcripts_every=5", "run.transcripts_games=1")
@@ -404,7 +406,7 @@ def test_package_roots_export_the_public_names():
     from cogym.agents.scripted import ScriptedAgent as ScriptedAgent2
     from cogym.agents.types import Request as Request2, Turn as Turn2
     from cogym.runners import load_config, read_transcripts as read2, run_tournament
-    from cogym.runners.config.schema import load_config as load_config2
+    from cogym.runners.config.load import load_config as load_config2
     from cogym.runners.tournament.run import run_tournament as run_tournament2
 
     assert (Policy, SamplingParams, LLMAgent, ScriptedAgent, Request, Turn) == (

@@ -10,7 +10,7 @@ import yaml
 
 from cogym.envs import registry
 from cogym.runners.cli import main
-from cogym.runners.config.schema import load_config
+from cogym.runners.config.load import load_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

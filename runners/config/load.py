@@ -1,0 +1,232 @@
+"""The one config loader every command uses: YAML plus dotted command-line overrides into the typed
+sections of :mod:`cogym.runners.config.schema`.
+
+``load_config(path, overrides)`` reads a training config; ``load_tree`` and ``build_section`` read
+any command's (a tournament's). Unknown keys name the closest known one ("did you mean"), a value
+of the wrong type names its key, and ``seats.<role>=null`` removes a seat. ``load_config(None)``
+loads the shipped default (``proposer_solver.yaml``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import keyword
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cogym.agents.policy import SamplingParams
+from cogym.core.errors import ConfigError
+from cogym.learners.algorithms import registry
+from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
+from cogym.runners.config.modules import import_game_modules
+from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, suggest, TYPED_MAPS
+from cogym.runners.config.validate import check_choice, validate
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where)
+    if dataclasses.is_dataclass(tp):
+        return build_section(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be an integer, got {value!r} ({type(value).__name__})")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where} must be a number, got {value!r} ({type(value).__name__})")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where} must be a string, got {value!r} ({type(value).__name__})")
+    if tp is list or origin is list:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+    return value
+
+
+def build_section(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the config'} must be a mapping of keys to values, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and keyword.iskeyword(key) and f"{key}_" in names:
+            key = f"{key}_"  # run.async -> RunConfig.async_
+        if key not in names:
+            raise ConfigError(f"unknown config key {path!r}{suggest(str(key), names)}")
+        if cls is Config and key in TYPED_MAPS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path} must be a mapping of names to sections, got {value!r}")
+            kwargs[key] = {str(k): build_section(TYPED_MAPS[key], v, f"{path}.{k}") for k, v in value.items()}
+        else:
+            kwargs[key] = _coerce(value, hints[key], path)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # a section's own validation (e.g. SamplingParams)
+        msg = str(exc)
+        # "max_new_tokens must be >= 1" -> "policies.solver.sampling.max_new_tokens must be >= 1"
+        sep = "." if msg.split(" ", 1)[0] in names else ": "
+        raise ConfigError(f"{where or 'config'}{sep}{msg}") from exc
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted!r}: {p!r} is a value, not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value, e.g. learners.solver.lr=1e-4")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {text!r} has an empty key part; write it like learners.solver.lr=1e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc.problem})") from exc
+    return key, value
+
+
+def _drop_null_seats(tree: dict) -> None:
+    """``seats.<role>: null`` (in a file or as the override ``seats.proposer=null``) removes the seat, the
+    role's prompt, and any policy (with its learner) that no seat plays any more."""
+    seats = tree.get("seats")
+    if not isinstance(seats, dict):
+        return
+    dropped = [name for name, pid in seats.items() if pid is None]
+    if not dropped:
+        return
+    for name in dropped:
+        del seats[name]
+        if isinstance(tree.get("prompts"), dict):
+            tree["prompts"].pop(name, None)
+    played = {pid for pid in seats.values() if isinstance(pid, str)}
+    for section in ("policies", "learners"):
+        if isinstance(tree.get(section), dict):
+            for pid in [p for p in tree[section] if p not in played]:
+                del tree[section][pid]
+
+
+def _module_path(module: str, config_path: Path) -> str:
+    """A ``.py`` game module as an absolute path: relative to the working directory, else to the config
+    file (found next to it wherever the command runs). Absolute, so the run's saved config.yaml imports it
+    from any directory (``cogym train --resume``). Dotted module names, and files found nowhere (the
+    import names them), are kept as written."""
+    if not module.endswith(".py") or Path(module).is_absolute():
+        return module
+    for candidate in (Path(module), config_path.parent / module):
+        if candidate.is_file():
+            return str(candidate.resolve())
+    return module
+
+
+def load_tree(path: str | Path | None, overrides: list[str] | None = None, what: str = "config file") -> dict:
+    """The YAML mapping at ``path`` (an empty one when None) with the dotted ``overrides`` applied."""
+    tree: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{what} {str(path)!r} does not exist; pass a YAML file such as configs/proposer_solver.yaml")
+        try:
+            tree = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_dotted(tree, key, value)
+    return tree
+
+
+def shared_sampling(tree: dict) -> dict:
+    """The top-level ``sampling:`` section: defaults every policy's ``sampling`` takes key by key (its
+    own keys win). Its keys are SamplingParams' (an unknown one names the closest); returned as given."""
+    shared = tree.get("sampling")
+    if shared is None:
+        return {}
+    if not isinstance(shared, dict):
+        raise ConfigError(f"sampling must be a mapping of keys to values, got {shared!r}")
+    names = {f.name for f in dataclasses.fields(SamplingParams)}
+    for key in shared:
+        if key not in names:
+            raise ConfigError(f"unknown config key {f'sampling.{key}'!r}{suggest(str(key), names)}")
+    return dict(shared)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
+    path = default_config_path() if path is None else Path(path)
+    tree = load_tree(path, overrides)
+    _drop_null_seats(tree)
+    shared = shared_sampling(tree)
+    if shared and isinstance(tree.get("policies"), dict):
+        for pol in tree["policies"].values():
+            if isinstance(pol, dict) and (pol.get("sampling") is None or isinstance(pol["sampling"], dict)):
+                pol["sampling"] = {**shared, **(pol.get("sampling") or {})}
+    learners = tree.pop("learners", None)
+    if learners is not None and not isinstance(learners, dict):
+        raise ConfigError(f"learners must be a mapping of names to sections, got {learners!r}")
+    cfg = build_section(Config, tree, "")
+    cfg.game.modules = [_module_path(m, path) for m in cfg.game.modules]
+    import_game_modules(cfg.game.modules)  # they may register the algorithms the learners name
+    cfg.learners = {str(pid): _build_learner(data, f"learners.{pid}") for pid, data in (learners or {}).items()}
+    validate(cfg)
+    return cfg
+
+
+def _build_learner(data: Any, where: str) -> LearnerConfig:
+    """A learner from its flat keys: the common ones typed into LearnerConfig, the others into the
+    config of the algorithm that declares them (an unknown key names the closest known one)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {data!r}")
+    if "algorithm" in data:
+        check_choice(_coerce(data["algorithm"], str, f"{where}.algorithm"), algorithm_choices(), f"{where}.algorithm")
+    for role, name in _coerce(data.get("role_algorithms") or {}, dict, f"{where}.role_algorithms").items():
+        check_choice(_coerce(name, str, f"{where}.role_algorithms.{role}"), algorithm_choices(per_role=True),
+                      f"{where}.role_algorithms.{role}")
+    try:
+        common, parts = split_keys(data)
+    except UnknownKey as exc:
+        raise ConfigError(f"unknown config key {f'{where}.{exc.key}'!r} ({exc.hint})") from None
+    lc = build_section(LearnerConfig, common, where)
+    lc.algorithm_configs = {name: build_section(registry.get(name).Config, keys, where) for name, keys in parts.items()}
+    return lc

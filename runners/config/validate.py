@@ -1,0 +1,318 @@
+"""The checks across a training config's sections, run once it is built: algorithms and engines,
+precision, LoRA, generation backends, leagues and Ray. Each failure is a one-line ConfigError
+that says what is wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from cogym.agents.backends import BACKENDS as GENERATION_BACKENDS
+from cogym.agents.backends.vllm import vllm_available, VLLM_EXTRA
+from cogym.agents.lora import peft_available
+from cogym.agents.policy import attention_implementations, DTYPES
+from cogym.core.errors import ConfigError
+from cogym.envs.token_level import GRANULARITIES
+from cogym.learners.config import LearnerConfig
+from cogym.learners.learner import DYNAMIC_SAMPLING
+from cogym.learners.losses import LOSS_AGG_MODES
+from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, WEIGHT_SYNCS
+from cogym.runners.rollout.agents import twin_name
+
+
+def check_choice(value: str, options: tuple, where: str) -> None:
+    if value not in options:
+        raise ConfigError(f"{where} must be one of {', '.join(options)}; got {value!r}{suggest(value, options)}")
+
+
+def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
+    """DAPO dynamic sampling and overlong shaping, then each algorithm's own config (it validates itself)."""
+    check_choice(lc.dynamic_sampling, DYNAMIC_SAMPLING, f"{where}.dynamic_sampling")
+    low, high = lc.dynamic_sampling_low, lc.dynamic_sampling_high
+    if low is not None and high is not None and not low <= high:
+        raise ConfigError(f"{where}: dynamic_sampling_low must be <= dynamic_sampling_high, got "
+                          f"{lc.dynamic_sampling_low} and {lc.dynamic_sampling_high}")
+    if lc.max_sampling_rounds < 1:
+        raise ConfigError(f"{where}.max_sampling_rounds must be >= 1 (rollouts per iteration, the first included), "
+                          f"got {lc.max_sampling_rounds}")
+    max_new = cfg.policies[pid].sampling.max_new_tokens
+    if not 0 <= lc.overlong_buffer <= max_new:
+        raise ConfigError(f"{where}.overlong_buffer must be in [0, policies.{pid}.sampling.max_new_tokens = {max_new}] "
+                          f"(0: off), got {lc.overlong_buffer}")
+    if not (math.isfinite(lc.overlong_penalty) and lc.overlong_penalty >= 0):
+        raise ConfigError(f"{where}.overlong_penalty must be >= 0, got {lc.overlong_penalty}")
+    for name in lc.algorithm_names():
+        try:
+            lc.settings(name).validate(lc)
+        except ValueError as exc:
+            msg = str(exc)
+            keys = {f.name for f in dataclasses.fields(lc.settings(name))}
+            sep = "." if msg.split(" ", 1)[0] in keys else f": {name}: " if not msg.startswith(name) else ": "
+            raise ConfigError(f"{where}{sep}{msg}") from None
+
+
+def _check_precision(pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.dtype and attn_implementation name things that exist."""
+    check_choice(str(pol.dtype).lower(), tuple(DTYPES), f"policies.{pid}.dtype")
+    if pol.attn_implementation is not None:
+        check_choice(pol.attn_implementation, tuple(attention_implementations()),
+                      f"policies.{pid}.attn_implementation (null: transformers' default)")
+
+
+def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.lora: peft installed, a usable adapter name, and an engine that leaves the shared base whole."""
+    if not pol.lora.enabled:
+        return
+    where = f"policies.{pid}.lora"
+    if not peft_available():
+        raise ConfigError(f"{where}.r > 0 needs the peft package: pip install peft (or pip install 'cogym[lora]'), "
+                          f"or set {where}.r: 0")
+    if "." in pid or pid in "lora_":
+        raise ConfigError(f"{where}: the adapter is named after the policy, and {pid!r} cannot name a peft adapter "
+                          "(no dots, and not a part of 'lora_'); rename the policy")
+    lc = cfg.learners[pid]
+    if lc.engine == "deepspeed" and lc.zero_stage == 3:
+        raise ConfigError(f"{where}: ZeRO-3 would partition the frozen base model that LoRA adapters share (and that is "
+                          f"their KL reference); set learners.{pid}.zero_stage to 0, 1 or 2 or learners.{pid}.engine: "
+                          "torch (only the adapter has optimizer state, so ZeRO-3 saves little)")
+    for other, opc in cfg.policies.items():
+        if other != pid and opc.lora.enabled and opc.model == pol.model and opc.load_options() != pol.load_options():
+            raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on one shared base model "
+                              f"{pol.model!r}, so their dtype, attn_implementation and gradient_checkpointing must be "
+                              f"equal ({pol.load_options()} vs {opc.load_options()})")
+
+
+def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.generation: a known backend, installed, and a setup it supports."""
+    where = f"policies.{pid}.generation"
+    check_choice(pol.generation.backend, GENERATION_BACKENDS, f"{where}.backend")
+    if pol.generation.backend != "vllm":
+        if pol.generation.vllm:
+            raise ConfigError(f"{where}.vllm sets engine arguments, but {where}.backend is "
+                              f"{pol.generation.backend!r}; set {where}.backend: vllm or drop {where}.vllm")
+        return
+    if not vllm_available():
+        raise ConfigError(f"{where}.backend: vllm needs vLLM, which is not installed: {VLLM_EXTRA}")
+    if pol.lora.enabled:
+        raise ConfigError(f"{where}.backend: vllm generates with full models; policies.{pid} is a LoRA adapter "
+                          f"(policies.{pid}.lora.r > 0), so set {where}.backend: hf")
+    if cfg.game.granularity == "token":
+        raise ConfigError(f"{where}.backend: vllm answers whole turns; game.granularity: token steps the policy's "
+                          "own model token by token, so use game.granularity: turn")
+    if cfg.run.backend == "ray":
+        raise ConfigError(f"{where}.backend: vllm is not supported with run.backend: ray yet (each rollout worker "
+                          "would start its own engine); use run.backend: local")
+    if pol.sampling.top_k or pol.sampling.top_p < 1:
+        raise ConfigError(f"{where}.backend: vllm samples without top_k/top_p (vLLM's log-probs would then be of the "
+                          f"filtered distribution); set policies.{pid}.sampling.top_k: 0 and top_p: 1")
+
+
+def league_policy(cfg: Config) -> str:
+    """The policy whose past selves form the league: ``league.policy``, else the one policy the league
+    seats name in ``seats``, else the only trained policy; ConfigError when none of these decides."""
+    lg = cfg.league
+    if lg.policy:
+        return lg.policy
+    named = {cfg.seats[s] for s in lg.seats if s in cfg.seats}
+    if len(named) == 1 and len(lg.seats) == sum(s in cfg.seats for s in lg.seats):
+        return named.pop()
+    trained = [pid for pid, lc in cfg.learners.items() if lc.algorithm != "frozen"]
+    if len(trained) == 1:
+        return trained[0]
+    raise ConfigError(f"league.policy: cannot tell whose past selves form the league (trained policies: "
+                      f"{', '.join(trained) or 'none'}); set league.policy to one of them")
+
+
+def _check_league(cfg: Config) -> None:
+    """league.*: values in range and a trained, full-model policy (seats are checked against the game in build)."""
+    lg = cfg.league
+    if not lg.seats:
+        if lg != LeagueConfig():
+            raise ConfigError("league: league.seats is empty, so the league is off and the other league.* keys do "
+                              "nothing; name the seats its opponents play, e.g. league.seats=[second]")
+        return
+    if len(set(lg.seats)) != len(lg.seats):
+        raise ConfigError(f"league.seats names a seat twice: {lg.seats}")
+    check_choice(lg.sampling, LEAGUE_SAMPLING, "league.sampling")
+    if lg.every < 1:
+        raise ConfigError(f"league.every must be >= 1 (iterations between snapshots), got {lg.every}")
+    if lg.size < 0:
+        raise ConfigError(f"league.size must be >= 0 (most recent snapshots kept; 0 = all), got {lg.size}")
+    if not (math.isfinite(lg.pfsp_power) and lg.pfsp_power >= 0):
+        raise ConfigError(f"league.pfsp_power must be >= 0 (0 = uniform), got {lg.pfsp_power}")
+    if not 0 <= lg.latest_prob < 1:
+        raise ConfigError(f"league.latest_prob must be in [0, 1) (the share of plain self-play games; 1 would never "
+                          f"play the league), got {lg.latest_prob}")
+    pid = league_policy(cfg)
+    if pid not in cfg.policies and not lg.policy:
+        raise ConfigError(f"league.seats: seats gives them to {pid!r}; the league plays past selves of a trained policy "
+                          f"there, so seat that policy (e.g. seats.{lg.seats[0]}=<policy>) or set league.policy")
+    if pid not in cfg.policies:
+        raise ConfigError(f"league.policy names policy {pid!r}, which is not under policies "
+                          f"(defined: {', '.join(cfg.policies) or 'none'})")
+    lc = cfg.learners[pid]
+    if lc.algorithm == "frozen":
+        raise ConfigError(f"league.policy {pid!r} is frozen, so every snapshot would be the same model; name a "
+                          "trained policy (or drop league.seats and seat a frozen copy directly)")
+    if cfg.policies[pid].lora.enabled:
+        raise ConfigError(f"league.policy {pid!r} is a LoRA adapter; leagues snapshot full models only (set "
+                          f"policies.{pid}.lora.r: 0)")
+    if lc.engine == "deepspeed" and lc.zero_stage == 3:
+        raise ConfigError(f"league.policy {pid!r} trains with ZeRO-3, whose partitioned weights a snapshot cannot "
+                          f"copy; use learners.{pid}.zero_stage 1 or 2")
+    reserved = [p for p in cfg.policies if p.startswith("league:")]
+    if reserved:
+        raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {reserved[0]!r}")
+
+
+def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
+    """learners.<id>: common keys in range and consistent, then the plug-ins' own checks."""
+    if pid not in cfg.policies:
+        raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
+    check_choice(lc.algorithm, algorithm_choices(), f"{where}.algorithm")
+    for role, name in lc.role_algorithms.items():
+        check_choice(name, algorithm_choices(per_role=True), f"{where}.role_algorithms.{role}")
+    check_choice(lc.engine, ENGINES, f"{where}.engine")
+    check_choice(lc.kl_in_reward, KL_REWARD, f"{where}.kl_in_reward")
+    if lc.kl_in_loss == "k1":
+        raise ConfigError(f"{where}.kl_in_loss: k1 has zero expected gradient in the loss (docs/algorithms.md §3.1); "
+                          "use k2 (reverse KL) or k3, or put k1 in the reward with kl_in_reward: k1")
+    check_choice(lc.kl_in_loss, KL_LOSS, f"{where}.kl_in_loss")
+    check_choice(lc.loss_agg, LOSS_AGG_MODES, f"{where}.loss_agg")
+    for name in ("lr", "max_grad_norm", "clip_low", "clip_high", "kl_reward_coef", "kl_loss_coef",
+                 "entropy_coef", "weight_decay"):
+        if not math.isfinite(getattr(lc, name)):
+            raise ConfigError(f"{where}.{name} must be a finite number, got {getattr(lc, name)}")
+    if lc.max_grad_norm <= 0:
+        raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
+    _check_learner_plugins(cfg, pid, lc, where)
+    try:
+        lc.check_ref_sync()
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    if lc.ref_sync_every and cfg.policies[pid].lora.enabled:
+        raise ConfigError(f"{where}.ref_sync_every: a LoRA policy's KL reference is its base model with the adapter "
+                          "off, shared with the policy, so it cannot move; use ref_sync_every: 0")
+    if lc.offload_optimizer and lc.zero_stage < 1:
+        raise ConfigError(f"{where}.offload_optimizer needs zero_stage >= 1 (ZeRO-Offload partitions the optimizer)")
+    if lc.offload_params and lc.zero_stage != 3:
+        raise ConfigError(f"{where}.offload_params needs zero_stage: 3 (only ZeRO-3 partitions parameters)")
+    if lc.zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"{where}.zero_stage must be 0, 1, 2 or 3, got {lc.zero_stage}")
+    if lc.engine == "torch" and (lc.zero_stage or lc.offload_optimizer or lc.offload_params):
+        raise ConfigError(f"{where}: zero_stage/offload need engine: deepspeed (the torch engine has no ZeRO)")
+    if lc.lr <= 0 and lc.algorithm != "frozen":
+        raise ConfigError(f"{where}.lr must be > 0, got {lc.lr}")
+    if lc.micro_batch_size < 1 or lc.epochs < 1:
+        raise ConfigError(f"{where}: micro_batch_size and epochs must be >= 1")
+    if lc.max_tokens_per_micro_batch is not None and lc.max_tokens_per_micro_batch < 1:
+        raise ConfigError(f"{where}.max_tokens_per_micro_batch must be >= 1 (padded tokens a forward), or null for "
+                          f"no token limit; got {lc.max_tokens_per_micro_batch}")
+    if not 0 <= lc.clip_low < 1 or lc.clip_high < 0:
+        raise ConfigError(f"{where}: clip_low must be in [0, 1) and clip_high >= 0, got {lc.clip_low}/{lc.clip_high}")
+    if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
+        raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
+    if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
+        raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
+                          "set it to the maximum response length")
+    if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
+        raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
+    if cfg.run.seed < 0:
+        raise ConfigError(f"run.seed must be >= 0, got {cfg.run.seed}")
+    if cfg.run.threads < 0:
+        raise ConfigError(f"run.threads must be >= 0 (0: automatic), got {cfg.run.threads}")
+    if cfg.run.iterations < 1:
+        raise ConfigError(f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    if cfg.run.checkpoint_every < 0:
+        raise ConfigError(f"run.checkpoint_every must be >= 0 (0 disables), got {cfg.run.checkpoint_every}")
+    if cfg.run.eval_every < 0:
+        raise ConfigError(f"run.eval_every must be >= 0 (0: only before and after), got {cfg.run.eval_every}")
+    if cfg.run.transcripts_every < 0:
+        raise ConfigError(f"run.transcripts_every must be >= 0 (0: no transcripts), got {cfg.run.transcripts_every}")
+    if cfg.run.transcripts_games < 0:
+        raise ConfigError(f"run.transcripts_games must be >= 0 (games kept per iteration), got {cfg.run.transcripts_games}")
+    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1 or cfg.eval.samples < 1:
+        raise ConfigError(f"eval.size, eval.max_new_tokens, eval.batch_size and eval.samples must be >= 1, got "
+                          f"{cfg.eval.size}, {cfg.eval.max_new_tokens}, {cfg.eval.batch_size} and {cfg.eval.samples}")
+    if not (math.isfinite(cfg.eval.temperature) and cfg.eval.temperature >= 0):
+        raise ConfigError(f"eval.temperature must be >= 0 (0: greedy accuracy only), got {cfg.eval.temperature}")
+    if cfg.game.num_games < 1:
+        raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
+    if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:
+        raise ConfigError(f"game.group_size must be >= 1 and divide game.num_games = {cfg.game.num_games}, "
+                          f"got {cfg.game.group_size}")
+    check_choice(cfg.game.granularity, GRANULARITIES, "game.granularity")
+    check_choice(cfg.game.on_error, ("stop", "skip"), "game.on_error")
+    check_choice(cfg.game.group_by, ("seed", "prompt"), "game.group_by")
+    if cfg.game.max_turn_tokens < 0:
+        raise ConfigError(f"game.max_turn_tokens must be >= 0 (0: the policies' max_new_tokens), got {cfg.game.max_turn_tokens}")
+    if cfg.game.max_turn_tokens and cfg.game.granularity != "token":
+        raise ConfigError("game.max_turn_tokens only applies with game.granularity: token; at turn level "
+                          "policies.<id>.sampling.max_new_tokens bounds a message")
+    if not cfg.seats:
+        raise ConfigError("seats is empty; map each role to a policy, e.g. seats: {solver: solver}")
+    for seat, pid in cfg.seats.items():
+        if not isinstance(pid, str):
+            raise ConfigError(f"seats.{seat} must be a policy id (a string), got {pid!r}")
+        if twin_name(pid) is not None:
+            continue  # a scripted twin of the game's role; checked against the game when built
+        if pid not in cfg.policies:
+            raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "
+                              f"(defined: {', '.join(cfg.policies) or 'none'})")
+    for pid, pol in cfg.policies.items():
+        if pid not in cfg.learners:
+            raise ConfigError(f"policy {pid!r} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
+        if pol.sampling.max_new_tokens < 1:
+            raise ConfigError(f"policies.{pid}.sampling.max_new_tokens must be >= 1, got {pol.sampling.max_new_tokens}")
+        if not 0 < pol.sampling.top_p <= 1 or pol.sampling.top_k < 0:
+            raise ConfigError(f"policies.{pid}.sampling: top_p must be in (0, 1] and top_k >= 0 (0 = off), "
+                              f"got {pol.sampling.top_p} and {pol.sampling.top_k}")
+        if pol.sampling.temperature <= 0:
+            raise ConfigError(f"policies.{pid}.sampling.temperature must be > 0 for training rollouts, "
+                              f"got {pol.sampling.temperature}")
+        _check_precision(pid, pol)
+        _check_lora(cfg, pid, pol)
+        _check_generation(cfg, pid, pol)
+    for pid, lc in cfg.learners.items():
+        _check_learner(cfg, pid, lc, f"learners.{pid}")
+    _check_league(cfg)
+    _check_ray(cfg)
+
+
+def _check_ray(cfg: Config) -> None:
+    """run.backend, run.async and ray.*: known values in range, and what the Ray rollout supports."""
+    check_choice(cfg.run.backend, BACKENDS, "run.backend")
+    check_choice(cfg.run.async_, ASYNC_MODES, "run.async")
+    rc = cfg.ray
+    if rc.address in ("", "local"):
+        rc.address = None  # Ray's own word for a new local cluster: cogym's null
+    if cfg.run.backend != "ray":
+        if cfg.run.async_ != "off":
+            raise ConfigError("run.async: one_step overlaps a rollout on Ray workers with the update in the driver; "
+                              "set run.backend: ray (or pass --ray)")
+        return
+    if rc.num_rollout_workers < 1:
+        raise ConfigError(f"ray.num_rollout_workers must be >= 1, got {rc.num_rollout_workers}")
+    if rc.num_rollout_workers > cfg.game.num_games:
+        raise ConfigError(f"ray.num_rollout_workers ({rc.num_rollout_workers}) exceeds game.num_games "
+                          f"({cfg.game.num_games}): a worker would have no game to play")
+    if rc.num_cpus <= 0 or rc.num_gpus < 0:
+        raise ConfigError(f"ray.num_cpus must be > 0 and ray.num_gpus >= 0 (per worker), got {rc.num_cpus} and {rc.num_gpus}")
+    if rc.max_restarts < 0:
+        raise ConfigError(f"ray.max_restarts must be >= 0, got {rc.max_restarts}")
+    if rc.placement is not None:
+        check_choice(rc.placement, PLACEMENTS, "ray.placement")
+    if rc.start_timeout_s <= 0:
+        raise ConfigError(f"ray.start_timeout_s must be > 0, got {rc.start_timeout_s}")
+    check_choice(rc.learners, LEARNER_PLACES, "ray.learners")
+    check_choice(rc.weight_sync, WEIGHT_SYNCS, "ray.weight_sync")
+    if rc.learner_num_cpus <= 0 or rc.learner_num_gpus < 0:
+        raise ConfigError(f"ray.learner_num_cpus must be > 0 and ray.learner_num_gpus >= 0 (per learner actor), "
+                          f"got {rc.learner_num_cpus} and {rc.learner_num_gpus}")
+    if rc.max_staleness < 1:
+        raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
+                          f"got {rc.max_staleness}")
