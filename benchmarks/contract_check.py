@@ -54,7 +54,7 @@ def _patch(timed: bool, spent: dict[str, list[float]]) -> list[tuple]:
 
 def _run(iterations: int, overrides: list[str], timed: bool) -> tuple[list[dict], dict[str, list[float]]]:
     """One training run; its metric rows and each check's calls' seconds (none untimed)."""
-    cfg = load_config(None, [f"run.iterations={iterations}", "run.checkpoint_every=0", "eval.heldout=false",
+    cfg = load_config(None, [f"run.iterations={iterations}", "run.checkpoint_every=0", "eval.declared=false",
                              "run.tensorboard=false", "run.plot=false", *overrides])
     spent: dict[str, list[float]] = {}
     saved = _patch(timed, spent)

@@ -157,7 +157,7 @@ def cogym_config(model: str | Path, dataset: Path, w: Workload, engine: str, see
         f"game.kwargs.num_solvers={w.group}", "game.kwargs.verifier=exact", f"game.num_games={w.prompts}",
         f"policies.{ROLE}.model={model}", f"policies.{ROLE}.sampling.max_new_tokens={w.max_new_tokens}",
         f"policies.{ROLE}.sampling.temperature=1.0", f"learners.{ROLE}.algorithm=grpo",
-        f"learners.{ROLE}.engine={engine}", f"learners.{ROLE}.lr={LR}", "eval.heldout=false", f"run.seed={seed}",
+        f"learners.{ROLE}.engine={engine}", f"learners.{ROLE}.lr={LR}", "eval.declared=false", f"run.seed={seed}",
     ])
 
 

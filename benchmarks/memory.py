@@ -25,7 +25,7 @@ table. Wall seconds are the child's whole life: interpreter start, imports and m
 * ``train``: ``cogym train configs/proposer_solver.yaml`` (32 games, a proposer and 8 solvers a
   game, GRPO solver and REINFORCE++ proposer on deepspeed, as the config has them) with both
   policies on the model (``policies.solver.model=M policies.proposer.model=M``) for
-  ``--iterations`` iterations and ``run.checkpoint_every=0 eval.heldout=false run.plot=false
+  ``--iterations`` iterations and ``run.checkpoint_every=0 eval.declared=false run.plot=false
   run.tensorboard=false``: no checkpoints, no held-out evaluation before and after training (its
   500-prompt generate would set the peak instead of training; the ``eval`` row measures it), no
   plots or TensorBoard files. The run goes to a temporary directory (``run.out_dir``, ``--run-dir``);
@@ -244,7 +244,7 @@ def command(work: str, model: str, args: argparse.Namespace, run_dir: Path) -> l
     if work.startswith("train"):
         scripted = ["seats.proposer=scripted:random"] if work == "train-solver" else []
         return [*cli, "train", str(CONFIG), f"run.iterations={args.iterations}", f"run.out_dir={run_dir.parent}",
-                "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",
+                "run.checkpoint_every=0", "eval.declared=false", "run.plot=false", "run.tensorboard=false",
                 f"policies.solver.model={model}", f"policies.proposer.model={model}", *scripted,
                 f"policies.solver.dtype={args.dtype}", f"policies.proposer.dtype={args.dtype}",
                 "--run-dir", str(run_dir), "--no-progress"]

@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BASE = ["run.eval_every=0", "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false", "run.tensorboard=false"]
+BASE = ["run.eval_every=0", "run.checkpoint_every=0", "eval.declared=false", "run.plot=false", "run.tensorboard=false"]
 
 
 def _median(rows: list[dict], key: str) -> float | None:

@@ -57,6 +57,10 @@ class GameSpec:
     # (its earlier prompts and answers verbatim, then the game's new messages, CogymEnv.messages);
     # every other role gets a fresh context each move (the system message and the game's text now).
     conversation: tuple[str, ...] = ()
+    # name -> {kind: <evaluator kind>, ...its settings}: what a run of this game measures before and after
+    # training (cogym.runners.evaluation; cogym eval --game runs them too). A config's eval.evaluators
+    # overrides an entry key by key, eval.evaluators.<name>: null drops it, eval.declared: false drops all.
+    evaluators: Mapping[str, Mapping] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.roles:
@@ -68,6 +72,10 @@ class GameSpec:
         # A copy of its own (a wrapper that passes the spec's outcomes on shares nothing mutable);
         # a plain dict, so specs and games still deep-copy and pickle.
         object.__setattr__(self, "outcomes", {r: tuple(k) for r, k in self.outcomes.items()})
+        object.__setattr__(self, "evaluators", {str(n): dict(e) for n, e in self.evaluators.items()})
+        for name, ev in self.evaluators.items():
+            if "kind" not in ev:
+                raise ValueError(f"GameSpec {self.id!r}: evaluators[{name!r}] needs a kind, got {ev}")
         for role, keys in self.outcomes.items():
             if role not in self.roles:
                 raise ValueError(f"GameSpec {self.id!r}: outcomes names role {role!r}, which is not in roles {self.roles}")

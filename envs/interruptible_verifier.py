@@ -63,7 +63,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, Domain
+from cogym.envs.arithmetic import HELDOUT_EVALUATORS, MAX_PROBLEM_CHARS, Domain
 from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, seat_names, text_space
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
 
@@ -165,7 +165,7 @@ class InterruptibleVerifierEnv(CogymEnv):
         self.action_spaces = {a: text_space(MAX_MESSAGE_CHARS) for a in self.possible_agents}
         self.spec = GameSpec(id=GAME_ID, roles=("solver",), reward_range=(0.0, 1.0), zero_sum=False, max_turns=num_solvers,
                              description="k solvers answer an arithmetic problem; a verifier stops an answer at its first wrong token.",
-                             outcomes={"solver": ("correct", "invalid", "metrics")})
+                             outcomes={"solver": ("correct", "invalid", "metrics")}, evaluators=HELDOUT_EVALUATORS)
         self._phase, self._problem, self._reference = PHASE_OVER, "", "0"
         self._answers: dict[str, str] = {}
         self._interrupted: set[str] = set()  # seats whose message the verifier cut (token level)

@@ -115,6 +115,11 @@ import numpy as np
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from gymnasium.spaces import Box, Dict
 
+# What a run of Kuhn poker measures (GameSpec.evaluators; runners.evaluation): the player against
+# scripted twins on 200 fixed hands, and the exact exploitability of its strategy.
+EVALUATORS = {"vs_random": {"kind": "vs_scripted", "opponent": "random", "games": 200},
+              "vs_nash": {"kind": "vs_scripted", "opponent": "nash", "games": 200},
+              "exploitability": {"kind": "kuhn_exploitability"}}
 GAME_ID = "kuhn_poker-v0"
 CARDS: tuple[str, ...] = ("J", "Q", "K")
 RANK = {card: i for i, card in enumerate(CARDS)}
@@ -453,6 +458,7 @@ class KuhnPokerEnv(CogymEnv):
             max_turns=3,
             description="Kuhn poker: J/Q/K, ante 1, one bet of 1; player_0 acts first.",
             outcomes={"first": ("invalid", "metrics"), "second": ("invalid", "metrics")},
+            evaluators=EVALUATORS,
         )
         self._cards: tuple[str, str] | None = None
         self._history: History = ()

@@ -138,7 +138,8 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import ANY_PROBLEM, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, answer_of, is_strict_answer
+from cogym.envs.arithmetic import (ANY_PROBLEM, HELDOUT_EVALUATORS, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, answer_of,
+                                   is_strict_answer)
 from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg, seat_names, text_space
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.errors import DatasetError
@@ -413,7 +414,7 @@ class ProposerSolverEnv(CogymEnv):
             description="A proposer writes an arithmetic problem; k solvers answer it independently.",
             outcomes={"proposer": ("invalid", "metrics") if self.novelty is not None else ("invalid",),
                       "solver": solver_outcomes} if has_proposer else {"solver": solver_outcomes},
-        )
+            evaluators=HELDOUT_EVALUATORS)
         self._phase = PHASE_OVER
         self._problem: str | None = None
         self._reference: str | None = None

@@ -95,7 +95,7 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, extract_answer
+from cogym.envs.arithmetic import HELDOUT_EVALUATORS, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, extract_answer
 from cogym.envs.base import CogymEnv, GameSpec, penalty_arg, text_space
 from cogym.envs.proposer_solver import MAX_MESSAGE_CHARS, band_reward, invalid_reason
 from cogym.envs.proposer_solver import SCRIPTED as _PROPOSER_SOLVER_SCRIPTED
@@ -220,6 +220,7 @@ class ProposerSolverJudgeEnv(CogymEnv):
             max_turns=3,
             description="A proposer writes a problem, a solver answers, a judge scores the answer without ground truth.",
             outcomes={"proposer": ("invalid", "metrics"), "solver": ("correct", "invalid", "metrics"), "judge": ("correct", "invalid", "metrics")},
+            evaluators=HELDOUT_EVALUATORS,
         )
         self._phase = PHASE_OVER
         self._problem: str | None = None

@@ -113,7 +113,7 @@ class TokenLevelEnv(AECEnv):
         inner = env.spec
         self.spec = GameSpec(id=inner.id, roles=inner.roles, reward_range=inner.reward_range, zero_sum=inner.zero_sum,
                              max_turns=inner.max_turns * max_turn_tokens, description=inner.description,
-                             outcomes=inner.outcomes, conversation=inner.conversation)
+                             outcomes=inner.outcomes, conversation=inner.conversation, evaluators=inner.evaluators)
         self.context_tokens: dict[str, int] = {}
         self.observation_spaces: dict[str, Dict] = {}
         self.action_spaces: dict[str, Discrete] = {}

@@ -1,56 +1,71 @@
-"""``cogym eval``: evaluate a model."""
+"""``cogym eval``: run a game's declared evaluators on a model, without training."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from cogym.agents.policy import Policy
-from cogym.envs.arithmetic import load_heldout
-from cogym.runners.cli.args import nonnegative_float, positive_int
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from cogym.core.errors import ConfigError
 from cogym.runners.config.load import load_config
-from cogym.runners.evaluation.evaluators import HeldoutArithmetic
+from cogym.runners.config.schema import default_config_path
+from cogym.runners.evaluation.evaluators import evaluate
+from cogym.runners.train.build import build
 
-DESCRIPTION = "Greedy solver accuracy of a model on the 500-problem held-out set (and pass@1 with --temperature)."
+DESCRIPTION = ("Measure a model with the evaluators a game declares (and any the config adds under eval.evaluators), "
+               "as a training run does before and after training: e.g. cogym eval --game kuhn_poker-v0 (win rates "
+               "against scripted twins, exploitability) or cogym eval --game proposer_solver-v0 (held-out "
+               "accuracy). The game's seats, prompts and sampling come from --config, else from the shipped config "
+               "of the game.")
+OVERRIDES_AFTER_OPTIONS = True
 
 
 def add_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("--model", default="tiny",
-                   help="HF model directory, a Hub id in the local cache, or 'tiny' (default)")
-    e.add_argument("--config", default=None, help="config whose solver prompt to use (default: shipped)")
-    e.add_argument("--size", type=positive_int, default=500, help="how many held-out problems (1-500)")
-    e.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
-                   help="longest answer read (default: the config's eval.max_new_tokens, 8 in the shipped one; "
-                   "tiny-reasoner writes out its working and needs 32)")
-    e.add_argument("--temperature", type=nonnegative_float, default=None, metavar="T",
-                   help="above 0, also pass@1: the mean accuracy of --samples answers a problem sampled at this "
-                   "temperature (default: the config's eval.temperature, 0 in the shipped one: greedy only)")
-    e.add_argument("--samples", type=positive_int, default=None, metavar="K",
-                   help="answers a problem for pass@1 (default: the config's eval.samples, 4)")
-    e.add_argument("--seed", type=int, default=None,
-                   help="torch seed of the sampled answers (default: the training evaluator's, so a run's "
-                   "heldout_sampled_acc is reproduced)")
-    e.add_argument("--batch-size", type=positive_int, default=500,
-                   help="prompts per generate call (default 500; lower it for a real model's memory)")
-    e.add_argument("--dtype", default="float32", choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],
-                   help="dtype the model runs in (default float32)")
+    e.add_argument("overrides", nargs="*", help="dotted overrides of the config, e.g. eval.evaluators.heldout.size=100 "
+                   "or sampling.temperature=0.7")
+    e.add_argument("--game", help="game id (default: the config's); with no --config, its shipped config is used")
+    e.add_argument("--config", default=None, help="config that seats the game (default: the shipped one of --game, "
+                   "else the shipped proposer_solver.yaml)")
+    e.add_argument("--model", default=None,
+                   help="model every policy of the config plays: an HF model directory, a checkpoint's policy "
+                        "directory, a Hub id in the local cache, or tiny (default: the config's models)")
+    e.add_argument("--dtype", default=None, choices=["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"],
+                   help="dtype the models run in (default: the config's, float32)")
     e.add_argument("--attn-implementation", default=None, metavar="KERNEL",
-                   help="transformers' attention kernel, e.g. sdpa or eager (default: transformers' choice)")
+                   help="transformers' attention kernel, e.g. sdpa or eager (default: the config's)")
+
+
+def shipped_config(game: str) -> Path:
+    """The shipped config that plays ``game`` (the one named after it first)."""
+    folder = default_config_path().parent
+    named = folder / f"{game.rsplit('-v', 1)[0]}.yaml"
+    for path in [named, *sorted(folder.glob("*.yaml"))]:
+        if path.is_file() and ((yaml.safe_load(path.read_text()) or {}).get("game") or {}).get("id") == game:
+            return path
+    raise ConfigError(f"no shipped config plays {game}; give one with --config (cogym games lists the games)")
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    policy = Policy.from_pretrained(args.model, dtype=args.dtype, attn_implementation=args.attn_implementation)
-    n = len(load_heldout()[: args.size])
-    # The training evaluator, with the config's settings and draws unless a flag says otherwise: its pass@1 is
-    # the run's heldout_sampled_acc.
-    ev = HeldoutArithmetic(size=args.size, max_new_tokens=args.max_new_tokens or cfg.eval.max_new_tokens,
-                           batch_size=args.batch_size,
-                           temperature=cfg.eval.temperature if args.temperature is None else args.temperature,
-                           samples=args.samples or cfg.eval.samples,
-                           **({} if args.seed is None else {"seed": args.seed}))
-    acc = ev.accuracies(policy, cfg.prompts["solver"].system if "solver" in cfg.prompts else "")
-    print(f"held-out greedy accuracy of {args.model}: {acc['heldout_acc']:.3f} on {n} problems")
-    if "heldout_sampled_acc" in acc:
-        print(f"held-out pass@1 of {args.model} at temperature {ev.temperature:g}: {acc['heldout_sampled_acc']:.3f} "
-              f"({ev.samples} samples of each of {n} problems)")
+    path = args.config or (shipped_config(args.game) if args.game else None)
+    base = load_config(path, args.overrides)  # to learn the config's policies
+    overrides = [*([f"game.id={args.game}"] if args.game else []), *args.overrides]
+    for pid in base.policies:
+        overrides += [f"policies.{pid}.{key}={value}" for key, value in
+                      (("model", args.model), ("dtype", args.dtype), ("attn_implementation", args.attn_implementation))
+                      if value is not None]
+    cfg = load_config(path, overrides)
+    run_ = build(cfg, learners={})  # games, policies and seats; no learner, nothing trains
+    if not run_.evaluators:
+        raise ConfigError(f"{cfg.game.id} declares no evaluator and the config adds none; add one, e.g. "
+                          f"eval.evaluators.vs_random='{{kind: vs_scripted, opponent: random}}'")
+    table = Table(title=f"cogym eval: {cfg.game.id}" + (f", {args.model}" if args.model else ""))
+    for column in ("evaluator", "metric", "value"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for ev in run_.evaluators:
+        for key, value in evaluate([ev], run_).items():
+            table.add_row(ev.name, key.removeprefix(f"eval/{ev.name}/"), f"{value:.4f}")
+    Console().print(table)
     return 0

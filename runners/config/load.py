@@ -190,10 +190,24 @@ def shared_sampling(tree: dict) -> dict:
     return dict(shared)
 
 
+# eval keys of the first format, when the held-out arithmetic set was every config's evaluator
+MOVED_EVAL = {"heldout": "eval.declared (the game's declared evaluators, heldout among them) or eval.evaluators.heldout=null",
+              **{k: f"eval.evaluators.heldout.{k} (the held-out evaluator the arithmetic games declare)"
+                 for k in ("size", "max_new_tokens", "batch_size", "temperature", "samples")}}
+
+
+def _moved_eval_keys(tree: dict) -> None:
+    ev = tree.get("eval")
+    for key in ev if isinstance(ev, dict) else ():
+        if key in MOVED_EVAL:
+            raise ConfigError(f"eval.{key} is now {MOVED_EVAL[key]}")
+
+
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
     path = default_config_path() if path is None else Path(path)
     tree = load_tree(path, overrides)
+    _moved_eval_keys(tree)
     _drop_null_seats(tree)
     shared = shared_sampling(tree)
     if shared and isinstance(tree.get("policies"), dict):

@@ -96,15 +96,9 @@ class GameConfig:
 
 @dataclass
 class EvalConfig:
-    heldout: bool = True  # greedy solver accuracy on the fixed held-out set, before and after
-    size: int = 500
-    max_new_tokens: int = 8
-    batch_size: int = 500  # prompts per generate call of the held-out evaluation (lower it for a real model)
-    # > 0: also heldout_sampled_acc, the mean accuracy of `samples` answers a problem sampled at this temperature
-    temperature: float = 0.0
-    samples: int = 4
-    # name -> {kind: <evaluator>, ...its fields}: more evaluations (cogym.runners.evaluation.evaluators), e.g.
-    # vs_nash: {kind: vs_scripted, opponent: nash, games: 200}
+    declared: bool = True  # measure the evaluators the game declares (GameSpec.evaluators), before and after
+    # name -> {kind: <evaluator>, ...its fields}, or null: added to the game's, or merged over (or dropping) the
+    # declared one of the same name (cogym.runners.evaluation), e.g. vs_nash: {kind: vs_scripted, opponent: nash}
     evaluators: dict = field(default_factory=dict)
 
 

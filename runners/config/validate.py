@@ -235,11 +235,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.transcripts_every must be >= 0 (0: no transcripts), got {cfg.run.transcripts_every}")
     if cfg.run.transcripts_games < 0:
         raise ConfigError(f"run.transcripts_games must be >= 0 (games kept per iteration), got {cfg.run.transcripts_games}")
-    if cfg.eval.size < 1 or cfg.eval.max_new_tokens < 1 or cfg.eval.batch_size < 1 or cfg.eval.samples < 1:
-        raise ConfigError(f"eval.size, eval.max_new_tokens, eval.batch_size and eval.samples must be >= 1, got "
-                          f"{cfg.eval.size}, {cfg.eval.max_new_tokens}, {cfg.eval.batch_size} and {cfg.eval.samples}")
-    if not (math.isfinite(cfg.eval.temperature) and cfg.eval.temperature >= 0):
-        raise ConfigError(f"eval.temperature must be >= 0 (0: greedy accuracy only), got {cfg.eval.temperature}")
     if cfg.game.num_games < 1:
         raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
     if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:

@@ -76,7 +76,7 @@ TTRL_SHARE = 0.8
 # right far more often than one sample (docs/claims.md). The held-out accuracy is judged as the papers report it,
 # sampled at the training temperature (pass@1: heldout_sampled_acc), and greedy as well; the label-free arm is
 # guarded by SeRL's majority threshold (5 of 8 votes, in the config).
-SAMPLED = Measure("sampled_gain", "held-out pass@1 (accuracy sampled at eval.temperature, eval.samples answers a "
+SAMPLED = Measure("sampled_gain", "held-out pass@1 (accuracy sampled at eval.evaluators.heldout.temperature, .samples answers a "
                   "problem) after training less before", gain("heldout_sampled_acc"))
 
 

@@ -32,6 +32,7 @@ from cogym.runners.config.load import build_section
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config, suggest
 from cogym.runners.config.validate import league_policy
+import cogym.runners.evaluation.shipped  # noqa: F401  (registers the shipped evaluator kinds)
 from cogym.runners.evaluation.evaluators import evaluators_of
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.train.league import League
@@ -308,7 +309,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     _check_groups(cfg, game, assignment)
     _warn_mixed_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
-    evaluators = [] if rollout_only else evaluators_of(cfg, build_section)  # after game.modules: they may register kinds
+    evaluators = [] if rollout_only else evaluators_of(cfg, game.spec, build_section)  # after game.modules: they may register kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share

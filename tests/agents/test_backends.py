@@ -76,7 +76,7 @@ def test_turns_record_the_weight_version_that_generated_them(tmp_path, monkeypat
         return update(self, turns)
 
     monkeypatch.setattr(Learner, "update", spy)
-    cfg = load_config(DEFAULT, ["run.iterations=3", "run.checkpoint_every=0", "eval.heldout=false", "run.plot=false",
+    cfg = load_config(DEFAULT, ["run.iterations=3", "run.checkpoint_every=0", "eval.declared=false", "run.plot=false",
                                 "run.tensorboard=false", "game.num_games=4", f"game.granularity={granularity}",
                                 "learners.solver.engine=torch", "learners.proposer.engine=torch",
                                 f"run.out_dir={tmp_path}"])
@@ -91,7 +91,7 @@ def test_a_resumed_run_generates_with_the_checkpoints_version(tmp_path, monkeypa
     from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
-    base = ["run.checkpoint_every=2", "eval.heldout=false", "run.plot=false", "run.tensorboard=false",
+    base = ["run.checkpoint_every=2", "eval.declared=false", "run.plot=false", "run.tensorboard=false",
             "game.num_games=4", "learners.solver.engine=torch", "learners.proposer.engine=torch"]
     run = tmp_path / "run"
     train(load_config(DEFAULT, base + ["run.iterations=2"]), run_path=run, progress=False)

@@ -158,7 +158,7 @@ def test_missing_peft_names_the_install_command(monkeypatch, tiny_model_dir):
 # ------------------------------------------------------------------ config, build, train, resume
 def _overrides(*extra: str) -> list[str]:
     return ["policies.proposer.lora.r=4", "policies.solver.lora.r=4", "learners.solver.engine=torch",
-            "learners.proposer.engine=torch", "game.num_games=2", "game.kwargs.num_solvers=4", "eval.heldout=false",
+            "learners.proposer.engine=torch", "game.num_games=2", "game.kwargs.num_solvers=4", "eval.declared=false",
             "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=1", *extra]
 
 

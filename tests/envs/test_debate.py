@@ -536,7 +536,7 @@ def test_config_seats_the_judge_as_scripted_trainable_or_frozen(tiny_model_dir: 
     from cogym.runners.rollout.turns import rollout
 
     tree = yaml.safe_load(CONFIG.read_text())
-    assert tree["game"]["id"] == "debate-v0" and tree["eval"]["heldout"] is False
+    assert tree["game"]["id"] == "debate-v0" and tree["eval"]["declared"] is False
     overrides = {"scripted": ["seats.judge=scripted:oracle"], "trainable": ["seats.judge=judge", "learners.judge.algorithm=reinforce_pp"],
                  "frozen": ["seats.judge=judge", "learners.judge.algorithm=frozen"]}[judge]
     run = build(_config(tiny_model_dir, *overrides))

@@ -93,7 +93,7 @@ def _cfg(model_dir: Path, out: Path, iterations: int):
                               "seats.proposer=scripted:random", "learners.solver.algorithm=ppo",
                               "learners.solver.engine=torch", "learners.solver.critic_lr=1e-2", "game.num_games=2",
                               "game.kwargs.num_solvers=2", "policies.solver.sampling.max_new_tokens=4",
-                              "eval.heldout=false", "run.tensorboard=false", "run.plot=false",
+                              "eval.declared=false", "run.tensorboard=false", "run.plot=false",
                               f"run.iterations={iterations}", "run.checkpoint_every=1", f"run.out_dir={out}"])
 
 

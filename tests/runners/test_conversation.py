@@ -241,7 +241,7 @@ def test_training_reports_zero_context_drift_on_a_conversation_game(tiny_model_d
         "seats": {"talker": "talker"},
         "policies": {"talker": {"model": str(tiny_model_dir), "sampling": {"max_new_tokens": 6}}},
         "learners": {"talker": {"algorithm": "grpo", "engine": "torch"}},
-        "eval": {"heldout": False}}))
+        "eval": {"declared": False}}))
     train(load_config(tmp_path / "conv.yaml"), run_path=tmp_path / "run", progress=False)
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
               if "rollout_s" in line]

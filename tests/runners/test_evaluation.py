@@ -13,7 +13,10 @@ from cogym.core.errors import CogymError
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
-from cogym.runners.evaluation.evaluators import EVALUATORS, KuhnExploitability, VsScripted, evaluate, register_evaluator
+from cogym.envs import make
+from cogym.runners.evaluation.arithmetic import HeldoutArithmetic
+from cogym.runners.evaluation.evaluators import EVALUATORS, VsScripted, evaluate, evaluators_of, register_evaluator
+from cogym.runners.evaluation.kuhn import KuhnExploitability
 from cogym.runners.train.loop import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
@@ -94,7 +97,8 @@ def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
 
     register_evaluator("test_constant")(Constant)
     try:
-        run = build(load_config(KUHN, _kuhn(tiny_model_dir, ["eval.evaluators={c: {kind: test_constant, value: 0.25}}"])))
+        run = build(load_config(KUHN, _kuhn(tiny_model_dir, ["eval.declared=false",
+                                                             "eval.evaluators={c: {kind: test_constant, value: 0.25}}"])))
         assert evaluate(run.evaluators, run) == {"eval/c/value": 0.25}
         with pytest.raises(ConfigError, match="already registered"):
             register_evaluator("test_constant")(type("Other", (), {}))
@@ -104,7 +108,7 @@ def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
 
 def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluation.heldout import heldout_accuracy
+    from cogym.runners.evaluation.arithmetic import heldout_accuracy
 
     records = load_heldout()[:23]
     whole = heldout_accuracy(policy, records, "", batch_size=500)
@@ -120,13 +124,12 @@ def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch
 
 def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
     from cogym.runners.train.build import build_section
-    from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
-    cfg = load_config(None, ["eval.batch_size=16"])
-    (heldout,) = [e for e in evaluators_of(cfg, build_section) if isinstance(e, HeldoutArithmetic)]
+    cfg = load_config(None, ["eval.evaluators.heldout.batch_size=16"])
+    (heldout,) = [e for e in evaluators_of(cfg, make(cfg.game.id).spec, build_section) if isinstance(e, HeldoutArithmetic)]
     assert heldout.batch_size == 16
-    with pytest.raises(ConfigError, match="eval.batch_size must be >= 1|batch_size"):
-        load_config(None, ["eval.batch_size=0"])
+    with pytest.raises(ConfigError, match="eval.evaluators.heldout: batch_size=0: must be >= 1"):
+        build(load_config(None, ["eval.evaluators.heldout.batch_size=0"]))
     with pytest.raises(ValueError, match="batch_size=0: must be >= 1"):
         HeldoutArithmetic(batch_size=0)
 
@@ -170,12 +173,11 @@ def test_kuhn_exploitability_averages_the_last_evaluations_when_asked(monkeypatc
 @pytest.mark.parametrize("style", ["letters", "digits"])
 def test_kuhn_exploitability_prompts_each_seat_with_the_games_own_text(tiny_model_dir: Path, monkeypatch,
                                                                         style: str) -> None:
-    import cogym.agents.reply_probs as reply_probs
-    from cogym.envs import make
+    import cogym.runners.evaluation.kuhn as kuhn_evaluator
 
     seen = []
-    real = reply_probs.reply_distributions
-    monkeypatch.setattr(reply_probs, "reply_distributions", lambda policy, prompts, *a, **k: seen.append(
+    real = kuhn_evaluator.reply_distributions
+    monkeypatch.setattr(kuhn_evaluator, "reply_distributions", lambda policy, prompts, *a, **k: seen.append(
         [policy.tokenizer.decode(p) for p in prompts]) or real(policy, prompts, *a, **k))
     run = build(load_config(KUHN, _kuhn(tiny_model_dir, [f"game.kwargs.card_style={style}"])))
     next(e for e in run.evaluators if isinstance(e, KuhnExploitability)).evaluate(run)
@@ -211,7 +213,7 @@ TTRL = str(Path(KUHN).with_name("ttrl.yaml"))
 
 def _difficulty_run(config: str, model: Path, extra: list[str] = ()):
     models = [f"policies.solver.model={model}"] + ([f"policies.proposer.model={model}"] if config == PS else [])
-    cfg = load_config(config, [*models, "eval.heldout=false", "eval.evaluators.d.kind=proposal_difficulty",
+    cfg = load_config(config, [*models, "eval.declared=false", "eval.evaluators.d.kind=proposal_difficulty",
                                "eval.evaluators.d.games=6", "eval.evaluators.d.samples=3", *extra])
     run = build(cfg)
     (ev,) = run.evaluators
@@ -272,7 +274,7 @@ def test_proposal_difficulty_is_checked_when_the_config_loads(tiny_model_dir: Pa
 
 def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluation.heldout import heldout_accuracy
+    from cogym.runners.evaluation.arithmetic import heldout_accuracy
 
     records = load_heldout()[:5]
     seen: list = []
@@ -293,10 +295,10 @@ def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(po
 
 def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
     from cogym.runners.train.build import build_section
-    from cogym.runners.evaluation.evaluators import HeldoutArithmetic, evaluators_of
 
-    (greedy,) = [e for e in evaluators_of(load_config(None, []), build_section) if isinstance(e, HeldoutArithmetic)]
-    (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.temperature=0.7", "eval.samples=2", "eval.size=6"]),
+    (greedy,) = [e for e in evaluators_of(load_config(None, []), make("proposer_solver-v0").spec, build_section) if isinstance(e, HeldoutArithmetic)]
+    (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.evaluators.heldout.temperature=0.7", "eval.evaluators.heldout.samples=2",
+                                                            "eval.evaluators.heldout.size=6"]), make("proposer_solver-v0").spec,
                                            build_section) if isinstance(e, HeldoutArithmetic)]
     assert (greedy.temperature, sampled.temperature, sampled.samples) == (0.0, 0.7, 2)
     run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
@@ -311,8 +313,9 @@ def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch)
     assert torch.equal(torch.rand(2), expected_next)  # the caller's stream continues as if nothing ran
     assert set(out) == {"heldout_acc", "heldout_sampled_acc"} and 0.0 <= out["heldout_sampled_acc"] <= 1.0
     assert sampled.evaluate(run) == out  # a fixed sampling stream: before and after compare like with like
-    for bad, message in [("eval.temperature=-0.5", "eval.temperature must be >= 0"), ("eval.samples=0", "and 0$")]:
+    for bad, message in [("eval.evaluators.heldout.temperature=-0.5", r"eval.evaluators.heldout: temperature=-0.5: must be >= 0"),
+                         ("eval.evaluators.heldout.samples=0", "eval.evaluators.heldout: samples=0: must be >= 1")]:
         with pytest.raises(ConfigError, match=message):
-            load_config(None, [bad])
+            evaluators_of(load_config(None, [bad]), make("proposer_solver-v0").spec, build_section)
     with pytest.raises(ValueError, match="temperature=nan"):
         HeldoutArithmetic(temperature=float("nan"))

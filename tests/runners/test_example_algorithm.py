@@ -45,7 +45,7 @@ def test_median_baseline_by_hand(private_registry):
 def test_cogym_train_trains_the_example_algorithm(private_registry, tmp_path, capsys):
     run_dir = tmp_path / "run"
     code = main(["train", str(CONFIG), "--run-dir", str(run_dir), "run.iterations=3", "run.checkpoint_every=3",
-                 "run.tensorboard=false", "run.plot=false", "eval.heldout=false", "game.num_games=4"])
+                 "run.tensorboard=false", "run.plot=false", "eval.declared=false", "game.num_games=4"])
     assert code == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     trained = [r for r in rows if "solver/median_singleton_groups" in r]

@@ -123,7 +123,7 @@ def _config(tmp_path, model_dir, **game) -> object:
         "seats": {"talker": "talker"},
         "policies": {"talker": {"model": str(model_dir), "sampling": {"max_new_tokens": 5}}},
         "learners": {"talker": {"algorithm": "grpo", "engine": "torch"}},
-        "eval": {"heldout": False}}))
+        "eval": {"declared": False}}))
     return path
 
 

@@ -44,7 +44,7 @@ def test_mixed_groups_are_counted_and_grouping_by_prompt_unmixes_them() -> None:
 def _overrides(model_dir, *extra: str) -> list[str]:
     return [f"policies.solver.model={model_dir}", "seats.proposer=scripted:random", "learners.solver.engine=torch",
             "game.num_games=4", "game.group_size=2", "game.kwargs.num_solvers=2", "run.iterations=1",
-            "run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false", "eval.heldout=false", *extra]
+            "run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false", "eval.declared=false", *extra]
 
 
 def test_a_seed_grouped_role_whose_prompts_depend_on_play_is_warned_about(tiny_model_dir) -> None:

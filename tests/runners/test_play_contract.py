@@ -57,7 +57,7 @@ def _config(tmp_path: Path, fault: str) -> Path:
            "seats": {"player": "pl"},
            "policies": {"pl": {"model": "tiny", "sampling": {"temperature": 1.0, "max_new_tokens": 2}}},
            "learners": {"pl": {"algorithm": "reinforce_pp", "engine": "torch", "lr": 1e-4}},
-           "prompts": {"player": {"system": "Say."}}, "eval": {"heldout": False}}
+           "prompts": {"player": {"system": "Say."}}, "eval": {"declared": False}}
     path = tmp_path / "fz.yaml"
     path.write_text(yaml.safe_dump(cfg))
     (tmp_path / GAME_FILE.name).write_text(GAME_FILE.read_text())  # the user's module, next to the config

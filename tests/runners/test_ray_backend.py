@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 # The default config (proposer and 8 solvers, GRPO), shrunk: 8 games an iteration, 3 iterations.
 SMALL = ["run.iterations=3", "game.num_games=8", "run.eval_every=0", "run.checkpoint_every=0",
-         "run.tensorboard=false", "run.plot=false", "eval.heldout=false", "learners.solver.engine=torch",
+         "run.tensorboard=false", "run.plot=false", "eval.declared=false", "learners.solver.engine=torch",
          "learners.proposer.engine=torch"]
 # Wall-clock figures (rollout_s, update_s, iteration_s, tokens_per_s, ...) and the Ray-only bookkeeping
 # (ray/*) differ between backends; everything else must not.
@@ -99,7 +99,7 @@ def test_a_token_level_game_on_two_workers_plays_the_same_games(local_cluster, t
     rollout/fed_tokens counts more, and prefill batches differ, so log-probs (and the losses built on
     them) agree to float rounding rather than bitwise."""
     path = Path(str(resources.files("cogym.configs").joinpath("interruptible_verifier.yaml")))
-    quiet = ["run.iterations=2", "game.num_games=8", "eval.heldout=false", "run.checkpoint_every=0", "run.plot=false",
+    quiet = ["run.iterations=2", "game.num_games=8", "eval.declared=false", "run.checkpoint_every=0", "run.plot=false",
              "run.tensorboard=false", "learners.solver.engine=torch", f"run.out_dir={tmp_path}"]
     rows = {}
     for name, extra in (("local", []), ("ray", ["run.backend=ray"])):
@@ -246,7 +246,7 @@ ONE_THREAD = ["run.threads=1", "ray.num_cpus=0.5", "ray.learner_num_cpus=0.5"]
 def one_thread_reference(tmp_path_factory) -> list[dict]:
     """SMALL with one thread, the held-out evaluation every 2 iterations, in-process learners."""
     out = tmp_path_factory.mktemp("one_thread")
-    train(_cfg(out, "run.threads=1", "eval.heldout=true", "run.eval_every=2"), out / "run", progress=False)
+    train(_cfg(out, "run.threads=1", "eval.declared=true", "run.eval_every=2"), out / "run", progress=False)
     return _rows(out / "run")
 
 
@@ -271,7 +271,7 @@ def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cl
             raise KeyboardInterrupt  # as a kill would, mid-run
         return submit(self, *args, **kwargs)
 
-    cfg = _cfg(tmp_path, "run.backend=ray", f"ray.learners={where}", "eval.heldout=true", "run.eval_every=2",
+    cfg = _cfg(tmp_path, "run.backend=ray", f"ray.learners={where}", "eval.declared=true", "run.eval_every=2",
                "run.checkpoint_every=1", *ONE_THREAD)
     monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_3)
     with pytest.raises(KeyboardInterrupt):

@@ -18,7 +18,7 @@ CLAIMS = ["kuhn_nash", "ttrl", "reward_hacking", "azr_curriculum", "prime_dense"
 # one iteration per arm, smaller evaluations: what is tested is that every arm runs and every measure is read
 QUICK = ["run.iterations=1", "run.eval_every=0"]
 SMALL_EVAL = {"kuhn_nash": [], "reward_hacking": ["eval.evaluators.heldout.size=50"], "prime_dense": ["eval.evaluators.heldout.size=50"],
-              "azr_curriculum": ["eval.size=50", "eval.evaluators.difficulty.games=4", "eval.evaluators.difficulty.samples=2"]}
+              "azr_curriculum": ["eval.evaluators.heldout.size=50", "eval.evaluators.difficulty.games=4", "eval.evaluators.difficulty.samples=2"]}
 
 
 def test_the_seven_claims_are_listed(capsys: pytest.CaptureFixture) -> None:
@@ -32,7 +32,7 @@ def test_the_seven_claims_are_listed(capsys: pytest.CaptureFixture) -> None:
 @pytest.mark.parametrize("name", CLAIMS)
 def test_every_claim_runs_one_iteration_per_arm(name: str, tmp_path: Path) -> None:
     claim = claim_named(name)
-    extra = [*QUICK, *SMALL_EVAL.get(name, ["eval.size=50"] if name != "debate_truth" else [])]
+    extra = [*QUICK, *SMALL_EVAL.get(name, ["eval.evaluators.heldout.size=50"] if name != "debate_truth" else [])]
     results = reproduce(claim, 1, tmp_path, extra)
     assert set(results.values) == {a.name for a in claim.arms}
     for arm in claim.arms:

@@ -15,7 +15,7 @@ def _cfg(model_dir, *extra: str):
     return load_config(None, [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
                               "learners.proposer.engine=torch", "learners.solver.engine=torch", "game.num_games=3",
                               "game.kwargs.num_solvers=2", "run.tensorboard=false", "run.plot=false",
-                              "eval.heldout=false", *extra])
+                              "eval.declared=false", *extra])
 
 
 def test_build_instantiates_the_config(tiny_model_dir):

@@ -164,69 +164,6 @@ def test_train_resume_without_run_dir(capsys, tmp_path):
     assert "config.yaml" in line and str(tmp_path / "nothing") in line
 
 
-def test_eval_missing_model_exits_2(capsys, tmp_path):
-    assert main(["eval", "--model", str(tmp_path / "missing")]) == 2
-    line = _one_line_error(capsys.readouterr().err)
-    assert line.startswith("cogym eval: error:") and str(tmp_path / "missing") in line
-
-
-def test_eval_runs_on_a_model_dir(capsys, tiny_model_dir):
-    assert main(["eval", "--model", str(tiny_model_dir), "--size", "7"]) == 0
-    out = capsys.readouterr().out
-    assert "held-out greedy accuracy" in out and "on 7 problems" in out
-
-
-def test_eval_takes_a_batch_size(capsys, tiny_model_dir, monkeypatch):
-    from cogym.agents.policy import Policy
-
-    calls: list[int] = []
-    generate = Policy.generate
-    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: calls.append(len(prompts)) or generate(self, prompts, sampling))
-    assert main(["eval", "--model", str(tiny_model_dir), "--size", "7", "--batch-size", "3"]) == 0
-    assert calls == [3, 3, 1]
-    with pytest.raises(SystemExit):
-        main(["eval", "--batch-size", "0"])
-
-
-def test_eval_reads_answers_as_long_as_the_config_or_the_flag_says(capsys, monkeypatch):
-    """tiny-reasoner writes out its working: read at the shipped 8 tokens it answers almost nothing."""
-    from cogym.agents.policy import Policy
-
-    lengths: list[int] = []
-    generate = Policy.generate
-    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: lengths.append(sampling.max_new_tokens)
-                        or generate(self, prompts, sampling))
-    reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
-
-    def accuracy(argv: list[str]) -> float:
-        assert main(["eval", "--model", "tiny-reasoner", "--size", "50", *argv]) == 0
-        return float(capsys.readouterr().out.split(": ")[1].split()[0])
-
-    short = accuracy([])
-    from_config = accuracy(["--config", reasoner])
-    from_flag = accuracy(["--max-new-tokens", "32"])
-    assert lengths == [8, 32, 32, 32]  # the config's also asks for pass@1 (eval.temperature 1), read as long
-    assert from_config == from_flag > short + 0.1  # 0.74 against 0.10 on these 50
-    with pytest.raises(SystemExit):
-        main(["eval", "--max-new-tokens", "0"])
-
-
-def test_eval_takes_a_dtype_and_an_attention_kernel(capsys, tiny_model_dir, monkeypatch):
-    import torch
-
-    from cogym.agents.policy import Policy
-
-    seen: list = []
-    generate = Policy.generate
-    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: seen.append(
-        (self.model.dtype, self.model.config._attn_implementation)) or generate(self, prompts, sampling))
-    assert main(["eval", "--model", str(tiny_model_dir), "--size", "3", "--dtype", "bf16",
-                 "--attn-implementation", "eager"]) == 0
-    assert seen == [(torch.bfloat16, "eager")]
-    assert main(["eval", "--model", str(tiny_model_dir), "--size", "3", "--attn-implementation", "spda"]) == 2
-    assert "spda" in _one_line_error(capsys.readouterr().err)
-
-
 def test_summary_shows_the_reward_of_every_role(capsys, monkeypatch):
     from cogym.runners.cli.train import print_summary
 
@@ -321,46 +258,6 @@ def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch) -> None
     monkeypatch.setattr(games_command, "run", broken)
     with pytest.raises(BrokenPipeError, match="worker"):
         cli.main(["games"])
-
-
-def test_eval_adds_pass_at_1_at_a_temperature(capsys, monkeypatch):
-    from cogym.agents.policy import Policy
-
-    calls: list[tuple[int, float]] = []
-    generate = Policy.generate
-    monkeypatch.setattr(Policy, "generate", lambda self, prompts, sampling: calls.append((len(prompts), sampling.temperature))
-                        or generate(self, prompts, sampling))
-    assert main(["eval", "--size", "5", "--temperature", "0.8", "--samples", "3"]) == 0
-    out = capsys.readouterr().out
-    assert "held-out greedy accuracy of tiny" in out and "pass@1 of tiny at temperature 0.8" in out
-    assert "3 samples of each of 5 problems" in out
-    assert calls == [(5, 0.0), (15, 0.8)]
-    calls.clear()
-    assert main(["eval", "--size", "5"]) == 0
-    assert "pass@1" not in capsys.readouterr().out and calls == [(5, 0.0)]
-    calls.clear()  # a config's eval.temperature and eval.samples are the defaults
-    reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
-    assert main(["eval", "--size", "5", "--config", reasoner]) == 0
-    assert "at temperature 1: " in capsys.readouterr().out and calls == [(5, 0.0), (20, 1.0)]
-    with pytest.raises(SystemExit):
-        main(["eval", "--temperature", "-0.1"])
-    assert "must be a number >= 0" in capsys.readouterr().err
-
-
-def test_eval_reproduces_the_training_evaluators_pass_at_1(capsys):
-    """`cogym eval --config` draws as the run's held-out evaluator does: the same heldout_sampled_acc."""
-    from cogym.agents.policy import Policy
-    from cogym.runners.config.load import load_config
-    from cogym.runners.evaluation.evaluators import HeldoutArithmetic
-
-    reasoner = str(Path(__file__).resolve().parents[2] / "configs" / "ttrl_reasoner.yaml")
-    assert main(["eval", "--model", "tiny-reasoner", "--size", "12", "--config", reasoner]) == 0
-    printed = float(capsys.readouterr().out.split("pass@1 of tiny-reasoner at temperature 1: ")[1].split()[0])
-    policy = Policy.from_pretrained("tiny-reasoner", device="cpu")
-    run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
-                           "cfg": load_config(reasoner)})()
-    logged = HeldoutArithmetic(size=12, max_new_tokens=32, temperature=1.0, samples=4).evaluate(run)["heldout_sampled_acc"]
-    assert printed == round(logged, 3)
 
 
 def test_summary_and_learning_curve_show_the_sampled_heldout_accuracy(capsys, monkeypatch, tmp_path):

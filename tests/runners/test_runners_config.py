@@ -267,8 +267,6 @@ def test_scripted_seat_is_accepted():
 
 
 @pytest.mark.parametrize("override", [
-    "eval.size=-5",  # load_heldout()[:-5] silently evaluates 495 problems
-    "eval.max_new_tokens=0",  # SamplingParams raises only when the held-out eval runs
     "run.eval_every=-1",  # it % -1 == 0: evaluates at every iteration
     "policies.solver.sampling.top_p=0",  # SamplingParams raises only in build()
 ])
@@ -295,3 +293,21 @@ def test_a_null_seat_goes_with_its_prompt_and_the_policy_nobody_plays(tmp_path) 
     cfg = load_config(shared, ["seats.proposer=null"])
     assert cfg.seats == {"solver": "both"} and set(cfg.policies) == {"both"} and set(cfg.learners) == {"both"}
     assert set(cfg.prompts) == {"solver"}
+
+
+@pytest.mark.parametrize("override", [
+    "eval.evaluators.heldout.size=-5",  # load_heldout()[:-5] would silently evaluate 495 problems
+    "eval.evaluators.heldout.max_new_tokens=0",  # SamplingParams would raise only when the held-out eval runs
+])
+def test_a_declared_evaluators_bad_setting_fails_when_the_run_is_built_before_any_model_loads(override, monkeypatch):
+    """The game declares the evaluator, so its settings are checked with the game: when the run is built,
+    before a model is loaded."""
+    from cogym.agents.policy import Policy
+    from cogym.runners.train.build import build
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad setting was refused")
+
+    monkeypatch.setattr(Policy, "from_pretrained", no_load)
+    with pytest.raises(ConfigError, match="eval.evaluators.heldout"):
+        build(load_config(None, [override]))

@@ -40,7 +40,7 @@ def test_config_trains_one_iteration(name: str, tmp_path: Path) -> None:
     path = Path(str(resources.files("cogym.configs").joinpath(name)))
     tree = yaml.safe_load(path.read_text())
     overrides = ["run.iterations=1", "run.checkpoint_every=1", "run.eval_every=0", "run.tensorboard=false",
-                 "eval.heldout=false", "game.num_games=16", f"run.out_dir={tmp_path}"]
+                 "eval.declared=false", "game.num_games=16", f"run.out_dir={tmp_path}"]
     # The shipped models (the embedded tiny model), not a random one: a random-init model is wrong on every
     # problem and a random frozen judge never names a debater, so every advantage would be 0.
     for pid in tree.get("learners", {}):

@@ -154,7 +154,7 @@ def _config(tmp_path: Path, model: Path, algorithm: str, iterations: int = ITERA
         "learners": {"player": {"algorithm": algorithm, "engine": "torch", "lr": LR, "critic_lr": LR,
                                 **ALGORITHMS.get(algorithm, {})}},
         "prompts": {"player": {"system": ""}},
-        "eval": {"heldout": False},
+        "eval": {"declared": False},
     }
     path = tmp_path / f"identity-{algorithm}.yaml"
     path.write_text(yaml.safe_dump(tree))

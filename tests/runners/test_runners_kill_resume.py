@@ -28,7 +28,7 @@ def _overrides(model_dir: Path) -> list[str]:
     return [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
             "seats.proposer=scripted:random", "learners.solver.engine=deepspeed", "learners.solver.zero_stage=1",
             "learners.solver.lr=1e-3", "game.num_games=2", "game.kwargs.num_solvers=2",
-            "policies.solver.sampling.max_new_tokens=4", "eval.heldout=false", "run.tensorboard=false", "run.plot=false",
+            "policies.solver.sampling.max_new_tokens=4", "eval.declared=false", "run.tensorboard=false", "run.plot=false",
             f"run.iterations={ITERATIONS}", "run.checkpoint_every=2", "run.seed=3"]
 
 

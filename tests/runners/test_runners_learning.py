@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 def test_grpo_raises_heldout_accuracy_of_the_tiny_model(tmp_path):
     cfg = load_config(None, [
         "seats.proposer=scripted:random", "run.iterations=40", "run.checkpoint_every=0", "run.eval_every=0",
-        "run.tensorboard=false", "run.plot=false", "eval.size=200", "learners.solver.engine=torch",
+        "run.tensorboard=false", "run.plot=false", "eval.evaluators.heldout.size=200", "learners.solver.engine=torch",
         "learners.solver.lr=5e-5",
     ])
     summary = train(cfg, run_path=tmp_path / "run", progress=False)

@@ -17,7 +17,7 @@ from cogym.runners.train.loop import train
 def _cfg(model_dir, extra=()):
     return load_config(None, [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
                               "learners.solver.engine=torch", "learners.proposer.engine=torch",
-                              "game.num_games=2", "game.kwargs.num_solvers=2", "eval.size=10",
+                              "game.num_games=2", "game.kwargs.num_solvers=2", "eval.evaluators.heldout.size=10",
                               "run.tensorboard=false", "run.plot=false", *extra])
 
 

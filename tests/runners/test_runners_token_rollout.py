@@ -126,7 +126,7 @@ def _token_config(tmp_path: Path, model: Path, extra: list[str] | None = None):
         "game.kwargs={num_solvers: 2, partial_credit: 0.5}", "seats={solver: solver}",
         f"policies={{solver: {{model: {model}, sampling: {{max_new_tokens: 5}}}}}}",
         "learners={solver: {algorithm: grpo, engine: torch, lr: 1.0e-3}}", "prompts={solver: {system: Solve.}}",
-        "run.iterations=2", "run.checkpoint_every=0", "run.tensorboard=false", f"run.out_dir={tmp_path}", "eval.heldout=false",
+        "run.iterations=2", "run.checkpoint_every=0", "run.tensorboard=false", f"run.out_dir={tmp_path}", "eval.declared=false",
         *(extra or [])])
 
 

@@ -21,7 +21,7 @@ from cogym.runners.train.metrics import rollout_metrics
 def _overrides(model_dir, iterations: int = 2, engine: str = "torch", extra: list[str] | None = None) -> list[str]:
     return [f"policies.proposer.model={model_dir}", f"policies.solver.model={model_dir}",
             f"learners.solver.engine={engine}", f"learners.proposer.engine={engine}",
-            f"run.iterations={iterations}", "game.num_games=2", "game.kwargs.num_solvers=2", "eval.size=20",
+            f"run.iterations={iterations}", "game.num_games=2", "game.kwargs.num_solvers=2", "eval.evaluators.heldout.size=20",
             *(extra or [])]
 
 
@@ -189,7 +189,7 @@ def test_iteration_seeds_are_a_pure_function():
 def test_no_checkpoint_when_disabled(tmp_path, tiny_model_dir):
     cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
                                        extra=["run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false",
-                                              "eval.heldout=false"]))
+                                              "eval.declared=false"]))
     summary = train(cfg, run_path=tmp_path / "r", progress=False)
     assert not (tmp_path / "r" / "checkpoints").exists()
     assert not (tmp_path / "r" / "tb").exists() and not (tmp_path / "r" / "learning_curve.png").exists()
@@ -210,7 +210,7 @@ def test_dataset_recipe_trains_the_solver_only(tmp_path, tiny_model_dir):
         "policies": {"solver": {"model": str(tiny_model_dir), "sampling": {"max_new_tokens": 4}}},
         "learners": {"solver": {"algorithm": "rloo", "engine": "torch", "lr": 1e-3}},
         "prompts": {"solver": {"system": "Solve."}},
-        "eval": {"size": 10},
+        "eval": {"evaluators": {"heldout": {"size": 10}}},
     }))
     summary = train(load_config(cfg_file), run_path=tmp_path / "r", progress=False)
     (row,) = _iteration_rows(tmp_path / "r")
@@ -233,13 +233,13 @@ def test_summary_names_the_deepspeed_engine(tmp_path, tiny_model_dir, monkeypatc
 def test_mixed_engines_are_all_named(tmp_path, tiny_model_dir):
     cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
                                        extra=["learners.proposer.algorithm=frozen", "run.tensorboard=false",
-                                              "run.plot=false", "run.checkpoint_every=0", "eval.heldout=false"]))
+                                              "run.plot=false", "run.checkpoint_every=0", "eval.declared=false"]))
     summary = train(cfg, run_path=tmp_path / "r", progress=False)
     assert summary["engines"] == ["torch"]  # the frozen proposer has no engine
     cfg = load_config(None, _overrides(tiny_model_dir, iterations=1,
                                        extra=["learners.proposer.algorithm=frozen", "learners.solver.algorithm=frozen",
                                               "run.tensorboard=false", "run.plot=false", "run.checkpoint_every=0",
-                                              "eval.heldout=false"]))
+                                              "eval.declared=false"]))
     assert train(cfg, run_path=tmp_path / "r2", progress=False)["engines"] == ["none (all frozen)"]
 
 
