@@ -5,26 +5,26 @@ playing seats), ``ScriptedAgent`` (a fixed strategy), and the types they exchang
     from cogym.agents import LLMAgent, Policy, SamplingParams
     agent = LLMAgent(Policy.from_pretrained("tiny"), SamplingParams(max_new_tokens=8))
 
-Names are imported on first use, so ``import cogym.agents.types`` (which the games' rollout code
-uses) does not load torch or transformers.
+Names are imported on first use, so ``import cogym.agents`` does not load torch or transformers.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cogym.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "Policy": "policy", "SamplingParams": "policy", "Generation": "policy", "tiny_model_path": "policy",
-    "resolve_model_dir": "policy", "load_causal_lm": "policy",
+    "Policy": "policy", "SamplingParams": "cogym.core.types", "Generation": "cogym.core.types",
+    "tiny_model_path": "loading", "resolve_model_dir": "loading", "load_causal_lm": "loading",
     "LLMAgent": "llm",
     "ScriptedAgent": "scripted",
-    "Agent": "types", "Request": "types", "Action": "types", "Turn": "types", "Token": "types", "Message": "types",
-    "TokenStreaming": "types",
+    "Agent": "cogym.core.types", "Request": "cogym.core.types", "Action": "cogym.core.types", "Turn": "cogym.core.types",
+    "Token": "cogym.core.types", "Message": "cogym.core.types", "TokenStreaming": "cogym.core.types",
     "Conversation": "conversation",
     "GenerationBackend": "backends", "HFBackend": "backends",
     "PolicyStreams": "streaming", "TextStreams": "text_streams",
-    "LoraConfig": "lora", "LoraBase": "lora",
+    "LoraConfig": "lora", "LoraBase": "policy",
     "ModelLoadError": "errors",
     "derive_key": "sampling",
 }
@@ -35,28 +35,21 @@ __all__ = ["Action", "Agent", "Conversation", "derive_key", "Generation", "Gener
            "tiny_model_path", "Token", "TokenStreaming", "Turn"]  # every name of _EXPORTS
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above load on first use
-    from .backends import GenerationBackend, HFBackend
-    from .conversation import Conversation
-    from .errors import ModelLoadError
-    from .llm import LLMAgent
-    from .lora import LoraBase, LoraConfig
-    from .policy import Generation, Policy, SamplingParams, load_causal_lm, resolve_model_dir, tiny_model_path
-    from .sampling import derive_key
-    from .scripted import ScriptedAgent
-    from .streaming import PolicyStreams
-    from .text_streams import TextStreams
-    from .types import Action, Agent, Message, Request, Token, TokenStreaming, Turn
+    from cogym.agents.backends import GenerationBackend, HFBackend
+    from cogym.agents.conversation import Conversation
+    from cogym.agents.errors import ModelLoadError
+    from cogym.agents.llm import LLMAgent
+    from cogym.agents.lora import LoraConfig
+    from cogym.agents.policy import LoraBase
+    from cogym.agents.loading import load_causal_lm, resolve_model_dir, tiny_model_path
+    from cogym.agents.policy import Policy
+    from cogym.core.types import Generation, SamplingParams
+    from cogym.agents.sampling import derive_key
+    from cogym.agents.scripted import ScriptedAgent
+    from cogym.agents.streaming import PolicyStreams
+    from cogym.agents.text_streams import TextStreams
+    from cogym.core.types import Action, Agent, Message, Request, Token, TokenStreaming, Turn

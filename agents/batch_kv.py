@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .cascade import CascadePlan
+from cogym.agents.cascade import CascadePlan
 
 MIN_SAVED = 2048  # slot reads (rows x slots, per layer) a cascade step must save to be worth its extra ops
 

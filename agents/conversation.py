@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .types import Request, Turn
+from cogym.core.types import Request, Turn
 
 @dataclass
 class Conversation:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Callable, Hashable, Sequence
 
-from .policy import Policy, SamplingParams
-from .streaming import PolicyStreams
-from .types import Action, Message, Request, Token
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.agents.streaming import PolicyStreams
+from cogym.core.types import Action, Message, Request, Token
 
 
 class LLMAgent:
     """Renders each request with the policy's chat template and generates the batch in one call.
 
-    At token level (:class:`~cogym.agents.types.TokenStreaming`) it writes every open message in one
+    At token level (:class:`~cogym.core.types.TokenStreaming`) it writes every open message in one
     batched forward per step (:class:`~cogym.agents.streaming.PolicyStreams`); ``max_batch`` caps the
     messages of one forward (0: no cap; 1: one at a time).
     """

@@ -21,7 +21,7 @@ directory as base + adapter. peft is optional: ``pip install peft`` (or ``cogym[
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from .embedded import EMBEDDED_MODELS
-from .errors import ModelLoadError
+from cogym.agents.embedded import EMBEDDED_MODELS
+from cogym.agents.errors import ModelLoadError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -92,8 +92,6 @@ def is_adapter_dir(path: str | Path) -> bool:
 
 def adapter_base(path: str | Path) -> str:
     """The base model an adapter directory was trained on (``base_model_name_or_path``)."""
-    import json
-
     cfg = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
     base = cfg.get("base_model_name_or_path")
     if not base:
@@ -102,7 +100,7 @@ def adapter_base(path: str | Path) -> str:
     return str(base)
 
 
-def _adapter_param_pattern() -> re.Pattern:
+def adapter_param_pattern() -> re.Pattern:
     from peft.tuners.lora import LoraLayer
 
     names = "|".join(re.escape(n) for n in LoraLayer.adapter_layer_names)
@@ -134,7 +132,7 @@ class AdapterView(torch.nn.Module):
         self.peft = peft_model
         self.adapter = adapter
         self.base_ref = base_ref  # the base model as configured ("tiny" or a directory), written into saves
-        self._pattern = _adapter_param_pattern()
+        self._pattern = adapter_param_pattern()
         self._active_depth = 0  # nesting of active() blocks: only the outermost sets the adapter
 
     # -- parameters: the base and this view's own adapter ----------------------------------------
@@ -232,119 +230,3 @@ class AdapterView(torch.nn.Module):
                 if dest.is_dir():
                     shutil.rmtree(dest)
                 os.replace(item, dest)
-
-
-def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | None:
-    """``lora.target_modules``, or None (peft's default for the model type), or q_proj/v_proj."""
-    if lora.target_modules:
-        return list(lora.target_modules)
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-
-    if getattr(model.config, "model_type", None) in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-        return None
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    if all(t in names for t in FALLBACK_TARGETS):
-        return list(FALLBACK_TARGETS)
-    raise ModelLoadError(f"peft has no default LoRA target modules for model type {model.config.model_type!r}; "
-                         "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
-
-
-def _adapter_seed(seed: int, name: str) -> int:
-    """A seed for adapter ``name``'s init, fixed by (seed, name) and independent of the others."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
-
-
-class LoraBase:
-    """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``)."""
-
-    def __init__(self, path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "auto",
-                 attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> None:
-        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters);
-        ``dtype``, ``attn_implementation``, ``gradient_checkpointing``: as for ``Policy.from_pretrained``."""
-        require_peft()
-        from .policy import load_causal_lm, resolve_model_dir
-
-        self.path = str(path)
-        self.dir = resolve_model_dir(path)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = load_causal_lm(self.dir, dtype, device, attn_implementation, gradient_checkpointing)
-        self.model.requires_grad_(False)
-        self.peft = None  # the peft model, once the first adapter is added
-        self.trainable: dict[str, bool] = {}
-
-    def add(self, name: str, lora: LoraConfig | None = None, adapter_dir: str | Path | None = None,
-            trainable: bool = True, seed: int = 0):
-        """Add adapter ``name`` (fresh from ``lora``, or loaded from ``adapter_dir``) and return its Policy.
-
-        A fresh adapter's random A matrices are drawn from a generator seeded by ``seed`` and ``name``
-        (the global torch RNG is left as it was), so a run's LoRA init is fixed by its seed.
-        ``trainable=False`` (a frozen policy) keeps the adapter's weights out of every optimizer.
-        """
-        peft = require_peft()
-        from transformers import AutoTokenizer
-
-        from .policy import Policy
-
-        if not name or "." in name or name in "lora_":
-            raise ModelLoadError(f"a LoRA adapter is named after its policy, and {name!r} cannot name a peft adapter "
-                                 "(no dots, and not a part of 'lora_'); rename the policy")
-        if name in self.trainable:
-            raise ModelLoadError(f"the base model {self.path!r} already has an adapter {name!r}")
-        if adapter_dir is not None:
-            adapter_dir = Path(adapter_dir)
-            if not is_adapter_dir(adapter_dir):
-                raise ModelLoadError(f"{str(adapter_dir)!r} is not a LoRA adapter directory (no {ADAPTER_CONFIG})")
-            try:
-                if self.peft is None:
-                    self.peft = peft.PeftModel.from_pretrained(self.model, str(adapter_dir), adapter_name=name,
-                                                               is_trainable=True)
-                else:
-                    self.peft.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=True)
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                raise ModelLoadError(f"could not load the LoRA adapter at {str(adapter_dir)!r} onto {self.path!r}: {exc}") from exc
-        else:
-            if lora is None or not lora.enabled:
-                raise ModelLoadError(f"adapter {name!r}: give a LoraConfig with r > 0 or an adapter directory")
-            config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                     target_modules=_target_modules(self.model, lora), task_type="CAUSAL_LM")
-            dev = self.model.device
-            devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
-            try:
-                with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(_adapter_seed(seed, name))
-                    if self.peft is None:
-                        self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
-                    else:
-                        self.peft.add_adapter(name, config)
-            except ValueError as exc:  # e.g. a target module the model does not have
-                raise ModelLoadError(f"could not add LoRA adapter {name!r} to {self.path!r}: {exc}") from exc
-        self.trainable[name] = bool(trainable)
-        self._apply_requires_grad()
-        self.peft.eval()
-        view = AdapterView(self.peft, name, base_ref=self.path)
-        tok_dir = adapter_dir if adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file() else self.dir
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-        return Policy(view, tokenizer, name=name)
-
-    def base_view(self) -> AdapterView:
-        """The base model with every adapter disabled (a LoRA policy's KL reference), sharing the weights."""
-        if self.peft is None:
-            raise ValueError("no adapter has been added yet")
-        return AdapterView(self.peft, None, base_ref=self.path)
-
-    def _apply_requires_grad(self) -> None:
-        """Base frozen; each adapter trainable as declared (peft resets these flags when adapters are added)."""
-        pattern = _adapter_param_pattern()
-        for pname, p in self.peft.named_parameters():
-            m = pattern.search(pname)
-            p.requires_grad_(bool(m is not None and self.trainable.get(m.group(1), False)))
-
-
-def load_adapter_policy(path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
-                        device: str = "auto", **options):
-    """A Policy from an adapter directory alone: its base (from ``adapter_config.json``) + the adapter.
-    ``options``: ``attn_implementation`` and ``gradient_checkpointing`` of the base model."""
-    path = Path(path)
-    base = LoraBase(adapter_base(path), dtype=dtype, device=device, **options)
-    return base.add(name or path.name.replace(".", "_") or "adapter", adapter_dir=path)

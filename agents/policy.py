@@ -10,156 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import re
-from dataclasses import dataclass
-from importlib import resources
+import hashlib
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors import SafetensorError
-from transformers import GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig
 
-from .backends import GenerationBackend, HFBackend
-from .errors import ModelLoadError
-from .embedded import EMBEDDED_MODELS
-from .lora import AdapterView, is_adapter_dir, load_adapter_policy
-
+from cogym.agents.backends import GenerationBackend, HFBackend
+from cogym.agents.embedded import EMBEDDED_MODELS
+from cogym.agents.errors import ModelLoadError
+from cogym.agents.loading import HUB_ID, load_causal_lm, parse_dtype, resolve_model_dir
+from cogym.agents.lora import adapter_base, ADAPTER_CONFIG, adapter_param_pattern, AdapterView, FALLBACK_TARGETS, is_adapter_dir, LoraConfig, require_peft
+from cogym.core.types import Generation, SamplingParams
 
 RENDER_CACHE_SIZE = 4096
-
-
-def embedded_model_path(name: str = "tiny") -> Path:
-    """Directory of the embedded model ``name`` (a key of ``EMBEDDED_MODELS``)."""
-    if name not in EMBEDDED_MODELS:
-        raise ValueError(f"no embedded model {name!r}; the embedded models are {', '.join(EMBEDDED_MODELS)}")
-    return Path(str(resources.files("cogym.agents").joinpath(EMBEDDED_MODELS[name])))
-
-
-def tiny_model_path() -> Path:
-    """Directory of the embedded char-level model that ships with cogym."""
-    return embedded_model_path("tiny")
-
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the Hugging Face Hub spells model ids
-
-
-def resolve_model_dir(path: str | Path) -> Path:
-    """The HF model directory ``path`` names, checked to be one: a directory, an embedded model's name
-    (``"tiny"``, ``"tiny-verifier"``) or a Hub id (``"Qwen/Qwen2.5-0.5B"``) whose snapshot is in the local
-    Hugging Face cache."""
-    path = embedded_model_path(str(path)) if str(path) in EMBEDDED_MODELS else Path(path)
-    if not path.is_dir() and HUB_ID.match(str(path)):
-        path = _hub_snapshot(str(path))
-    if not path.is_dir():
-        raise ModelLoadError(f"model path {str(path)!r} does not exist or is not a directory; give an HF model "
-                             "directory, a checkpoint's policy directory, a Hub id (owner/name) in the local cache, or an embedded "
-                             f"model ({', '.join(repr(n) for n in EMBEDDED_MODELS)})")
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"{str(path)!r} has no config.json, so it is not an HF model directory")
-    return path
-
-
-def _hub_snapshot(repo_id: str) -> Path:
-    """The snapshot of Hub model ``repo_id`` in the local Hugging Face cache (never a download: run time
-    may have no network, and a mistyped local path must not start one)."""
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except LocalEntryNotFoundError:
-        raise ModelLoadError(
-            f"{repo_id!r} is not a directory, and no Hub model of that id is in the local cache "
-            f"{constants.HF_HUB_CACHE!r}; fetch it where there is network (`hf download {repo_id}`) and copy the "
-            "cache here (or set HF_HOME / HF_HUB_CACHE to it), or pass the model's directory") from None
-
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
-
-
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``"bf16"`` / ``"bfloat16"`` / ``torch.bfloat16`` (and the same for fp32 and fp16) -> the torch dtype."""
-    if isinstance(dtype, torch.dtype):
-        if dtype not in DTYPES.values():
-            raise ValueError(f"dtype {dtype} is not one of float32, bfloat16, float16")
-        return dtype
-    if str(dtype).lower() not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    return DTYPES[str(dtype).lower()]
-
-
-def attention_implementations() -> list[str]:
-    """The ``attn_implementation`` names transformers accepts here (kernels it knows of, installed or not)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ["eager", *(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if "|" not in k)]
-
-
-def load_causal_lm(path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "cpu",
-                   attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> torch.nn.Module:
-    """The causal LM of HF model directory ``path`` in ``dtype`` on ``device``, in eval mode, with its
-    attention kernel and gradient checkpointing as asked (see :meth:`Policy.from_pretrained`)."""
-    from transformers import AutoModelForCausalLM
-
-    kwargs = {"dtype": parse_dtype(dtype)}
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
-    except (OSError, ValueError, ImportError, SafetensorError) as exc:
-        raise ModelLoadError(f"could not load the model at {str(path)!r}: {exc}") from exc
-    if gradient_checkpointing:
-        if not getattr(model, "supports_gradient_checkpointing", False):
-            raise ModelLoadError(f"the model at {str(path)!r} ({type(model).__name__}) does not support gradient "
-                                 "checkpointing; set gradient_checkpointing: false")
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    return model.eval()
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to sample. ``temperature == 0`` means greedy decoding."""
-
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-
-@dataclass
-class Generation:
-    """One sampled response.
-
-    ``response_ids`` includes the end-of-message token when the model emitted it
-    (``finished``); ``logprobs[t]`` is the behaviour log-probability of ``response_ids[t]``
-    under the sampling distribution (logits / temperature; for greedy decoding, temperature 1);
-    ``version``: the version of the weights that generated it.
-    """
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finished: bool
-    version: int = 0
 
 
 class Policy:
@@ -216,7 +81,6 @@ class Policy:
             return load_adapter_policy(path, name=name, dtype=dtype, device=device, **options)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        from transformers import AutoTokenizer
 
         given, path = str(path), resolve_model_dir(path)
         try:
@@ -252,7 +116,7 @@ class Policy:
         return list(ids)
 
     def prompt_of(self, request) -> list[int]:
-        """The prompt ids of a :class:`~cogym.agents.types.Request`: a conversation's continuation
+        """The prompt ids of a :class:`~cogym.core.types.Request`: a conversation's continuation
         (:meth:`continue_ids`) when the request carries the ids of the seat's last prompt and answer,
         else its conversation (a first turn) or its messages rendered whole."""
         if request.prefix_ids is not None:
@@ -379,3 +243,114 @@ def _eos_ids(model, tokenizer) -> list[int]:
     if not ids:
         raise ModelLoadError("the tokenizer defines no eos token, so generation could never stop")
     return sorted(ids)
+
+
+def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | None:
+    """``lora.target_modules``, or None (peft's default for the model type), or q_proj/v_proj."""
+    if lora.target_modules:
+        return list(lora.target_modules)
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    if getattr(model.config, "model_type", None) in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+        return None
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    if all(t in names for t in FALLBACK_TARGETS):
+        return list(FALLBACK_TARGETS)
+    raise ModelLoadError(f"peft has no default LoRA target modules for model type {model.config.model_type!r}; "
+                         "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
+
+
+def _adapter_seed(seed: int, name: str) -> int:
+    """A seed for adapter ``name``'s init, fixed by (seed, name) and independent of the others."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
+
+
+class LoraBase:
+    """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``)."""
+
+    def __init__(self, path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "auto",
+                 attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> None:
+        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters);
+        ``dtype``, ``attn_implementation``, ``gradient_checkpointing``: as for ``Policy.from_pretrained``."""
+        require_peft()
+        self.path = str(path)
+        self.dir = resolve_model_dir(path)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = load_causal_lm(self.dir, dtype, device, attn_implementation, gradient_checkpointing)
+        self.model.requires_grad_(False)
+        self.peft = None  # the peft model, once the first adapter is added
+        self.trainable: dict[str, bool] = {}
+
+    def add(self, name: str, lora: LoraConfig | None = None, adapter_dir: str | Path | None = None,
+            trainable: bool = True, seed: int = 0):
+        """Add adapter ``name`` (fresh from ``lora``, or loaded from ``adapter_dir``) and return its Policy.
+
+        A fresh adapter's random A matrices are drawn from a generator seeded by ``seed`` and ``name``
+        (the global torch RNG is left as it was), so a run's LoRA init is fixed by its seed.
+        ``trainable=False`` (a frozen policy) keeps the adapter's weights out of every optimizer.
+        """
+        peft = require_peft()
+
+        if not name or "." in name or name in "lora_":
+            raise ModelLoadError(f"a LoRA adapter is named after its policy, and {name!r} cannot name a peft adapter "
+                                 "(no dots, and not a part of 'lora_'); rename the policy")
+        if name in self.trainable:
+            raise ModelLoadError(f"the base model {self.path!r} already has an adapter {name!r}")
+        if adapter_dir is not None:
+            adapter_dir = Path(adapter_dir)
+            if not is_adapter_dir(adapter_dir):
+                raise ModelLoadError(f"{str(adapter_dir)!r} is not a LoRA adapter directory (no {ADAPTER_CONFIG})")
+            try:
+                if self.peft is None:
+                    self.peft = peft.PeftModel.from_pretrained(self.model, str(adapter_dir), adapter_name=name,
+                                                               is_trainable=True)
+                else:
+                    self.peft.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=True)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                raise ModelLoadError(f"could not load the LoRA adapter at {str(adapter_dir)!r} onto {self.path!r}: {exc}") from exc
+        else:
+            if lora is None or not lora.enabled:
+                raise ModelLoadError(f"adapter {name!r}: give a LoraConfig with r > 0 or an adapter directory")
+            config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                     target_modules=_target_modules(self.model, lora), task_type="CAUSAL_LM")
+            dev = self.model.device
+            devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+            try:
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(_adapter_seed(seed, name))
+                    if self.peft is None:
+                        self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
+                    else:
+                        self.peft.add_adapter(name, config)
+            except ValueError as exc:  # e.g. a target module the model does not have
+                raise ModelLoadError(f"could not add LoRA adapter {name!r} to {self.path!r}: {exc}") from exc
+        self.trainable[name] = bool(trainable)
+        self._apply_requires_grad()
+        self.peft.eval()
+        view = AdapterView(self.peft, name, base_ref=self.path)
+        tok_dir = adapter_dir if adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file() else self.dir
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        return Policy(view, tokenizer, name=name)
+
+    def base_view(self) -> AdapterView:
+        """The base model with every adapter disabled (a LoRA policy's KL reference), sharing the weights."""
+        if self.peft is None:
+            raise ValueError("no adapter has been added yet")
+        return AdapterView(self.peft, None, base_ref=self.path)
+
+    def _apply_requires_grad(self) -> None:
+        """Base frozen; each adapter trainable as declared (peft resets these flags when adapters are added)."""
+        pattern = adapter_param_pattern()
+        for pname, p in self.peft.named_parameters():
+            m = pattern.search(pname)
+            p.requires_grad_(bool(m is not None and self.trainable.get(m.group(1), False)))
+
+
+def load_adapter_policy(path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
+                        device: str = "auto", **options):
+    """A Policy from an adapter directory alone: its base (from ``adapter_config.json``) + the adapter.
+    ``options``: ``attn_implementation`` and ``gradient_checkpointing`` of the base model."""
+    path = Path(path)
+    base = LoraBase(adapter_base(path), dtype=dtype, device=device, **options)
+    return base.add(name or path.name.replace(".", "_") or "adapter", adapter_dir=path)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 
 # classify(text, finished) -> the reply's class once ``text`` decides it, else None (keep reading).
 # ``finished``: the reply ends here (an end token, or max_new_tokens reached).

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .policy import SamplingParams
+from cogym.core.types import SamplingParams
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 KEY_BITS = 63

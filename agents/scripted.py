@@ -11,8 +11,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from .text_streams import TextStreams
-from .types import Action, Message, Request, Token
+from cogym.agents.text_streams import TextStreams
+from cogym.core.types import Action, Message, Request, Token
 
 Strategy = Callable[[str, np.random.Generator], str]
 

@@ -1,4 +1,4 @@
-"""Token streaming with a policy: the model implementation of :class:`~cogym.agents.types.TokenStreaming`.
+"""Token streaming with a policy: the model implementation of :class:`~cogym.core.types.TokenStreaming`.
 
 :class:`PolicyStreams` writes messages with a policy, every open message in one batched forward
 over a :class:`~cogym.agents.batch_kv.BatchKV` cache: a new message is prefilled once (the new
@@ -22,11 +22,12 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from .batch_kv import BatchKV
-from .cascade import supports, use_cascade
-from .sampling import random_keys, sample_tokens
-from .policy import Policy, SamplingParams
-from .types import Message, Request, Token
+from cogym.agents.batch_kv import BatchKV
+from cogym.agents.cascade import supports, use_cascade
+from cogym.agents.sampling import random_keys, sample_tokens
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Message, Request, Token
 
 
 class SharedPrefixes:

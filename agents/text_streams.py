@@ -1,12 +1,12 @@
 """Whole-text answers streamed token by token: what a scripted agent, or any agent that answers in
-text, plays at token level (:class:`~cogym.agents.types.TokenStreaming`)."""
+text, plays at token level (:class:`~cogym.core.types.TokenStreaming`)."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Callable, Hashable, Sequence
 
-from .types import Action, Message, Request, Token
+from cogym.core.types import Action, Message, Request, Token
 
 
 class TextStreams:

@@ -64,7 +64,7 @@ from typing import Callable
 
 import torch
 
-from cogym.agents.policy import tiny_model_path
+from cogym.agents.loading import tiny_model_path
 from cogym.envs import make
 from cogym.envs.datasets import load_problems
 from cogym.envs.proposer_solver import solver_reward

@@ -158,7 +158,7 @@ def build_models(names: list[str], out_dir: Path) -> dict:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from cogym.agents.policy import resolve_model_dir
+    from cogym.agents.loading import resolve_model_dir
 
     hf_logging.disable_progress_bar()
     dirs = {"tiny": "tiny"}
@@ -185,7 +185,8 @@ def child(work: str, model: str, dtype: str = "float32") -> int:
     import torch  # the baseline's imports: cogym, torch, transformers
     import transformers  # noqa: F401
 
-    from cogym.agents.policy import Policy, SamplingParams
+    from cogym.agents.policy import Policy
+    from cogym.core.types import SamplingParams
 
     policy = Policy.from_pretrained(model, dtype=dtype)
     with torch.no_grad():  # read every weight once: safetensors weights load memory-mapped, resident when read
@@ -218,7 +219,7 @@ def one_update(policy) -> str:
     of STEP_PROMPT + STEP_RESPONSE ids: one full micro-batch at the default max_tokens_per_micro_batch."""
     import torch
 
-    from cogym.agents.types import Turn
+    from cogym.core.types import Turn
     from cogym.learners.config import LearnerConfig
     from cogym.learners.learner import Learner
 

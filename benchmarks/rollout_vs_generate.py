@@ -25,8 +25,9 @@ import torch
 
 from cogym.agents.backends import shared_prefill
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
-from cogym.agents.types import Action, Request
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Action, Request
 from cogym.envs import make
 from cogym.runners.config.load import load_config
 from cogym.runners.rollout.turns import rollout

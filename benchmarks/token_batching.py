@@ -36,8 +36,9 @@ import time
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
-from cogym.agents.types import Request
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Request
 from cogym.envs import make
 from cogym.runners.rollout.tokens import ChatCodec, token_rollout
 

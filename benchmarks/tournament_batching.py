@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from cogym.agents.backends import hf as backends
-from cogym.agents.policy import tiny_model_path
+from cogym.agents.loading import tiny_model_path
 from cogym.runners.tournament.players import resolve_players
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.spec import TournamentSpec

@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 
 from . import packing as packing_mod
 from . import torch_dist as dist

@@ -19,7 +19,7 @@ import torch
 
 from cogym.agents.policy import Policy
 from cogym.agents.conversation import join_turns
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 
 from . import torch_dist as dist
 from .algorithms import registry

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from cogym.agents.conversation import longest_message
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 
 from . import advantages as adv_fns
 from . import torch_dist as dist

@@ -34,7 +34,7 @@ def _vocab_size(model: torch.nn.Module) -> int:
 def _load_hf(path: str, like: torch.nn.Module) -> torch.nn.Module:
     """An HF causal LM from ``path`` on the device, in the dtype and with the attention kernel and
     gradient checkpointing of ``like`` (the policy's model)."""
-    from cogym.agents.policy import load_causal_lm
+    from cogym.agents.loading import load_causal_lm
 
     if not Path(path).is_dir():
         raise ValueError(f"prime_model {path!r} is not a directory; give an HF causal-LM directory or '' for a copy of the policy")

@@ -28,7 +28,7 @@ def answer_of(text: str) -> int | None:
 
 
 def accuracy(policy, records: list[dict], system: str, fmt: str, temperature: float) -> float:
-    from cogym.agents.policy import SamplingParams
+    from cogym.core.types import SamplingParams
     from cogym.runners.rollout.loop import chat_messages
 
     prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records]
@@ -40,7 +40,7 @@ def vote_table(policy, records: list[dict], system: str, fmt: str, votes: int) -
     """(t, share of problems kept at >= t agreeing votes, share of those whose majority answer is true)."""
     from collections import Counter
 
-    from cogym.agents.policy import SamplingParams
+    from cogym.core.types import SamplingParams
     from cogym.runners.rollout.loop import chat_messages
 
     prompts = [policy.render(chat_messages(system, fmt.format(q=r["question"]))) for r in records for _ in range(votes)]

@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from .hf import MIN_ROWS, PAD_MULTIPLE, HFBackend, shared_prefill
+from cogym.agents.backends.hf import MIN_ROWS, PAD_MULTIPLE, HFBackend, shared_prefill
 
 if TYPE_CHECKING:
-    from ..policy import Generation, Policy, SamplingParams
+    from cogym.agents.policy import Policy
+    from cogym.core.types import Generation, SamplingParams
 
 __all__ = ["BACKENDS", "GenerationBackend", "HFBackend", "MIN_ROWS", "PAD_MULTIPLE", "make_backend",
            "shared_prefill"]
@@ -66,7 +67,7 @@ def make_backend(name: str, policy: "Policy", options: Mapping | None = None) ->
             raise ValueError(f"the hf backend takes no options, got {sorted(options)}")
         return HFBackend(policy)
     if name == "vllm":
-        from .vllm import VLLMBackend
+        from cogym.agents.backends.vllm import VLLMBackend
 
         return VLLMBackend(policy, **dict(options or {}))
     raise ValueError(f"unknown generation backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import torch
 
 if TYPE_CHECKING:
-    from ..policy import Policy
+    from cogym.agents.policy import Policy
 
 
 def check_update(policy: "Policy", current: int, version: int, weights: Mapping[str, torch.Tensor] | None) -> None:
@@ -26,3 +27,12 @@ def check_keys(prompts: Sequence, keys: Sequence[int] | None) -> None:
     """One sampling key per prompt, when keys are given."""
     if keys is not None and len(keys) != len(prompts):
         raise ValueError(f"need one sampling key per prompt: {len(prompts)} prompts, {len(keys)} keys")
+
+
+VLLM_EXTRA = ("install the vllm extra: pip install 'cogym[vllm]' (on a machine without a GPU, "
+              "scripts/build_vllm_cpu.sh builds vLLM's CPU backend)")
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be imported here (without importing it)."""
+    return importlib.util.find_spec("vllm") is not None

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence, TYPE_CHECKING
 
 import torch
+from transformers.cache_utils import DynamicCache
 
-from .checks import check_keys, check_update
+from cogym.agents.backends.checks import check_keys, check_update
+from cogym.agents.sampling import draw, random_keys
+from cogym.core.types import Generation, SamplingParams
 
 if TYPE_CHECKING:
-    from ..policy import Generation, Policy, SamplingParams
+    from cogym.agents.policy import Policy
 
 
 PAD_MULTIPLE = 16  # prompts are left-padded to a multiple of this width (see HFBackend)
@@ -59,9 +62,6 @@ class HFBackend:
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
                  keys: Sequence[int] | None = None) -> list["Generation"]:
-        from ..policy import Generation
-        from ..sampling import random_keys
-
         if not prompts:
             return []
         check_keys(prompts, keys)
@@ -123,8 +123,6 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     ``game.group_size`` seeds) the rows of a group hold one prompt, so the prefill runs on the
     distinct prompts only. Every batch takes this path, shared prompts or not, so a row's logits do not
     depend on whether its prompt has twins in its batch."""
-    from transformers.cache_utils import DynamicCache
-
     base = getattr(model, "hf_model", model)
     params = inspect.signature(base.forward).parameters
     gen = getattr(base, "generation_config", None)
@@ -163,8 +161,6 @@ class _KeyedDraw:
         self.sampling, self.keys, self.step = sampling, list(keys), 0
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        from ..sampling import draw
-
         logp = torch.log_softmax(scores.float() / self.sampling.temperature, dim=-1)
         ids = draw(logp, self.sampling, self.keys, self.step)
         self.step += 1

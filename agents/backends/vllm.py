@@ -30,20 +30,26 @@ How it maps cogym's contract onto vLLM:
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TYPE_CHECKING
 
 import torch
+from safetensors.torch import load, save
 
-from .checks import check_keys, check_update
+from cogym.agents.backends.checks import VLLM_EXTRA, check_keys, check_update, vllm_available
+from cogym.agents.sampling import random_keys
+from cogym.core.types import Generation, SamplingParams
 
 if TYPE_CHECKING:
-    from ..policy import Generation, Policy, SamplingParams
+    from cogym.agents.policy import Policy
 
-VLLM_EXTRA = ("install the vllm extra: pip install 'cogym[vllm]' (on a machine without a GPU, "
-              "scripts/build_vllm_cpu.sh builds vLLM's CPU backend)")
+try:  # the vllm extra; without it this module still imports, and require_vllm names the extra
+    from vllm import LLM
+    from vllm import SamplingParams as VllmSampling
+    from vllm.inputs import TokensPrompt
+except ImportError:
+    LLM = VllmSampling = TokensPrompt = None
 
 # Engine arguments this backend sets itself: the contract depends on them. generation_config "vllm":
 # the model's own generation defaults (repetition penalty, a max_new_tokens cap, ...) stay out, as
@@ -52,11 +58,6 @@ FIXED = {"logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "ge
          "worker_extension_cls": "cogym.agents.backends.vllm.WeightReceiver"}
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-def vllm_available() -> bool:
-    """Whether vLLM can be imported here (without importing it)."""
-    return importlib.util.find_spec("vllm") is not None
 
 
 def require_vllm() -> None:
@@ -71,8 +72,6 @@ class WeightReceiver:
     engine's; vLLM's RPC does not carry a list of tensors intact."""
 
     def cogym_reload_weights(self, blob: bytes) -> int:
-        from safetensors.torch import load
-
         weights = load(blob)
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
         return len(weights)
@@ -120,8 +119,6 @@ class VLLMBackend:
             self._start()
 
     def _start(self) -> None:
-        from vllm import LLM
-
         policy = self.policy
         self._dir = tempfile.mkdtemp(prefix=f"cogym-vllm-{policy.name}-")
         policy.save(self._dir)  # the weights as they are now (a resumed checkpoint, an update before the start)
@@ -162,7 +159,6 @@ class VLLMBackend:
         if weights is None:
             with self.policy.gather():
                 weights = {k: v.detach() for k, v in model.state_dict().items()}
-        from safetensors.torch import save
 
         # One copy of each tensor (tied weights: the embedding and lm_head are one storage, which
         # safetensors refuses to write twice; the engine's model ties them itself).
@@ -179,12 +175,6 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
                  keys: Sequence[int] | None = None) -> list["Generation"]:
-        from vllm import SamplingParams as VllmSampling
-        from vllm.inputs import TokensPrompt
-
-        from ..policy import Generation
-        from ..sampling import random_keys
-
         if not prompts:
             return []
         check_keys(prompts, keys)

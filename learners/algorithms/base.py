@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import torch
 
 from cogym.agents.policy import Policy
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 
 from .. import advantages as adv_fns
 from ..batch import TokenBatch

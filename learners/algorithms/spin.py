@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from cogym.agents.policy import Policy
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 
 from ..batch import TokenBatch, batch_widths, pack_rows, response_logp
 from ..engines import save_weights

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.core.errors import ConfigError
 from cogym.learners.algorithms import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cogym.agents.lora import LoraConfig
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners.algorithms import FROZEN, registry
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES

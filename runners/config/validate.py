@@ -8,9 +8,9 @@ import dataclasses
 import math
 
 from cogym.agents.backends import BACKENDS as GENERATION_BACKENDS
-from cogym.agents.backends.vllm import vllm_available, VLLM_EXTRA
+from cogym.agents.backends.checks import VLLM_EXTRA, vllm_available
 from cogym.agents.lora import peft_available
-from cogym.agents.policy import attention_implementations, DTYPES
+from cogym.agents.loading import attention_implementations, DTYPES
 from cogym.core.errors import ConfigError
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners.config import LearnerConfig

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.envs.arithmetic import extract_answer, load_heldout
 from cogym.runners.evaluation.evaluators import forked_rng, register_evaluator
 

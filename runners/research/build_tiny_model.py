@@ -44,7 +44,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cogym.agents.char_tokenizer import build_char_tokenizer
-from cogym.agents.policy import Policy, SamplingParams, embedded_model_path, tiny_model_path
+from cogym.agents.loading import embedded_model_path, tiny_model_path
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_answer, load_heldout
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 from cogym.envs.verifiers import majority_key, majority_rewards

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Callable
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Agent
+from cogym.core.types import Agent
 from cogym.core.errors import ConfigError
 from cogym.envs import scripted_strategies
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
-from cogym.agents.types import Agent, Request, Turn
+from cogym.core.types import Agent, Request, Turn
 from cogym.core.errors import GameContractError, GameStepError
 from cogym.envs.base import CogymEnv, check_messages
 from cogym.envs.contract import ContractViolation, check_infos, check_rewards

@@ -3,7 +3,7 @@
 The loop is :func:`cogym.runners.rollout.loop.play`'s, the one the turn-level rollout uses. At every step
 the ready seat of every live game is grouped by the agent behind it, and each agent advances all
 its seats' messages in one call of its token-level capability
-(:class:`~cogym.agents.types.TokenStreaming`): a seat starting a message is asked with the same
+(:class:`~cogym.core.types.TokenStreaming`): a seat starting a message is asked with the same
 request as at turn level (``begin``), then every open message gets its next token (``advance``;
 an ``LLMAgent`` runs one batched forward over a batched KV cache: a new message prefills its
 prompt once, less a prefix it shares with earlier prompts, and each further token reads only the
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
 
 from cogym.agents.policy import Policy
-from cogym.agents.types import Agent, Token, TokenStreaming
+from cogym.core.types import Agent, Token, TokenStreaming
 from cogym.envs.contract import observed_text
 from cogym.envs.token_level import TokenLevelEnv
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cogym.agents.types import Action, Agent
+from cogym.core.types import Action, Agent
 from cogym.envs.base import CogymEnv
 from cogym.envs.contract import observed_text
 

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.agents.sampling import derive_key
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Agent
+from cogym.core.types import Agent
 from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.tournament.players import Player, Prompted

@@ -10,8 +10,8 @@ from typing import Sequence
 import yaml
 
 from cogym.agents.embedded import EMBEDDED_MODELS
-from cogym.agents.policy import SamplingParams
-from cogym.agents.types import Agent
+from cogym.core.types import SamplingParams
+from cogym.core.types import Agent
 from cogym.core.errors import ConfigError
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.rollout.loop import chat_messages

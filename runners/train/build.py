@@ -15,10 +15,12 @@ import numpy as np
 
 from cogym.agents.backends import make_backend
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.lora import ADAPTER_CONFIG, LoraBase, adapter_base, is_adapter_dir
-from cogym.agents.policy import Policy, resolve_model_dir
+from cogym.agents.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
+from cogym.agents.policy import LoraBase
+from cogym.agents.loading import resolve_model_dir
+from cogym.agents.policy import Policy
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Agent
+from cogym.core.types import Agent
 from cogym.core.errors import GameError
 from cogym.envs import make
 from cogym.envs.contract import ContractViolation

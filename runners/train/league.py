@@ -36,7 +36,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 
 from cogym.runners.rollout.agents import model_agent
 from cogym.runners.config.schema import LeagueConfig

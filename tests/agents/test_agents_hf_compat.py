@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 
 
 def test_missing_pad_token_uses_eos_and_generation_still_pads(any_model_and_tokenizer):

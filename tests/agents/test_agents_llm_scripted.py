@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Action, Request
+from cogym.core.types import Action, Request
 from cogym.envs import scripted_strategies
 
 

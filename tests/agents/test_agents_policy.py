@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.policy import Policy, SamplingParams, tiny_model_path
+from cogym.agents.loading import tiny_model_path
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from model_helpers import hub_cache
 
 MESSAGES = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "37+45"}]

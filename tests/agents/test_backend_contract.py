@@ -24,7 +24,8 @@ import torch
 
 from cogym.agents.backends import HFBackend
 from cogym.agents.backends.vllm import vllm_available
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from tests.model_helpers import full_logp
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from cogym.agents.backends import GenerationBackend, HFBackend
-from cogym.agents.policy import Generation, Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import Generation, SamplingParams
 
 DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
 

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from cogym.agents import batch_kv, cascade
 from cogym.agents.batch_kv import BatchKV
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
-from cogym.agents.types import Request
+from cogym.core.types import SamplingParams
+from cogym.core.types import Request
 from model_helpers import full_logp
 
 

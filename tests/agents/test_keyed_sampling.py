@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.sampling import derive_key, row_uniforms, sample_tokens
 
 PLAIN = SamplingParams(max_new_tokens=12, temperature=1.0)

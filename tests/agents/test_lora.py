@@ -13,9 +13,11 @@ import torch
 pytest.importorskip("peft", reason="LoRA policies need peft (pip install peft)")
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.lora import AdapterView, LoraBase, LoraConfig, require_peft
-from cogym.agents.policy import Policy, SamplingParams
-from cogym.agents.types import Turn
+from cogym.agents.lora import AdapterView, LoraConfig, require_peft
+from cogym.agents.policy import LoraBase
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch, response_logp
 from cogym.runners.train.build import build

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.envs import make
 from cogym.runners.rollout.tokens import ChatCodec
 from model_helpers import full_logp, hub_cache

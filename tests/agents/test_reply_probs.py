@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from cogym.agents.policy import Policy, SamplingParams
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.agents.reply_probs import reply_distributions
 from cogym.envs.kuhn_poker import classify_reply, reply_classifier, turn_text
 from cogym.runners.rollout.loop import chat_messages

@@ -9,9 +9,9 @@ from cogym.agents.batch_kv import BatchKV
 from cogym.agents.streaming import SharedPrefixes
 from cogym.agents.sampling import sample_token, sample_tokens
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Request, TokenStreaming
+from cogym.core.types import Request, TokenStreaming
 from model_helpers import full_logp
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 from cogym.learners import batch as batch_mod
 from cogym.learners.batch import (TokenBatch, micro_batches, pack_rows, response_logp, response_logp_entropy)
 from cogym.learners.config import LearnerConfig
@@ -189,7 +189,8 @@ def test_a_lora_view_is_scored_through_its_adapter_with_the_chunked_head(tiny_mo
     """A LoRA policy (and its base view, the KL reference) take the chunked path, with the right adapter
     active for the head as well: lm_head is adapted here, so a wrong adapter would change the log-probs."""
     pytest.importorskip("peft", reason="LoRA needs the peft package (the test extra installs it)")
-    from cogym.agents.lora import LoraBase, LoraConfig
+    from cogym.agents.lora import LoraConfig
+    from cogym.agents.policy import LoraBase
 
     monkeypatch.setattr(batch_mod, "HEAD_CHUNK_ELEMENTS", 3 * 200)  # a few tokens a chunk
     base = LoraBase(tiny_model_dir)

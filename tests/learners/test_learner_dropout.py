@@ -9,8 +9,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch
 
-from cogym.agents.policy import Policy, SamplingParams
-from cogym.agents.types import Turn
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 from cogym.learners import packing as packing_mod
 from cogym.learners.batch import TokenBatch, _packed_layout, response_logp, response_logp_entropy, training_forward
 from cogym.learners.config import LearnerConfig

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cogym.agents.policy import Policy, SamplingParams
-from cogym.agents.types import Turn
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
+from cogym.core.types import Turn
 from cogym.core.errors import ConfigError
 from cogym.learners.batch import TokenBatch, response_logp, training_forward
 from cogym.learners.config import LearnerConfig
@@ -193,7 +194,8 @@ def test_a_bfloat16_lora_adapter_with_checkpointing_trains(tiny_model_dir):
     """The shared base loads in bf16 with checkpointing; peft keeps the adapter in float32 (so the engine
     needs no master copy), and only the adapter moves."""
     pytest.importorskip("peft", reason="LoRA needs the peft package (the test extra installs it)")
-    from cogym.agents.lora import LoraBase, LoraConfig
+    from cogym.agents.lora import LoraConfig
+    from cogym.agents.policy import LoraBase
 
     base = LoraBase(tiny_model_dir, dtype="bf16", gradient_checkpointing=True)
     policy = base.add("alice", LoraConfig(r=4))

@@ -13,7 +13,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from cogym.agents.char_tokenizer import build_char_tokenizer
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.engines import _zero_safe_globals
 from cogym.learners.learner import TokenBatch, response_logp

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Policy, SamplingParams, tiny_model_path
+from cogym.agents.loading import tiny_model_path
+from cogym.agents.policy import Policy
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 from cogym.envs import make
 from cogym.envs.generator_verifier import SCRIPTED as GV_SCRIPTED
 from cogym.learners.config import LearnerConfig

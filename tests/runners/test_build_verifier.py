@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.policy import EMBEDDED_MODELS, Policy, embedded_model_path, resolve_model_dir
+from cogym.agents.loading import embedded_model_path, resolve_model_dir
+from cogym.agents.policy import EMBEDDED_MODELS, Policy
 from cogym.envs.arithmetic import Domain, load_heldout
 from cogym.runners.research.build_tiny_model import _sampled_answers, build_verifier, main, verifier_quality
 from cogym.runners.cli import main as cli_main

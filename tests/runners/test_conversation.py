@@ -19,7 +19,7 @@ from gymnasium.spaces import Box, Dict
 
 from cogym.agents.conversation import continuity_breaks, continues, join_turns, longest_message
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import Generation, SamplingParams
+from cogym.core.types import Generation, SamplingParams
 from cogym.envs import registry
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from cogym.envs.checks import check_game

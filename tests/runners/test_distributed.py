@@ -57,7 +57,7 @@ def _make_turns(model_dir: Path, seed: int = 0) -> list[dict]:
     """A fixed global batch: random prompt/response ids, behaviour log-probs = the model's own plus noise
     (ratios near 1, some clipped), 0/1 rewards mixed within each group."""
     from cogym.agents.policy import Policy
-    from cogym.agents.types import Turn
+    from cogym.core.types import Turn
     from cogym.learners.learner import TokenBatch, response_logp
 
     policy = Policy.from_pretrained(model_dir)
@@ -93,7 +93,7 @@ def _params(learner) -> dict[str, torch.Tensor]:
 
 def _worker(turns_file: str, model_dir: str, out_dir: str) -> None:
     from cogym.agents.policy import Policy
-    from cogym.agents.types import Turn
+    from cogym.core.types import Turn
     from cogym.learners import torch_dist as dist
     from cogym.learners.config import LearnerConfig
     from cogym.learners.learner import Learner

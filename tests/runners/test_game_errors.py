@@ -14,7 +14,7 @@ import yaml
 from gymnasium.spaces import Box, Dict
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.core.errors import GameStepError
 from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.base import CogymEnv, GameSpec, text_space
@@ -205,7 +205,7 @@ def test_an_agent_s_bad_move_is_not_blamed_on_the_game(fragile) -> None:
         name = "broken"
 
         def act(self, requests):
-            from cogym.agents.types import Action
+            from cogym.core.types import Action
             return [Action(text=None) for _ in requests]
 
     agent = Broken()

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from cogym.agents.types import Turn
+from cogym.core.types import Turn
 from cogym.envs.checks import prompts_that_depend_on_play
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config

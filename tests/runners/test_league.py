@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from cogym.agents.policy import SamplingParams, tiny_model_path
+from cogym.agents.loading import tiny_model_path
+from cogym.core.types import SamplingParams
 from cogym.learners.learner import Learner
 from cogym.runners.train import loop as train_mod
 from cogym.runners.train.build import build

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
-from cogym.agents.types import Action
+from cogym.core.types import SamplingParams
+from cogym.core.types import Action
 from cogym.envs import make
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.iteration import gather_rollouts, rollout_key

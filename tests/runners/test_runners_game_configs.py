@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from cogym.agents.policy import resolve_model_dir
+from cogym.agents.loading import resolve_model_dir
 from cogym.envs import registered
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from cogym.agents.policy import tiny_model_path
+from cogym.agents.loading import tiny_model_path
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.envs.arithmetic import Domain
@@ -222,7 +222,7 @@ def test_llm_solver_answers_are_judged_like_the_game():
         name = "echo"
 
         def act(self, requests):
-            from cogym.agents.types import Action
+            from cogym.core.types import Action
 
             out = []
             for r in requests:

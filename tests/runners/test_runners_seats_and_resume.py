@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from cogym.agents.types import Request
+from cogym.core.types import Request
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError

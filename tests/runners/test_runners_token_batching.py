@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.runners.rollout.tokens import ChatCodec, token_rollout

@@ -11,7 +11,7 @@ import torch
 
 from cogym.agents.sampling import sample_token
 from cogym.agents.llm import LLMAgent
-from cogym.agents.policy import SamplingParams
+from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.envs import make, scripted_strategies
 from cogym.learners.learner import TokenBatch, response_logp

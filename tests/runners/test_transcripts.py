@@ -402,9 +402,10 @@ def test_package_roots_export_the_public_names():
     import cogym.runners as runners
     from cogym.agents import LLMAgent, Policy, Request, SamplingParams, ScriptedAgent, Turn
     from cogym.agents.llm import LLMAgent as LLMAgent2
-    from cogym.agents.policy import Policy as Policy2, SamplingParams as SamplingParams2
+    from cogym.agents.policy import Policy as Policy2
+    from cogym.core.types import SamplingParams as SamplingParams2
     from cogym.agents.scripted import ScriptedAgent as ScriptedAgent2
-    from cogym.agents.types import Request as Request2, Turn as Turn2
+    from cogym.core.types import Request as Request2, Turn as Turn2
     from cogym.runners import load_config, read_transcripts as read2, run_tournament
     from cogym.runners.config.load import load_config as load_config2
     from cogym.runners.tournament.run import run_tournament as run_tournament2
@@ -423,7 +424,7 @@ def test_package_roots_export_the_public_names():
 
 def test_package_roots_stay_light():
     """Importing the package roots (and the games) loads no torch: the `cogym` command and envs start fast."""
-    code = ("import sys; import cogym.envs, cogym.agents, cogym.agents.types, cogym.agents.scripted, cogym.runners, "
+    code = ("import sys; import cogym.envs, cogym.agents, cogym.core.types, cogym.agents.scripted, cogym.runners, "
             "cogym.runners.cli, cogym.runners.tournament.transcripts; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,4 +1,6 @@
-"""Small data types shared by agents, learners and runners."""
+"""The types every cogym package shares: what a seat is asked (:class:`Request`) and answers
+(:class:`Action`), the agent protocol, how a policy samples (:class:`SamplingParams`) and what it
+generated (:class:`Generation`), and a model move as a learner sees it (:class:`Turn`)."""
 
 from __future__ import annotations
 
@@ -134,3 +136,43 @@ class Turn:
     def outcome(self) -> SeatOutcome:
         """The typed facts of ``info`` (always in step with it: a Turn's info may be replaced)."""
         return SeatOutcome.from_info(self.info)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` means greedy decoding."""
+
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Generation:
+    """One sampled response.
+
+    ``response_ids`` includes the end-of-message token when the model emitted it
+    (``finished``); ``logprobs[t]`` is the behaviour log-probability of ``response_ids[t]``
+    under the sampling distribution (logits / temperature; for greedy decoding, temperature 1);
+    ``version``: the version of the weights that generated it.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finished: bool
+    version: int = 0
