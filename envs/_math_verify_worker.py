@@ -29,6 +29,8 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 
+from math_verify import parse, verify  # noqa: E402
+
 
 class _Deadline(BaseException):
     """Raised by the timer. A BaseException on purpose: math_verify swallows ``Exception``
@@ -42,8 +44,6 @@ def _on_alarm(signum: int, frame: object) -> None:
 def main() -> None:
     # math_verify warns once that its own timeout is disabled; we bound time here instead.
     logging.disable(logging.WARNING)
-    from math_verify import parse, verify
-
     @functools.lru_cache(maxsize=1024)
     def parse_gold(text: str) -> list:
         return parse(text, parsing_timeout=None)

@@ -42,7 +42,7 @@ from typing import Hashable, Iterable
 
 import numpy as np
 
-from cogym.envs.search import NgramEmbedder, _faiss
+from cogym.envs.search import NgramEmbedder, import_faiss
 
 TOLERANCE = 1e-6  # float32 inner products of identical unit vectors may read 0.99999994
 MAX_TEXT_CHARS = 256  # a problem is embedded from at most this many characters (canonical problems are shorter)
@@ -70,11 +70,11 @@ class NoveltyFilter:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
         self.threshold, self.capacity = float(threshold), int(capacity)
         self.embedder = embedder or NgramEmbedder()
-        self._index = _faiss().IndexFlatIP(self.embedder.dim)
+        self._index = import_faiss().IndexFlatIP(self.embedder.dim)
         self._texts: list[str] = []  # position i of the index holds _texts[i]
         self._tags: list[Hashable] = []  # the episode that added each entry (None: seeds, direct adds)
         self._present: set[str] = set()
-        self._seed_index = _faiss().IndexFlatIP(self.embedder.dim)
+        self._seed_index = import_faiss().IndexFlatIP(self.embedder.dim)
         self._seeds: list[str] = []
         self._seed_set: set[str] = set()
         self._tag_counts: Counter = Counter()
@@ -162,7 +162,7 @@ class NoveltyFilter:
             return False
         if len(self._texts) >= self.capacity:
             drop = max(1, self.capacity // 10)
-            self._index.remove_ids(_faiss().IDSelectorRange(0, drop))  # positions shift down by `drop`
+            self._index.remove_ids(import_faiss().IDSelectorRange(0, drop))  # positions shift down by `drop`
             for t, g in zip(self._texts[:drop], self._tags[:drop]):
                 self._present.discard(t)
                 self._tag_counts[g] -= 1

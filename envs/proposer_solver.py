@@ -127,24 +127,21 @@ Version history
 
 from __future__ import annotations
 
-import json
 import os
 import string
 from fractions import Fraction
-from importlib import resources
-from pathlib import Path
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
-from cogym.envs.arithmetic import (ANY_PROBLEM, HELDOUT_EVALUATORS, MAX_PROBLEM_CHARS, PROPOSER_REQUEST, Domain, answer_of,
-                                   is_strict_answer)
-from cogym.envs.base import CogymEnv, GameSpec, finite_arg, int_arg, penalty_arg, seat_names, text_space
+from cogym.envs.arithmetic import (answer_of, ANY_PROBLEM, Domain, HELDOUT_EVALUATORS, is_strict_answer,
+                                   MAX_PROBLEM_CHARS, PROPOSER_REQUEST)
+from cogym.envs.base import CogymEnv, finite_arg, GameSpec, int_arg, penalty_arg, seat_names, text_space
 from cogym.envs.datasets import check_source, load_problems
-from cogym.envs.errors import DatasetError
 from cogym.envs.novelty import NoveltyFilter, shared_pool
-from cogym.envs.verifiers import VERIFIER_NAMES, MajorityVote, Verifier, make_verifier
+from cogym.envs.seeds import load_seeds, shipped_or_path
+from cogym.envs.verifiers import MajorityVote, make_verifier, Verifier, VERIFIER_NAMES
 
 GAME_ID = "proposer_solver-v0"
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
@@ -153,7 +150,6 @@ SOURCES = ("proposer", "dataset")
 PROPOSER_REWARDS = ("learnability", "band")
 _EDGE_DENOMINATOR = 10**6  # far above any group size, so only float noise is rounded away
 MAX_FEW_SHOT = 16  # examples a proposer prompt may show
-MAX_SEEDS = 10_000  # problems a seed file may hold
 MAX_NOVELTY_POOL = 1_000_000
 DEFAULT_NOVELTY_POOL, DEFAULT_NOVELTY_SIZE = "default", 1024
 
@@ -226,65 +222,6 @@ def few_shot_text(examples: Sequence[str]) -> str:
         return PROPOSER_REQUEST
     label = "Example problem" if len(examples) == 1 else "Example problems"
     return f"{label}: {', '.join(examples)}\n{PROPOSER_REQUEST}"
-
-
-def shipped_or_path(name: str | os.PathLike[str]) -> Path | None:
-    """The file ``name`` names: a path, or else the name of a file shipped in ``cogym/envs/data``; None if neither."""
-    p = Path(name)
-    if p.is_file():
-        return p
-    shipped = resources.files("cogym.envs").joinpath("data", p.name)
-    if p.name == str(name) and shipped.is_file():
-        return Path(str(shipped))
-    return None
-
-
-def seed_path(seeds: str | os.PathLike[str]) -> Path:
-    """The seed file ``seeds`` names: a path, or else the name of a file shipped in ``cogym/envs/data``."""
-    found = shipped_or_path(seeds)
-    if found is not None:
-        return found
-    raise DatasetError(f"seed file {str(seeds)!r} does not exist (neither a path nor a file shipped in cogym/envs/data, "
-                       "such as 'serl_seeds.jsonl'); pass a JSONL file of {\"question\": \"12+7\"} objects or a text file, one problem a line")
-
-
-def load_seeds(seeds: str | os.PathLike[str], domain: Domain) -> list[str]:
-    """The distinct problems of a seed file, in canonical form and file order.
-
-    A ``.jsonl`` file holds one JSON object with a string ``"question"`` a line (other keys, such as
-    ``"answer"``, are ignored); any other file one problem a line, ``#`` starting a comment line.
-    Blank lines are skipped. Every problem must be a problem of ``domain``.
-    """
-    p = seed_path(seeds)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"seed file {str(p)!r} cannot be read as UTF-8 text ({exc})") from None
-    jsonl = p.suffix == ".jsonl"
-    out: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or (not jsonl and line.lstrip().startswith("#")):
-            continue
-        where = f"seed file {str(p)!r} line {lineno}"
-        if jsonl:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: not valid JSON ({exc.msg}); each line must be an object like {{\"question\": \"12+7\"}}") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("question"), str):
-                raise DatasetError(f"{where}: each line must be an object with a string 'question', like {{\"question\": \"12+7\"}}")
-            line = obj["question"]
-        problem = domain.parse(line)
-        if problem is None:
-            raise DatasetError(f"{where}: {line[:40]!r} is not a problem of this game (operands 0..{domain.max_operand}, "
-                               f"operators {domain.ops!r}, written like '12+7')")
-        if problem.text not in out:
-            out.append(problem.text)
-        if len(out) > MAX_SEEDS:
-            raise DatasetError(f"seed file {str(p)!r} holds more than {MAX_SEEDS} problems; a few dozen examples are enough")
-    if not out:
-        raise DatasetError(f"seed file {str(p)!r} has no problems; write one per line")
-    return out
 
 
 # ------------------------------------------------------------------------------ scripted twins

@@ -44,7 +44,7 @@ FAISS_HINT = "pip install faiss-cpu"
 MAX_QUERY_CHARS = 512  # of a query that is embedded (a longer one is cut)
 
 
-def _faiss():
+def import_faiss():
     try:
         import faiss
     except ImportError:
@@ -215,7 +215,7 @@ class SearchIndex:
              ef_search: int = 64) -> "SearchIndex":
         """The index of a JSONL corpus, from its cache ``<corpus>.index/`` when that was built from this
         file (size and modification time) with these settings, else built and cached."""
-        faiss = _faiss()
+        faiss = import_faiss()
         corpus = Path(corpus)
         docs = read_corpus(corpus)
         embedder = embedder or NgramEmbedder()
@@ -253,7 +253,7 @@ INDEX_KINDS = ("auto", "flat", "hnsw", "ivf")
 
 def make_index(vecs: np.ndarray, kind: str, nprobe: int = 16, ef_search: int = 64, seed: int = 0):
     """A faiss inner-product index of kind ``flat``, ``hnsw`` or ``ivf`` over ``vecs`` (see the module's doc)."""
-    faiss = _faiss()
+    faiss = import_faiss()
     n, dim = vecs.shape
     if kind == "flat":
         index = faiss.IndexFlatIP(dim)
@@ -310,9 +310,9 @@ class SearchTool:
 
 
 # ------------------------------------------------------------------------------------ synthetic corpus
-_SYLLABLES = ("ka", "lo", "mer", "vin", "to", "ra", "zen", "qui", "dor", "sa", "bel", "nu", "thi", "gar", "po",
+SYLLABLES = ("ka", "lo", "mer", "vin", "to", "ra", "zen", "qui", "dor", "sa", "bel", "nu", "thi", "gar", "po",
               "vel", "shi", "mon", "ar", "tek", "lu", "fen", "ori", "da", "ush", "kel", "myr", "ba", "xo", "ein")
-_KINDS = (("country", "capital", "The capital of {s} is {o}.", "What is the capital of {s}?"),
+KINDS = (("country", "capital", "The capital of {s} is {o}.", "What is the capital of {s}?"),
           ("company", "founder", "{s} was founded by {o}.", "Who founded {s}?"),
           ("river", "source", "The river {s} rises in {o}.", "Where does the river {s} rise?"),
           ("festival", "town", "The festival of {s} is held every year in {o}.", "In which town is the festival of {s} held?"),
@@ -321,7 +321,7 @@ _KINDS = (("country", "capital", "The capital of {s} is {o}.", "What is the capi
 
 
 def _name(rng: np.random.Generator, parts: int) -> str:
-    return "".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), size=parts)).capitalize()
+    return "".join(SYLLABLES[i] for i in rng.integers(0, len(SYLLABLES), size=parts)).capitalize()
 
 
 def synthetic_corpus(n: int, seed: int = 0) -> list[dict]:
@@ -331,7 +331,7 @@ def synthetic_corpus(n: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     docs, seen = [], set()
     while len(docs) < n:
-        kind, rel, fact, question = _KINDS[len(docs) % len(_KINDS)]
+        kind, rel, fact, question = KINDS[len(docs) % len(KINDS)]
         subject = _name(rng, int(rng.integers(3, 5)))
         if (kind, subject) in seen:
             continue

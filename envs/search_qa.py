@@ -53,7 +53,7 @@ from gymnasium.spaces import Box, Dict
 
 from .base import CogymEnv, GameSpec, text_space
 from .errors import DatasetError
-from .search import _KINDS, _SYLLABLES, SearchIndex, SearchTool, synthetic_corpus
+from .search import KINDS, SYLLABLES, SearchIndex, SearchTool, synthetic_corpus
 from .tools import ToolCall, parse_calls, run_tool
 
 GAME_ID = "search_qa-v0"
@@ -75,7 +75,7 @@ def _index(corpus: str | None, docs: int, corpus_seed: int) -> tuple[SearchIndex
     return index, qa
 
 
-def _ascii(text: str, limit: int) -> str:
+def ascii_only(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, every character outside printable ASCII (newlines kept) as '?'."""
     return "".join(c if (" " <= c <= "~" or c == "\n") else "?" for c in text[:limit])
 
@@ -100,11 +100,11 @@ def run_search(tool: SearchTool, call: ToolCall) -> tuple[str, str]:
     if call.error:
         result = f"error: {call.error}"
     elif call.name != "search":
-        result = f"error: no tool {_ascii(call.name, 40)!r} here (tools: search)"
+        result = f"error: no tool {ascii_only(call.name, 40)!r} here (tools: search)"
     else:
         result, _ = run_tool(tool, call.args)
-    return (_ascii(" ".join(call.args.split()), MAX_QUERY_SHOWN),
-            _ascii(result.replace("\n", " | "), tool.max_output_chars + 8))
+    return (ascii_only(" ".join(call.args.split()), MAX_QUERY_SHOWN),
+            ascii_only(result.replace("\n", " | "), tool.max_output_chars + 8))
 
 
 def solver_text(question: str, log: Sequence[tuple[str, str]], searches: int) -> str:
@@ -128,7 +128,7 @@ def solver_messages(question: str, log: Sequence[tuple[str, str]], searches: int
 def _patterns() -> list[tuple[re.Pattern, str]]:
     """(question regex capturing the subject, fact sentence with {s} and {o}) of every synthetic kind."""
     out = []
-    for _, _, fact, question in _KINDS:
+    for _, _, fact, question in KINDS:
         q = re.escape(question).replace(re.escape("{s}"), r"(\w+)")
         out.append((re.compile(q), fact))
     return out
@@ -151,23 +151,23 @@ def read_answer(text: str) -> str | None:
     return None
 
 
-def _made_up(rng: np.random.Generator) -> str:
-    return "".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), size=2)).capitalize()
+def made_up(rng: np.random.Generator) -> str:
+    return "".join(SYLLABLES[i] for i in rng.integers(0, len(SYLLABLES), size=2)).capitalize()
 
 
-def _search_twin(text: str, rng: np.random.Generator) -> str:
+def search_twin(text: str, rng: np.random.Generator) -> str:
     if "\nR: " not in text:
         return f'<tool name="search">{text.split(chr(10), 1)[0][3:]}</tool>'
-    return read_answer(text) or _made_up(rng)
+    return read_answer(text) or made_up(rng)
 
 
 def _bad_search_twin(text: str, rng: np.random.Generator) -> str:
     if "\nR: " not in text:
-        return f'<tool name="search">{_made_up(rng)} {_made_up(rng)}</tool>'
-    return read_answer(text) or _made_up(rng)
+        return f'<tool name="search">{made_up(rng)} {made_up(rng)}</tool>'
+    return read_answer(text) or made_up(rng)
 
 
-SCRIPTED = {"solver": {"search": _search_twin, "blind": lambda text, rng: _made_up(rng), "bad_search": _bad_search_twin}}
+SCRIPTED = {"solver": {"search": search_twin, "blind": lambda text, rng: made_up(rng), "bad_search": _bad_search_twin}}
 
 
 class SearchQAEnv(CogymEnv):
@@ -215,12 +215,12 @@ class SearchQAEnv(CogymEnv):
     def observe(self, agent: str) -> dict:
         self._check_seat(agent)
         return {"observation": np.array([len(self._log)], dtype=np.int64),
-                "text": solver_text(_ascii(self._doc["question"], 120), self._log, self.searches)}
+                "text": solver_text(ascii_only(self._doc["question"], 120), self._log, self.searches)}
 
     def messages(self, agent: str) -> list[dict[str, str]]:
         """A conversation's new messages: the question first, then each search's results as a tool message."""
         self._check_seat(agent)
-        return solver_messages(_ascii(self._doc["question"], 120), self._log, self.searches)
+        return solver_messages(ascii_only(self._doc["question"], 120), self._log, self.searches)
 
     def step(self, action: str) -> None:
         if self._begin_turn(action) is None:

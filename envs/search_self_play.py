@@ -116,8 +116,8 @@ from gymnasium.spaces import Box, Dict
 from .base import CogymEnv, GameSpec, int_arg, penalty_arg, seat_names, text_space
 from .errors import DatasetError
 from .proposer_solver import learnability_reward
-from .search import _KINDS, SearchIndex, SearchTool, synthetic_corpus
-from .search_qa import (CONTEXTS, MAX_QUERY_SHOWN, MAX_REPLY, _ascii, _made_up, _search_twin, normalize, prefix_share,
+from .search import KINDS, SearchIndex, SearchTool, synthetic_corpus
+from .search_qa import (CONTEXTS, MAX_QUERY_SHOWN, MAX_REPLY, ascii_only, made_up, search_twin, normalize, prefix_share,
                         run_search, solver_messages, solver_text)
 from .tools import parse_calls
 
@@ -151,7 +151,7 @@ def shown_text(doc: dict, doc_chars: int) -> str:
     collapsed, printable ASCII, cut to ``doc_chars`` (the text's first ``4 * doc_chars`` read only)."""
     title, text = str(doc.get("title") or ""), str(doc.get("text", ""))
     body = f"{title[:doc_chars]}: {text[:4 * doc_chars]}" if title else text[:4 * doc_chars]
-    return _ascii(" ".join(body.split()), doc_chars)
+    return ascii_only(" ".join(body.split()), doc_chars)
 
 
 # ------------------------------------------------------------------------------ pure rules
@@ -191,7 +191,7 @@ def check_proposal(message: str, docs: dict[str, dict], doc_chars: int) -> tuple
         return None, f"a proposal of {len(message)} characters, more than {MAX_PROPOSAL}"
     parsed = parse_proposal(message)
     if parsed is None:
-        return None, f"{_ascii(message, 60)!r} is not a proposal of the form '{FORMAT}'"
+        return None, f"{ascii_only(message, 60)!r} is not a proposal of the form '{FORMAT}'"
     question, answer, doc_id = parsed
     if not question:
         return parsed, "the question is empty"
@@ -200,28 +200,28 @@ def check_proposal(message: str, docs: dict[str, dict], doc_chars: int) -> tuple
     if not answer:
         return parsed, "the answer is empty"
     if len(answer) > MAX_ANSWER_CHARS or len(answer.split()) > MAX_ANSWER_WORDS:
-        return parsed, (f"the answer {_ascii(answer, 60)!r} is too long (at most {MAX_ANSWER_CHARS} characters "
+        return parsed, (f"the answer {ascii_only(answer, 60)!r} is too long (at most {MAX_ANSWER_CHARS} characters "
                         f"and {MAX_ANSWER_WORDS} words)")
     want = _norm_text(answer)
     if not any(c.isalnum() for c in want):
-        return parsed, f"the answer {_ascii(answer, 60)!r} has no letter or digit"
+        return parsed, f"the answer {ascii_only(answer, 60)!r} has no letter or digit"
     doc = docs.get(doc_id)
     if doc is None and doc_id.endswith("."):
         doc_id = doc_id.rstrip(".")
         doc = docs.get(doc_id)
         parsed = (question, answer, doc_id)
     if doc is None:
-        return parsed, f"it cites {_ascii(doc_id, MAX_ID)!r}, which is not a document of the corpus"
+        return parsed, f"it cites {ascii_only(doc_id, MAX_ID)!r}, which is not a document of the corpus"
     if not _occurs(want, _norm_text(shown_text(doc, doc_chars))):
-        return parsed, f"unsupported: the answer {_ascii(answer, 60)!r} is not in document {_ascii(doc_id, MAX_ID)}"
+        return parsed, f"unsupported: the answer {ascii_only(answer, 60)!r} is not in document {ascii_only(doc_id, MAX_ID)}"
     if _occurs(want, _norm_text(question)):
-        return parsed, f"leakage: the answer {_ascii(answer, 60)!r} is in the question"
+        return parsed, f"leakage: the answer {ascii_only(answer, 60)!r} is in the question"
     return parsed, ""
 
 
 # ------------------------------------------------------------------------------ scripted twins
 _FACTS = [(re.compile(re.escape(fact).replace(re.escape("{s}"), r"(\w+)").replace(re.escape("{o}"), r"(\w+)")), question)
-          for _, _, fact, question in _KINDS]
+          for _, _, fact, question in KINDS]
 
 
 def _document(text: str) -> tuple[str, str]:
@@ -253,7 +253,7 @@ def _unsupported(text: str, rng: np.random.Generator) -> str:
     fact = _fact(body)
     question = fact[0] if fact else f"What does document {doc_id} name?"
     haystack = _norm_text(body)
-    answer = _made_up(rng)
+    answer = made_up(rng)
     while _occurs(_norm_text(answer), haystack):
         answer += "x"
     return f"Q: {question} A: {answer} D: {doc_id}"
@@ -268,7 +268,7 @@ def _leaky(text: str, rng: np.random.Generator) -> str:
 
 SCRIPTED = {
     "proposer": {"honest": _honest, "unsupported": _unsupported, "leaky": _leaky},
-    "solver": {"search": _search_twin, "blind": lambda text, rng: _made_up(rng)},
+    "solver": {"search": search_twin, "blind": lambda text, rng: made_up(rng)},
 }
 
 
@@ -354,14 +354,14 @@ class SearchSelfPlayEnv(CogymEnv):
         elif self._question is None:
             text = ""
         else:
-            text = solver_text(_ascii(self._question, MAX_QUESTION), self._logs[agent], self.searches)
+            text = solver_text(ascii_only(self._question, MAX_QUESTION), self._logs[agent], self.searches)
         return {"observation": obs, "text": text}
 
     def messages(self, agent: str) -> list[dict[str, str]]:
         """A solver's new conversation messages (as in ``search_qa-v0``); the proposer's one message is its document."""
         if agent == "proposer" or self._question is None:
             return [{"role": "user", "content": self.observe(agent)["text"]}]
-        return solver_messages(_ascii(self._question, MAX_QUESTION), self._logs[agent], self.searches)
+        return solver_messages(ascii_only(self._question, MAX_QUESTION), self._logs[agent], self.searches)
 
     def ready_agents(self) -> list[str]:
         if self._phase != PHASE_SOLVE:

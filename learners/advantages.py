@@ -34,12 +34,12 @@ __all__ = [
     "apply_kl_in_reward",
 ]
 
-_F64 = torch.float64
+F64 = torch.float64
 
 
 # -- helpers -----------------------------------------------------------------------------------
 
-def _out_dtype(*tensors: Tensor) -> torch.dtype:
+def out_dtype(*tensors: Tensor) -> torch.dtype:
     """First floating dtype among ``tensors`` (scores may arrive as int 0/1 rewards)."""
     for t in tensors:
         if t.is_floating_point():
@@ -52,13 +52,13 @@ def _check_mask(mask: Tensor) -> None:
         raise ValueError(f"mask must be 2-D (N, L), got shape {tuple(mask.shape)}")
 
 
-def _check_2d(name: str, x: Tensor, mask: Tensor) -> None:
+def check_2d(name: str, x: Tensor, mask: Tensor) -> None:
     _check_mask(mask)
     if x.shape != mask.shape:
         raise ValueError(f"{name} must have the mask's shape {tuple(mask.shape)}, got {tuple(x.shape)}")
 
 
-def _check_rows(scores: Tensor, mask: Tensor, groups: Tensor | None = None) -> None:
+def check_rows(scores: Tensor, mask: Tensor, groups: Tensor | None = None) -> None:
     _check_mask(mask)
     n = mask.shape[0]
     if scores.shape != (n,):
@@ -70,7 +70,7 @@ def _check_rows(scores: Tensor, mask: Tensor, groups: Tensor | None = None) -> N
             raise ValueError(f"groups must be an integer tensor (see group_index), got {groups.dtype}")
 
 
-def _row_valid(mask: Tensor) -> Tensor:
+def row_valid(mask: Tensor) -> Tensor:
     """(N,) bool: rows with at least one unmasked token."""
     return (mask != 0).any(dim=1)
 
@@ -88,13 +88,13 @@ class _GroupMoments:
 
 
 def _group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> _GroupMoments:
-    valid = _row_valid(mask)
-    s = torch.where(valid, scores.to(_F64), torch.zeros((), dtype=_F64, device=scores.device))
+    valid = row_valid(mask)
+    s = torch.where(valid, scores.to(F64), torch.zeros((), dtype=F64, device=scores.device))
     # torch.unique compacts arbitrary integer ids (uid hashes, sparse ids) to 0..G-1.
     _, gid = torch.unique(groups, return_inverse=True)
     num_groups = int(gid.max()) + 1 if gid.numel() else 0
-    w = valid.to(_F64)
-    zeros = torch.zeros(num_groups, dtype=_F64, device=s.device)
+    w = valid.to(F64)
+    zeros = torch.zeros(num_groups, dtype=F64, device=s.device)
     cnt = zeros.index_add(0, gid, w)
     mean_g = zeros.index_add(0, gid, s * w) / cnt.clamp_min(1.0)
     dev = (s - mean_g[gid]) * w
@@ -102,7 +102,7 @@ def _group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> _GroupMoment
     var_g = torch.where(cnt > 1, var_g, zeros)
     # Decide "zero variance" by max == min rather than var == 0: mean-of-equal-floats can leave a
     # ~1e-17 residue that, divided by a tiny std, would turn a constant group into noise (§11).
-    inf = torch.tensor(float("inf"), dtype=_F64, device=s.device)
+    inf = torch.tensor(float("inf"), dtype=F64, device=s.device)
     gmax = torch.full_like(zeros, -float("inf")).scatter_reduce(0, gid, torch.where(valid, s, -inf), "amax")
     gmin = torch.full_like(zeros, float("inf")).scatter_reduce(0, gid, torch.where(valid, s, inf), "amin")
     const_g = (gmax == gmin) & (cnt > 0)
@@ -122,8 +122,8 @@ def _group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> _GroupMoment
 
 def _broadcast(per_row: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
     """(N,) -> (N, L) on valid tokens, exactly 0 elsewhere."""
-    m = (mask != 0).to(_F64)
-    return (per_row.to(_F64)[:, None] * m).to(dtype)
+    m = (mask != 0).to(F64)
+    return (per_row.to(F64)[:, None] * m).to(dtype)
 
 
 # -- grouping and token rewards ----------------------------------------------------------------
@@ -145,15 +145,15 @@ def outcome_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
 
     Fully-masked rows get nothing (all zeros).
     """
-    _check_rows(scores, mask)
+    check_rows(scores, mask)
     n, width = mask.shape
-    valid = _row_valid(mask)
+    valid = row_valid(mask)
     pos = torch.arange(width, device=mask.device).expand(n, width)
     last = torch.where(mask != 0, pos, torch.full_like(pos, -1)).max(dim=1).values.clamp_min(0)
-    out = torch.zeros(n, width, dtype=_F64, device=mask.device)
-    vals = torch.where(valid, scores.to(_F64), torch.zeros((), dtype=_F64, device=mask.device))
+    out = torch.zeros(n, width, dtype=F64, device=mask.device)
+    vals = torch.where(valid, scores.to(F64), torch.zeros((), dtype=F64, device=mask.device))
     out.scatter_(1, last[:, None], vals[:, None])
-    return out.to(_out_dtype(scores, mask))
+    return out.to(out_dtype(scores, mask))
 
 
 # -- group estimators (outcome-only: one value per response, broadcast to its tokens) ----------
@@ -210,7 +210,7 @@ def grpo_advantages(
         >1 member and zero spread / groups present), ``singleton_groups``, ``num_groups``,
         ``masked_rows``.
     """
-    _check_rows(scores, mask, groups)
+    check_rows(scores, mask, groups)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     single = _singleton_fn(singleton)
@@ -222,10 +222,10 @@ def grpo_advantages(
         adv = torch.where(denom > 0, gm.centred / torch.where(denom > 0, denom, 1.0), 0.0)
     else:
         adv = gm.centred
-    s = torch.where(gm.valid, scores.to(_F64), 0.0)
+    s = torch.where(gm.valid, scores.to(F64), 0.0)
     adv = torch.where(gm.count == 1, single(s, eps, norm_by_std), adv)
     adv = torch.where(gm.valid, adv, 0.0)
-    return _broadcast(adv, mask, _out_dtype(scores, mask)), gm.stats
+    return _broadcast(adv, mask, out_dtype(scores, mask)), gm.stats
 
 
 @torch.no_grad()
@@ -237,16 +237,16 @@ def grpo_batch_std_advantages(
     Group mean, but the std of the RAW scores over every valid row passed in (§4.2). Shapes as in
     :func:`grpo_advantages`; singletons get 0 (their group mean is themselves).
     """
-    _check_rows(scores, mask, groups)
+    check_rows(scores, mask, groups)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     gm = _group_moments(scores, mask, groups)
-    s = scores.to(_F64)[gm.valid]
-    bstd = s.std(correction=1) if s.numel() > 1 else torch.zeros((), dtype=_F64, device=s.device)
+    s = scores.to(F64)[gm.valid]
+    bstd = s.std(correction=1) if s.numel() > 1 else torch.zeros((), dtype=F64, device=s.device)
     denom = float(bstd) + eps
     adv = gm.centred / denom if denom > 0 else torch.zeros_like(gm.centred)
     stats = dict(gm.stats, batch_std=float(bstd))
-    return _broadcast(adv, mask, _out_dtype(scores, mask)), stats
+    return _broadcast(adv, mask, out_dtype(scores, mask)), stats
 
 
 @torch.no_grad()
@@ -258,15 +258,15 @@ def rloo_advantages(
     Shapes as in :func:`grpo_advantages`. Singletons: "zero" (canonical, = verl
     ``rloo_vectorized``) or "verl" (verl loop: the raw score). No whitening.
     """
-    _check_rows(scores, mask, groups)
+    check_rows(scores, mask, groups)
     single = _singleton_fn(singleton)
     gm = _group_moments(scores, mask, groups)
     n = gm.count
     adv = gm.centred * n / (n - 1.0).clamp_min(1.0)
-    s = torch.where(gm.valid, scores.to(_F64), 0.0)
+    s = torch.where(gm.valid, scores.to(F64), 0.0)
     adv = torch.where(n == 1, single(s, 0.0, False), adv)
     adv = torch.where(gm.valid, adv, 0.0)
-    return _broadcast(adv, mask, _out_dtype(scores, mask)), gm.stats
+    return _broadcast(adv, mask, out_dtype(scores, mask)), gm.stats
 
 
 # -- whitening (token-weighted, §1) ------------------------------------------------------------
@@ -274,7 +274,7 @@ def rloo_advantages(
 def _masked_moments(x: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(mean, sum of squared deviations, token count) over positions where m is True."""
     xm = torch.where(m, x, 0.0)
-    n = m.sum().to(_F64)
+    n = m.sum().to(F64)
     mu = xm.sum() / n.clamp_min(1.0)
     ss = torch.where(m, (x - mu) ** 2, 0.0).sum()
     return mu, ss, n
@@ -310,14 +310,14 @@ def whiten(x: Tensor, mask: Tensor, mode: str = "verl") -> Tensor:
     ``(x - mu) / sqrt(max(var_pop, 1e-8))``. Returns (N, L), exactly 0 on masked positions; all
     zeros when no token is valid.
     """
-    _check_2d("x", x, mask)
+    check_2d("x", x, mask)
     try:
         fn = _WHITEN[mode]
     except KeyError:
         raise ValueError(f"whiten mode must be one of {WHITEN_MODES}, got {mode!r}") from None
     m = mask != 0
-    out = torch.where(m, fn(x.to(_F64), m), 0.0)
-    return out.to(_out_dtype(x, mask))
+    out = torch.where(m, fn(x.to(F64), m), 0.0)
+    return out.to(out_dtype(x, mask))
 
 
 # -- discounted returns (§4.4) -----------------------------------------------------------------
@@ -376,15 +376,15 @@ def discounted_returns(
     "verl" (reset after every masked position), "openrlhf" (rewards x mask, discount through).
     Values on interior masked positions are diagnostics only; the loss mask removes them.
     """
-    _check_2d("token_rewards", token_rewards, mask)
+    check_2d("token_rewards", token_rewards, mask)
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     try:
         fn = _RETURNS[semantics]
     except KeyError:
         raise ValueError(f"semantics must be one of {RETURN_SEMANTICS}, got {semantics!r}") from None
-    out = fn(token_rewards.to(_F64), mask != 0, float(gamma))
-    return out.to(_out_dtype(token_rewards, mask))
+    out = fn(token_rewards.to(F64), mask != 0, float(gamma))
+    return out.to(out_dtype(token_rewards, mask))
 
 
 # -- REINFORCE++ family ------------------------------------------------------------------------
@@ -426,10 +426,10 @@ def reinforce_pp_baseline_advantages(
     ``singleton="verl"`` uses mean 0 for lone members (verl); "zero" centres them to 0.
     """
     centred, stats = grpo_advantages(
-        scores.to(_F64), mask, groups, norm_by_std=False, singleton=singleton
+        scores.to(F64), mask, groups, norm_by_std=False, singleton=singleton
     )
     out = whiten(centred, mask, whiten_mode)
-    return out.to(_out_dtype(scores, mask)), stats
+    return out.to(out_dtype(scores, mask)), stats
 
 
 @torch.no_grad()
@@ -439,7 +439,7 @@ def apply_kl_in_reward(token_rewards: Tensor, kl: Tensor, mask: Tensor, coef: fl
     ``kl`` is a per-token estimate on rollout logprobs; values on masked positions (possibly
     garbage/NaN) are ignored.
     """
-    _check_2d("token_rewards", token_rewards, mask)
-    _check_2d("kl", kl, mask)
-    pen = torch.where(mask != 0, kl.to(_F64), 0.0) * float(coef)
-    return (token_rewards.to(_F64) - pen).to(_out_dtype(token_rewards, kl, mask))
+    check_2d("token_rewards", token_rewards, mask)
+    check_2d("kl", kl, mask)
+    pen = torch.where(mask != 0, kl.to(F64), 0.0) * float(coef)
+    return (token_rewards.to(F64) - pen).to(out_dtype(token_rewards, kl, mask))

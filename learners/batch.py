@@ -10,12 +10,11 @@ from typing import Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from cogym.core.types import Turn
-
-from . import packing as packing_mod
-from . import torch_dist as dist
-from .losses import entropy_from_logits
+from cogym.learners import packing as packing_mod, torch_dist as dist
+from cogym.learners.losses import entropy_from_logits
 
 
 @dataclass
@@ -88,10 +87,6 @@ def training_forward(module: torch.nn.Module):
     transformers recomputes them. Restored afterwards: generation must not see the flag (it turns
     the KV cache off)."""
     module.eval()
-    try:
-        from transformers.modeling_layers import GradientCheckpointingLayer
-    except ImportError:  # pragma: no cover - an old transformers: no per-layer checkpointing to switch on
-        GradientCheckpointingLayer = ()
     layers = [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing]
     for m in layers:
         m.training = True  # this module only: its attention and MLP (and their dropout) stay in eval mode

@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from cogym.learners.registry import FROZEN, get, names, reserve
+
 
 @dataclass
 class LearnerConfig:
@@ -89,16 +91,12 @@ class LearnerConfig:
     def settings(self, name: str) -> Any:
         """The config of algorithm ``name`` (created with its defaults on first use)."""
         if name not in self.algorithm_configs:
-            from .algorithms.registry import get
-
-            self.algorithm_configs[name] = get(name).Config()
+                self.algorithm_configs[name] = get(name).Config()
         return self.algorithm_configs[name]
 
     def validate(self) -> None:
         """ValueError (what, why, fix) for an unknown algorithm, one that cannot train a single role,
         or a value an algorithm's config refuses."""
-        from .algorithms.registry import get
-
         get(self.algorithm) if self.algorithm != FROZEN else None
         if self.multi_turn not in MULTI_TURN:
             raise ValueError(f"multi_turn must be one of {', '.join(MULTI_TURN)}, got {self.multi_turn!r}: 'joined' trains a "
@@ -131,8 +129,6 @@ class LearnerConfig:
     def from_flat(cls, **keys: Any) -> "LearnerConfig":
         """A config from flat keys, as YAML writes them: ``from_flat(algorithm="ppo", lam=0.95)``."""
         common, parts = split_keys(keys)
-        from .algorithms.registry import get
-
         return cls(**common, algorithm_configs={n: get(n).Config(**p) for n, p in parts.items()})
 
     def flat(self) -> dict:
@@ -148,7 +144,6 @@ class LearnerConfig:
 
 MULTI_TURN = ("joined", "turns")
 PACKING = ("auto", "on", "off")  # as cogym.learners.packing.PACKING
-FROZEN = "frozen"  # not an algorithm: the policy plays and never learns
 
 
 def common_keys() -> frozenset[str]:
@@ -174,8 +169,6 @@ def split_keys(keys: dict) -> tuple[dict, dict[str, dict]]:
     is kept for that algorithm (``learners.x.algorithm=rloo`` on a config written for prime still
     loads). Any other key is a ValueError naming the closest known key.
     """
-    from .algorithms.registry import get, names
-
     common = {k: v for k, v in keys.items() if k in common_keys()}
     chosen = [n for n in (keys.get("algorithm", LearnerConfig.algorithm), *dict(keys.get("role_algorithms") or {}).values())
               if isinstance(n, str) and n != FROZEN]
@@ -193,3 +186,5 @@ def split_keys(keys: dict) -> tuple[dict, dict[str, dict]]:
             parts.setdefault(name, {})[key] = value
     return common, parts
 
+
+reserve(common_keys())

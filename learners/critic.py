@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .batch import batch_widths, micro_batches, takes_logits_to_keep, training_forward
-from .config import LearnerConfig
-from .engines import make_engine, save_weights
-from .gae import clipped_value_loss
-from .losses import aggregate
+from cogym.learners.batch import batch_widths, micro_batches, takes_logits_to_keep, training_forward
+from cogym.learners.config import LearnerConfig
+from cogym.learners.engines import make_engine, save_weights
+from cogym.learners.gae import clipped_value_loss
+from cogym.learners.losses import aggregate
 
 WEIGHTS_FILE = "critic.safetensors"
 

@@ -33,7 +33,7 @@ __all__ = [
     "need_more_rounds",
 ]
 
-_F64 = torch.float64
+F64 = torch.float64
 
 
 # -- overlong reward shaping (§7.4) ------------------------------------------------------------
@@ -78,7 +78,7 @@ def overlong_penalty(
     _check_overlong_args(max_len, buffer_len, factor)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (N,), got shape {tuple(lengths.shape)}")
-    n = lengths.to(_F64)
+    n = lengths.to(F64)
     if bool((n < 0).any()):
         raise ValueError("lengths must be >= 0")
     exceed = n - float(max_len - buffer_len)
@@ -104,8 +104,8 @@ def apply_overlong_shaping(
     if scores.shape != lengths.shape:
         raise ValueError(f"scores and lengths must both be (N,), got {tuple(scores.shape)} and {tuple(lengths.shape)}")
     pen = overlong_penalty(lengths, max_len, buffer_len, factor, cap=cap)
-    dtype = scores.dtype if scores.is_floating_point() else _F64
-    return (scores.to(_F64) + pen).to(dtype)
+    dtype = scores.dtype if scores.is_floating_point() else F64
+    return (scores.to(F64) + pen).to(dtype)
 
 
 def stop_properly_penalty(scores: Tensor, truncated: Tensor, coef: float) -> Tensor:
@@ -116,9 +116,9 @@ def stop_properly_penalty(scores: Tensor, truncated: Tensor, coef: float) -> Ten
     """
     if scores.shape != truncated.shape or scores.dim() != 1:
         raise ValueError(f"scores and truncated must both be (N,), got {tuple(scores.shape)} and {tuple(truncated.shape)}")
-    s = scores.to(_F64)
+    s = scores.to(F64)
     new = s * float(coef) if coef >= 0 else torch.full_like(s, float(coef))
-    dtype = scores.dtype if scores.is_floating_point() else _F64
+    dtype = scores.dtype if scores.is_floating_point() else F64
     return torch.where(truncated.to(torch.bool), new, s).to(dtype)
 
 
@@ -164,7 +164,7 @@ def _exact_scores(scores: Tensor) -> list[Fraction]:
         return [Fraction(int(x)) for x in scores.tolist()]
     if not bool(torch.isfinite(scores).all()):
         raise ValueError("scores must be finite (exclude invalid rows with `valid`)")
-    if scores.dtype == _F64:
+    if scores.dtype == F64:
         return [Fraction(repr(x)) for x in scores.tolist()]
     if scores.dtype == torch.bfloat16:
         scores = scores.to(torch.float32)

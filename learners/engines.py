@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+from safetensors.torch import save_file
 
-from . import torch_dist as dist
-from .config import LearnerConfig
+from cogym.learners import torch_dist as dist
+from cogym.learners.config import LearnerConfig
 
 
 class Engine(Protocol):
@@ -345,8 +346,6 @@ def save_weights(model: torch.nn.Module, path: Path, engine: "Engine | None" = N
     """``model``'s state dict as one safetensors file, gathered from ZeRO-3 partitions when an engine
     is given. Tensors are copied: tied weights become two entries and ZeRO's flat-buffer views plain
     tensors, which safetensors requires."""
-    from safetensors.torch import save_file
-
     with engine.gathered_params() if engine is not None else contextlib.nullcontext():
         save_file({k: v.detach().clone().contiguous().cpu() for k, v in model.state_dict().items()}, str(path))
 

@@ -22,11 +22,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .advantages import WHITEN_MODES, _out_dtype, whiten
+from cogym.learners.advantages import WHITEN_MODES, out_dtype, whiten
 
 __all__ = ["GAE_SEMANTICS", "gae_advantages", "clipped_value_loss"]
 
-_F64 = torch.float64
+F64 = torch.float64
 
 
 def _gae_skip(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: float) -> Tensor:
@@ -35,8 +35,8 @@ def _gae_skip(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: float) -> Tens
     # Tail padding therefore leaves V_next = 0, A_next = 0 at T_i.
     n, width = r.shape
     adv = torch.zeros_like(r)
-    v_next = torch.zeros(n, dtype=_F64, device=r.device)
-    a_next = torch.zeros(n, dtype=_F64, device=r.device)
+    v_next = torch.zeros(n, dtype=F64, device=r.device)
+    a_next = torch.zeros(n, dtype=F64, device=r.device)
     for t in range(width - 1, -1, -1):
         mt = m[:, t]
         delta = r[:, t] + gamma * v_next - v[:, t]
@@ -51,13 +51,13 @@ def _gae_skip(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: float) -> Tens
 def _gae_zero(r: Tensor, v: Tensor, m: Tensor, gamma: float, lam: float) -> Tensor:
     # OpenRLHF: rewards and values are zeroed on masked positions, then the plain recursion runs
     # over every position (a masked step is a V = 0, r = 0 step that is still discounted).
-    zero = torch.zeros((), dtype=_F64, device=r.device)
+    zero = torch.zeros((), dtype=F64, device=r.device)
     r = torch.where(m, r, zero)
     v = torch.where(m, v, zero)
     n, width = r.shape
     adv = torch.zeros_like(r)
-    v_next = torch.zeros(n, dtype=_F64, device=r.device)
-    a_next = torch.zeros(n, dtype=_F64, device=r.device)
+    v_next = torch.zeros(n, dtype=F64, device=r.device)
+    a_next = torch.zeros(n, dtype=F64, device=r.device)
     for t in range(width - 1, -1, -1):
         a_next = r[:, t] + gamma * v_next - v[:, t] + gamma * lam * a_next
         v_next = v[:, t]
@@ -122,10 +122,10 @@ def gae_advantages(
     if whiten_mode is not None and whiten_mode not in WHITEN_MODES:
         raise ValueError(f"whiten_mode must be one of {WHITEN_MODES} or None, got {whiten_mode!r}")
     m = mask != 0
-    dtype = _out_dtype(token_rewards, values, mask)
-    v = values.to(_F64)
-    raw = fn(token_rewards.to(_F64), v, m, float(gamma), float(lam))
-    zero = torch.zeros((), dtype=_F64, device=raw.device)
+    dtype = out_dtype(token_rewards, values, mask)
+    v = values.to(F64)
+    raw = fn(token_rewards.to(F64), v, m, float(gamma), float(lam))
+    zero = torch.zeros((), dtype=F64, device=raw.device)
     returns = torch.where(m, raw + v, zero)
     raw = torch.where(m, raw, zero)
     adv = raw if whiten_mode is None else whiten(raw, mask, whiten_mode)

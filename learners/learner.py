@@ -16,20 +16,21 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from safetensors.torch import load_file
 
-from cogym.agents.policy import Policy
 from cogym.agents.conversation import join_turns
+from cogym.agents.policy import Policy
 from cogym.core.types import Turn
-
-from . import torch_dist as dist
-from .algorithms import registry
-from .algorithms.base import Algorithm, Context, MicroStep, TrainBatch
-from .batch import (TokenBatch, micro_batches, response_logp, response_logp_entropy, sum_over_ranks,
-                    training_forward)
-from .config import FROZEN, LearnerConfig
-from .dapo import FILTER_PREDICATES, apply_overlong_shaping, group_decisions
-from .engines import Engine, make_engine, save_weights
-from .pipeline import role_advantages
+from cogym.learners import registry, torch_dist as dist
+from cogym.learners.algorithm import Algorithm, Context
+from cogym.learners.batch import (micro_batches, response_logp, response_logp_entropy, sum_over_ranks, TokenBatch,
+                                  training_forward)
+from cogym.learners.config import LearnerConfig
+from cogym.learners.dapo import apply_overlong_shaping, FILTER_PREDICATES, group_decisions
+from cogym.learners.engines import Engine, make_engine, save_weights
+from cogym.learners.pipeline import role_advantages
+from cogym.learners.registry import FROZEN
+from cogym.learners.rows import MicroStep, TrainBatch
 
 __all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_logp_entropy", "sum_over_ranks",
            "DYNAMIC_SAMPLING"]
@@ -130,7 +131,6 @@ class Learner:
         the reference is then the initial model, as it was)."""
         if not path.is_file():
             return
-        from safetensors.torch import load_file
 
         try:
             self.ref_model.load_state_dict(load_file(str(path)))

@@ -24,12 +24,12 @@ from typing import Hashable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from .advantages import (
-    _F64,
-    _check_2d,
-    _check_rows,
-    _out_dtype,
-    _row_valid,
+from cogym.learners.advantages import (
+    F64,
+    check_2d,
+    check_rows,
+    out_dtype,
+    row_valid,
     discounted_returns,
     outcome_token_rewards,
     reinforce_pp_advantages,
@@ -67,8 +67,8 @@ def prime_q(logp_prm: Tensor, logp_ref: Tensor, mask: Tensor) -> Tensor:
     Keeps the gradient of ``logp_prm`` (``logp_ref`` is treated as frozen and detached). Masked
     positions are exactly 0 whatever the inputs hold there (NaN included).
     """
-    _check_2d("logp_prm", logp_prm, mask)
-    _check_2d("logp_ref", logp_ref, mask)
+    check_2d("logp_prm", logp_prm, mask)
+    check_2d("logp_ref", logp_ref, mask)
     m = mask != 0
     diff = logp_prm - logp_ref.detach()
     return torch.where(m, diff, torch.zeros((), dtype=diff.dtype, device=diff.device))
@@ -105,7 +105,7 @@ def prime_process_rewards(
     Returns:
         (N, L) process rewards, exactly 0 on masked positions and on fully-masked rows.
     """
-    _check_2d("q", q, mask)
+    check_2d("q", q, mask)
     if granularity not in PRIME_GRANULARITIES:
         raise ValueError(f"granularity must be one of {PRIME_GRANULARITIES}, got {granularity!r}")
     if norm not in PRIME_NORMS:
@@ -115,9 +115,9 @@ def prime_process_rewards(
     m = mask != 0
     # original PRIME normalises q itself, the verl recipe normalises beta * q (same up to the 1e-6)
     scale = 1.0 if (norm == "batch_norm" and compat == "original") else float(beta)
-    r = torch.where(m, q.to(_F64), 0.0) * scale
+    r = torch.where(m, q.to(F64), 0.0) * scale
     last = _last_valid(mask)
-    valid = _row_valid(mask)
+    valid = row_valid(mask)
     if granularity == "whole":
         total = torch.where(valid, r.sum(dim=1), 0.0)
         r = torch.zeros_like(r).scatter_(1, last[:, None], total[:, None])
@@ -126,7 +126,7 @@ def prime_process_rewards(
     if norm == "batch_norm":
         rev = torch.flip(torch.cumsum(torch.flip(r, dims=[1]), dim=1), dims=[1])
         r = r / (rev.abs().max() + 1e-6) if r.numel() else r
-    return torch.where(m, r, 0.0).to(_out_dtype(q, mask))
+    return torch.where(m, r, 0.0).to(out_dtype(q, mask))
 
 
 def prime_ce_loss(
@@ -146,15 +146,15 @@ def prime_ce_loss(
     valid row the loss is 0 (still differentiable). Computed with ``logsigmoid`` in float64 for
     stability and returned in ``logp_prm``'s dtype.
     """
-    _check_rows(acc, mask)
-    q = prime_q(logp_prm, logp_ref, mask).to(_F64)
-    valid = _row_valid(mask)
+    check_rows(acc, mask)
+    q = prime_q(logp_prm, logp_ref, mask).to(F64)
+    valid = row_valid(mask)
     z = q.sum(dim=1) * float(beta)
-    y = torch.where(valid, acc.to(_F64), 0.0)
+    y = torch.where(valid, acc.to(F64), 0.0)
     ll = y * torch.nn.functional.logsigmoid(z) + (1.0 - y) * torch.nn.functional.logsigmoid(-z)
     ll = torch.where(valid, ll, torch.zeros_like(ll))
-    n = valid.sum().clamp_min(1).to(_F64)
-    return (-ll.sum() / n).to(_out_dtype(logp_prm, mask))
+    n = valid.sum().clamp_min(1).to(F64)
+    return (-ll.sum() / n).to(out_dtype(logp_prm, mask))
 
 
 @torch.no_grad()
@@ -165,14 +165,14 @@ def _process_rloo(r: Tensor, mask: Tensor, groups: Tensor) -> Tensor:
     in the group. Singleton groups (n = 1) get 0; fully-masked rows get 0 and do not count.
     """
     m = mask != 0
-    valid = _row_valid(mask)
+    valid = row_valid(mask)
     r = torch.where(m, r, 0.0)
-    tok = m.sum(dim=1).to(_F64)
+    tok = m.sum(dim=1).to(F64)
     means = torch.where(valid, r.sum(dim=1) / tok.clamp_min(1.0), 0.0)
     _, gid = torch.unique(groups, return_inverse=True)
     num_groups = int(gid.max()) + 1 if gid.numel() else 0
-    zeros = torch.zeros(num_groups, dtype=_F64, device=r.device)
-    cnt = zeros.index_add(0, gid, valid.to(_F64))[gid]                   # (N,)
+    zeros = torch.zeros(num_groups, dtype=F64, device=r.device)
+    cnt = zeros.index_add(0, gid, valid.to(F64))[gid]                   # (N,)
     msum = zeros.index_add(0, gid, means)[gid]                             # (N,)
     den = (cnt - 1.0).clamp_min(1.0)
     out = r * (cnt / den)[:, None] - (msum / den)[:, None]
@@ -205,18 +205,18 @@ def prime_advantages(
     Returns:
         (adv (N, L), returns (N, L) before whitening); both exactly 0 on masked positions.
     """
-    _check_2d("process_rewards", process_rewards, mask)
-    _check_rows(acc, mask, groups)
+    check_2d("process_rewards", process_rewards, mask)
+    check_rows(acc, mask, groups)
     m = mask != 0
-    proc = _process_rloo(process_rewards.to(_F64), mask, groups)
-    out_adv, _ = rloo_advantages(acc.to(_F64), mask.to(_F64), groups)       # (N, L) broadcast
-    per_row = out_adv.gather(1, _last_valid(mask)[:, None])[:, 0] if mask.shape[1] else acc.to(_F64)
-    outcome = outcome_token_rewards(per_row, mask.to(_F64))                  # on the last valid token
+    proc = _process_rloo(process_rewards.to(F64), mask, groups)
+    out_adv, _ = rloo_advantages(acc.to(F64), mask.to(F64), groups)       # (N, L) broadcast
+    per_row = out_adv.gather(1, _last_valid(mask)[:, None])[:, 0] if mask.shape[1] else acc.to(F64)
+    outcome = outcome_token_rewards(per_row, mask.to(F64))                  # on the last valid token
     combined = float(process_coef) * proc + float(outcome_coef) * outcome
-    returns = discounted_returns(combined, mask.to(_F64), 1.0, "skip")
+    returns = discounted_returns(combined, mask.to(F64), 1.0, "skip")
     returns = torch.where(m, returns, 0.0)
-    adv = whiten(returns, mask.to(_F64), "verl")
-    dtype = _out_dtype(process_rewards, acc, mask)
+    adv = whiten(returns, mask.to(F64), "verl")
+    dtype = out_dtype(process_rewards, acc, mask)
     return adv.to(dtype), returns.to(dtype)
 
 
@@ -267,7 +267,7 @@ def rae_update(
     if valid is not None and valid.shape != (n,):
         raise ValueError(f"valid must have shape ({n},), got {tuple(valid.shape)}")
     new = dict(baselines)
-    r = rewards.detach().to(_F64).cpu().tolist()
+    r = rewards.detach().to(F64).cpu().tolist()
     ok = [True] * n if valid is None else [bool(v) for v in valid.cpu().tolist()]
     out = [0.0] * n
     a = float(alpha)
@@ -282,8 +282,8 @@ def rae_update(
             b = a * b + (1.0 - a) * rew
             new[k] = b
             out[i] = rew - b
-    adv = torch.tensor(out, dtype=_F64, device=rewards.device)
-    return adv.to(_out_dtype(rewards)), new
+    adv = torch.tensor(out, dtype=F64, device=rewards.device)
+    return adv.to(out_dtype(rewards)), new
 
 
 @dataclass(frozen=True)
@@ -335,12 +335,12 @@ def rae_turn_discount(
     n = advantages.shape[0]
     if advantages.shape != (n,) or turn_index.shape != (n,) or num_turns.shape != (n,):
         raise ValueError("advantages, turn_index and num_turns must all have shape (N,)")
-    k = turn_index.to(_F64)
-    kk = num_turns.to(_F64)
+    k = turn_index.to(F64)
+    kk = num_turns.to(F64)
     if bool(((k < 0) | (k >= kk)).any()):
         raise ValueError("turn_index must satisfy 0 <= turn_index < num_turns")
-    out = advantages.to(_F64) * torch.pow(torch.tensor(float(gamma), dtype=_F64), kk - 1.0 - k)
-    return out.to(_out_dtype(advantages))
+    out = advantages.to(F64) * torch.pow(torch.tensor(float(gamma), dtype=F64), kk - 1.0 - k)
+    return out.to(out_dtype(advantages))
 
 
 @torch.no_grad()
@@ -352,7 +352,7 @@ def rae_token_advantages(advantages: Tensor, mask: Tensor, *, gamma: float = 1.0
     ``A * gamma**(K - 1 - k)`` (γ = 1: the same value on every valid token). No group baseline,
     no whitening. Masked positions and fully-masked rows are exactly 0.
     """
-    _check_rows(advantages, mask)
+    check_rows(advantages, mask)
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     m = mask != 0
@@ -360,10 +360,10 @@ def rae_token_advantages(advantages: Tensor, mask: Tensor, *, gamma: float = 1.0
     starts[:, 1:] &= ~m[:, :-1]
     turn_no = torch.cumsum(starts.to(torch.long), dim=1)           # 1..K on valid tokens
     total = turn_no[:, -1:] if m.shape[1] else turn_no.sum(dim=1, keepdim=True)
-    expo = (total - turn_no).to(_F64)                                # K - k for k = turn_no (1-based)
-    a = torch.where(_row_valid(mask), advantages.to(_F64), 0.0)
-    val = a[:, None] * torch.pow(torch.tensor(float(gamma), dtype=_F64), expo)
-    return torch.where(m, val, 0.0).to(_out_dtype(advantages, mask))
+    expo = (total - turn_no).to(F64)                                # K - k for k = turn_no (1-based)
+    a = torch.where(row_valid(mask), advantages.to(F64), 0.0)
+    val = a[:, None] * torch.pow(torch.tensor(float(gamma), dtype=F64), expo)
+    return torch.where(m, val, 0.0).to(out_dtype(advantages, mask))
 
 
 def nonzero_rows(adv: Tensor) -> Tensor:
@@ -405,10 +405,10 @@ def trr_pp_advantages(
         (adv (N, L), returns (N, L) unwhitened); exactly 0 on masked positions. A group whose
         valid tokens all carry the same return gets 0; a group with no valid token gets 0.
     """
-    _check_2d("token_rewards", token_rewards, mask)
-    _check_rows(torch.zeros(mask.shape[0]), mask, groups)
-    r = token_rewards.to(_F64)
-    m = mask.to(_F64)
+    check_2d("token_rewards", token_rewards, mask)
+    check_rows(torch.zeros(mask.shape[0]), mask, groups)
+    r = token_rewards.to(F64)
+    m = mask.to(F64)
     adv = torch.zeros_like(r)
     ret = torch.zeros_like(r)
     for g in torch.unique(groups).tolist():
@@ -418,6 +418,6 @@ def trr_pp_advantages(
         )
         adv[rows] = a_g
         ret[rows] = r_g
-    dtype = _out_dtype(token_rewards, mask)
+    dtype = out_dtype(token_rewards, mask)
     return adv.to(dtype), ret.to(dtype)
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from .losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
+from cogym.learners.losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
 
 
 @dataclass(frozen=True)

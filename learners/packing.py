@@ -28,6 +28,7 @@ models that cannot take a 4-D mask at all.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -205,6 +206,7 @@ def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
 
 # ---------------------------------------------------------------------------------------------- exactness
 
+
 _checked: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -214,8 +216,6 @@ def model_allows(base: torch.nn.Module) -> str | None:
     biases built from a 2-D mask) or that masks by itself (sliding windows, other layer types). The
     text config is read (a multimodal model's top-level config does not say). These rules are the only
     guard against masking longer than the check's short rows, which the numeric check cannot see."""
-    import inspect
-
     config = getattr(base, "config", None)
     if config is None:
         return "it has no transformers config"

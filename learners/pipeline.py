@@ -15,15 +15,15 @@ import torch
 from cogym.agents.conversation import longest_message
 from cogym.core.types import Turn
 
-from . import advantages as adv_fns
-from . import torch_dist as dist
-from .algorithms.base import RoleRows, TrainBatch
-from .batch import TokenBatch, batch_widths, micro_batches, response_logp
-from .dapo import mask_truncated
-from .losses import kl_estimate
+from cogym.learners import advantages as adv_fns
+from cogym.learners import torch_dist as dist
+from cogym.learners.rows import RoleRows, TrainBatch
+from cogym.learners.batch import TokenBatch, batch_widths, micro_batches, response_logp
+from cogym.learners.dapo import mask_truncated
+from cogym.learners.losses import kl_estimate
 
 if TYPE_CHECKING:
-    from .learner import Learner
+    from cogym.learners.learner import Learner
 
 
 def _token_batch(learner: "Learner", turns: Sequence[Turn], metrics: dict) -> TokenBatch:

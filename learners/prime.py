@@ -18,10 +18,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .config import LearnerConfig
-from .engines import make_engine, save_weights
-from .batch import TokenBatch, batch_widths, micro_batches, response_logp, training_forward
-from .multiagent import prime_ce_loss, prime_process_rewards, prime_q
+from cogym.agents.loading import load_causal_lm
+from cogym.learners.batch import batch_widths, micro_batches, response_logp, TokenBatch, training_forward
+from cogym.learners.config import LearnerConfig
+from cogym.learners.engines import make_engine, save_weights
+from cogym.learners.multiagent import prime_ce_loss, prime_process_rewards, prime_q
 
 WEIGHTS_FILE = "prm.safetensors"
 PRM_MAX_GRAD_NORM = 10.0  # docs/algorithms.md §8.1: PRM grad clip 10, constant learning rate
@@ -34,8 +35,6 @@ def _vocab_size(model: torch.nn.Module) -> int:
 def _load_hf(path: str, like: torch.nn.Module) -> torch.nn.Module:
     """An HF causal LM from ``path`` on the device, in the dtype and with the attention kernel and
     gradient checkpointing of ``like`` (the policy's model)."""
-    from cogym.agents.loading import load_causal_lm
-
     if not Path(path).is_dir():
         raise ValueError(f"prime_model {path!r} is not a directory; give an HF causal-LM directory or '' for a copy of the policy")
     p = next(like.parameters())

@@ -18,22 +18,11 @@ state and registration). A user's algorithm is a module like them, listed in ``g
 See docs/write_your_own_algorithm.md.
 """
 
-from .base import (
-    Advantages,
-    Algorithm,
-    AlgorithmConfig,
-    Context,
-    Discounted,
-    MicroStep,
-    RoleRows,
-    TrainBatch,
-    Whitened,
-    check_choice,
-    check_number,
-)
-from .registry import FROZEN, get, names, register, unregister
+from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context, Discounted, Whitened, check_choice, check_number
+from cogym.learners.rows import Advantages, MicroStep, RoleRows, TrainBatch
+from cogym.learners.registry import FROZEN, get, names, register, unregister
 
 __all__ = ["Advantages", "Algorithm", "AlgorithmConfig", "Context", "Discounted", "FROZEN", "MicroStep", "RoleRows",
            "TrainBatch", "Whitened", "check_choice", "check_number", "get", "names", "register", "unregister"]
 
-from . import _builtin  # noqa: E402,F401  (the shipped algorithms register as soon as the package is imported)
+from cogym.learners.algorithms import _builtin  # noqa: E402,F401  (the shipped algorithms register as soon as the package is imported)

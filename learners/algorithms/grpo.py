@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import advantages as adv_fns
-from .base import AlgorithmConfig, Algorithm, Advantages, RoleRows, check_number
-from .registry import register
+from cogym.learners import advantages as adv_fns
+from cogym.learners.algorithm import AlgorithmConfig, Algorithm, check_number
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.registry import register
 
 
 @dataclass

@@ -11,11 +11,12 @@ from typing import Optional
 
 import torch
 
-from ..batch import TokenBatch
-from ..critic import Critic
-from ..gae import gae_advantages
-from .base import Algorithm, Advantages, Context, Discounted, RoleRows, Whitened, check_number
-from .registry import register
+from cogym.learners.batch import TokenBatch
+from cogym.learners.critic import Critic
+from cogym.learners.gae import gae_advantages
+from cogym.learners.algorithm import Algorithm, Context, Discounted, Whitened, check_number
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.registry import register
 
 
 @dataclass

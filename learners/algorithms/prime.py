@@ -11,10 +11,12 @@ from pathlib import Path
 
 import torch
 
-from .. import advantages as adv_fns
-from ..multiagent import PRIME_GRANULARITIES, PRIME_NORMS, prime_advantages
-from .base import Algorithm, AlgorithmConfig, Advantages, Context, RoleRows, check_choice, check_number
-from .registry import register
+from cogym.learners import advantages as adv_fns
+from cogym.learners.algorithm import Algorithm, AlgorithmConfig, check_choice, check_number, Context
+from cogym.learners.multiagent import prime_advantages, PRIME_GRANULARITIES, PRIME_NORMS
+from cogym.learners.prime import PrimeRewardModel
+from cogym.learners.registry import register
+from cogym.learners.rows import Advantages, RoleRows
 
 
 @dataclass
@@ -53,7 +55,6 @@ class PRIME(Algorithm):
 
     def __init__(self, cfg: PrimeConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
-        from ..prime import PrimeRewardModel
 
         # pi_ref is the policy's initial model (given as ``reference`` on resume), or the PRM's own start.
         ref = ctx.reference if ctx.reference is not None and not cfg.prime_model else None

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 
-from ..multiagent import RAE_ORDERS, RAEBaselines, nonzero_rows, rae_turn_discount
-from .base import Algorithm, Advantages, Context, Discounted, RoleRows, check_choice
-from .registry import register
+from cogym.learners.multiagent import RAE_ORDERS, RAEBaselines, nonzero_rows, rae_turn_discount
+from cogym.learners.algorithm import Algorithm, Context, Discounted, check_choice
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.registry import register
 
 STATE_FILE = "rae_baselines.json"
 

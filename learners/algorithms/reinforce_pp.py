@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import advantages as adv_fns
-from .base import Algorithm, Advantages, Discounted, RoleRows, Whitened
-from .registry import register
+from cogym.learners import advantages as adv_fns
+from cogym.learners.algorithm import Algorithm, Discounted, Whitened
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.registry import register
 
 
 @dataclass

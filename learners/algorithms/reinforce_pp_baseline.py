@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import advantages as adv_fns
-from .base import Algorithm, Advantages, RoleRows, Whitened
-from .grpo import outcome_advantages
-from .registry import register
+from cogym.learners import advantages as adv_fns
+from cogym.learners.algorithm import Algorithm, Whitened
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.algorithms.grpo import outcome_advantages
+from cogym.learners.registry import register
 
 
 @dataclass

@@ -3,10 +3,11 @@ group, ``A_i = S_i - mean_{j != i} S_j``; a group of one gets 0."""
 
 from __future__ import annotations
 
-from .. import advantages as adv_fns
-from .base import Algorithm, Advantages, RoleRows
-from .grpo import outcome_advantages
-from .registry import register
+from cogym.learners import advantages as adv_fns
+from cogym.learners.algorithm import Algorithm
+from cogym.learners.rows import Advantages, RoleRows
+from cogym.learners.algorithms.grpo import outcome_advantages
+from cogym.learners.registry import register
 
 
 @register("rloo")

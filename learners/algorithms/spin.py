@@ -36,13 +36,14 @@ from safetensors.torch import load_file
 from cogym.agents.policy import Policy
 from cogym.core.types import Turn
 
-from ..batch import TokenBatch, batch_widths, pack_rows, response_logp
-from ..engines import save_weights
-from .base import Algorithm, AlgorithmConfig, Context, MicroStep, TrainBatch
-from .registry import register
+from cogym.learners.batch import TokenBatch, batch_widths, pack_rows, response_logp
+from cogym.learners.engines import save_weights
+from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context
+from cogym.learners.rows import MicroStep, TrainBatch
+from cogym.learners.registry import register
 
 if TYPE_CHECKING:
-    from ..learner import Learner
+    from cogym.learners.learner import Learner
 
 OPPONENT_FILE = "spin_opponent.safetensors"
 _MARK = "\x00cogym-spin-mark\x00"

@@ -19,7 +19,7 @@ import yaml
 
 from cogym.core.types import SamplingParams
 from cogym.core.errors import ConfigError
-from cogym.learners.algorithms import registry
+from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, suggest, TYPED_MAPS

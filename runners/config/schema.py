@@ -19,7 +19,8 @@ from typing import Any, Optional
 from cogym.agents.lora import LoraConfig
 from cogym.core.types import SamplingParams
 from cogym.learners.advantages import WHITEN_MODES
-from cogym.learners.algorithms import FROZEN, registry
+from cogym.learners import registry
+from cogym.learners.registry import FROZEN
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
 from cogym.learners.losses import KL_KINDS
 

@@ -22,10 +22,11 @@ from cogym.agents.policy import Policy
 from cogym.agents.scripted import ScriptedAgent
 from cogym.core.types import Agent
 from cogym.core.errors import GameError
+from cogym.envs.checks import prompts_that_depend_on_play
 from cogym.envs import make
 from cogym.envs.contract import ContractViolation
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
-from cogym.learners.algorithms import registry
+from cogym.learners import registry
 from cogym.learners.learner import Learner
 
 from cogym.runners.rollout.agents import AgentFactory, twin_name
@@ -135,8 +136,6 @@ def _warn_mixed_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]
             grouped_roles.add(role)
     if not grouped_roles:
         return
-    from cogym.envs.checks import prompts_that_depend_on_play
-
     try:
         depends = prompts_that_depend_on_play(cfg.game.id, cfg.game.kwargs, grouped_roles)
     except ContractViolation as exc:

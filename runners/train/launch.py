@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from cogym.learners.algorithms import FROZEN, registry
+from cogym.learners import registry
+from cogym.learners.registry import FROZEN
 
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config

@@ -15,7 +15,8 @@ from cogym.envs.arithmetic import PROPOSER_REQUEST, load_heldout
 from cogym.envs.checks import check_game
 from cogym.envs.errors import DatasetError
 from cogym.envs.novelty import NoveltyFilter, clear_pools, shared_pool
-from cogym.envs.proposer_solver import few_shot_text, load_seeds
+from cogym.envs.proposer_solver import few_shot_text
+from cogym.envs.seeds import load_seeds
 from cogym.envs.search import NgramEmbedder
 from cogym.envs.testing import step_as as act
 from cogym.runners.rollout.loop import RolloutResult

@@ -71,7 +71,7 @@ def run_golden(name: str, out_dir: Path) -> dict:
 def isolated_registries():
     """Undo what the block registers (games, algorithms) and the user modules it imports."""
     from cogym.envs import registry as games
-    from cogym.learners.algorithms import registry as algorithms
+    from cogym.learners import registry as algorithms
 
     saved, before = (dict(games._REGISTRY), dict(algorithms._REGISTRY)), set(sys.modules)
     try:

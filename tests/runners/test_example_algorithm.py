@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from cogym.learners.algorithms import registry
+from cogym.learners import registry
 from cogym.runners.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

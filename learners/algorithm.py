@@ -16,23 +16,25 @@ The Learner calls these hooks; it knows no algorithm by name.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence, TYPE_CHECKING
 
 import torch
 
 from cogym.agents.policy import Policy
 from cogym.core.types import Turn
-
-from .. import advantages as adv_fns
-from ..batch import TokenBatch
-from ..objective import ObjectiveConfig, objective
+from cogym.learners import advantages as adv_fns
+from cogym.learners.batch import TokenBatch
+from cogym.learners.objective import objective, ObjectiveConfig
+from cogym.learners.pipeline import finish_policy_gradient, policy_gradient_batch
+from cogym.learners.rows import Advantages, MicroStep, RoleRows, TrainBatch
 
 if TYPE_CHECKING:
-    from ..config import LearnerConfig
-    from ..learner import Learner
+    from cogym.learners.config import LearnerConfig
+    from cogym.learners.learner import Learner
 
 
 @dataclass
@@ -55,8 +57,6 @@ def check_number(name: str, value: Any, low: float, high: float = math.inf, *, o
 
 def check_choice(name: str, value: Any, options: Sequence[str]) -> None:
     if value not in options:
-        import difflib
-
         close = difflib.get_close_matches(str(value), list(options), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}{hint}")
@@ -94,75 +94,6 @@ class Context:
     reference: torch.nn.Module | None = None  # the policy's initial model, when it is not ``policy.model``
     game_id: str = "game"
     resume: dict = field(default_factory=dict)  # e.g. {"critic": Path}: saved weights to start from
-
-
-@dataclass
-class RoleRows:
-    """The rows of one role in a batch: what an estimator sees.
-
-    ``index`` (n,): their positions in the whole batch; ``batch``: the rows themselves;
-    ``token_rewards`` (n, L): the (overlong-shaped) outcome on each row's last token, plus the
-    KL-in-reward shaping when enabled; ``scores`` (n,): the outcomes.
-    """
-
-    role: str
-    index: torch.Tensor
-    batch: TokenBatch
-    token_rewards: torch.Tensor
-
-    @property
-    def mask(self) -> torch.Tensor:
-        return self.batch.mask
-
-    def groups(self) -> torch.Tensor:
-        """(n,) group index of each row, from the turns' explicit group keys."""
-        return adv_fns.group_index(self.batch.group_keys).to(self.mask.device)
-
-
-@dataclass
-class Advantages:
-    """An estimator's answer: ``adv`` (n, L); ``keep`` (n,) bool, rows to train on (None: all);
-    ``metrics`` (logged under the role's prefix where the key has none); ``carry``: (n, ...) tensors
-    handed back, for the rows that survive, to :meth:`Algorithm.after_step`."""
-
-    adv: torch.Tensor
-    keep: torch.Tensor | None = None
-    metrics: dict = field(default_factory=dict)
-    carry: dict = field(default_factory=dict)
-
-
-@dataclass
-class MicroStep:
-    """One micro-batch of the update, as the loss sees it.
-
-    ``batch``: its rows; ``logp`` (n, L): the current model's log-probs of the response tokens, with
-    gradient; ``entropy`` (n, L): its next-token entropy there, with gradient, when the learner has an
-    entropy bonus (``entropy_coef`` > 0), else None (no full-vocabulary logits are ever kept); ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...);
-    ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step.
-    """
-
-    batch: TokenBatch
-    logp: torch.Tensor
-    entropy: torch.Tensor | None
-    rows: dict
-    index: int
-    num_tokens: float
-    num_seqs: float
-
-
-@dataclass
-class TrainBatch:
-    """What one update trains on: ``batch`` (None: nothing to train on, return ``metrics``),
-    ``rows``: per-row tensors sliced into each :class:`MicroStep`, ``chunks``: this rank's
-    micro-batches (row indices), and what :meth:`Algorithm.finish` needs afterwards."""
-
-    batch: TokenBatch | None
-    metrics: dict
-    rows: dict = field(default_factory=dict)
-    chunks: list = field(default_factory=list)
-    num_tokens: float = 0.0
-    num_seqs: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 class Algorithm:
@@ -212,8 +143,6 @@ class Algorithm:
 
     def train_batch(self, learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
         """The batch one update trains on; by default the policy-gradient batch (advantages per role)."""
-        from ..pipeline import policy_gradient_batch
-
         return policy_gradient_batch(learner, turns)
 
     def loss(self, step: MicroStep) -> tuple[torch.Tensor, dict[str, float]]:
@@ -230,6 +159,4 @@ class Algorithm:
 
     def finish(self, learner: "Learner", data: TrainBatch) -> dict[str, float]:
         """Metrics after the step (and the work of the algorithms that train on this batch's rows)."""
-        from ..pipeline import finish_policy_gradient
-
         return finish_policy_gradient(learner, data)

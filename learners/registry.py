@@ -11,15 +11,29 @@ import dataclasses
 import difflib
 from typing import Callable
 
-from .base import Algorithm, AlgorithmConfig
+from cogym.learners.algorithm import Algorithm, AlgorithmConfig
 
-from ..config import FROZEN  # not an algorithm: the policy plays and never learns (no learner is built)
+FROZEN = "frozen"  # not an algorithm: the policy plays and never learns (no learner is built)
 
 _REGISTRY: dict[str, type[Algorithm]] = {}
+# The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an
+# algorithm's own config keys must not shadow them, since a learner's YAML keys share one namespace.
+_RESERVED: set[str] = set()
 
 
-def _builtins() -> None:
-    from . import _builtin  # noqa: F401  (registers the shipped algorithms; a no-op once imported)
+def _check_keys(name: str, cls: type[Algorithm]) -> None:
+    clash = sorted(_RESERVED & {f.name for f in dataclasses.fields(cls.Config)})
+    if clash:
+        raise ValueError(f"algorithm {name!r}: config key(s) {', '.join(clash)} are common learner keys; "
+                         "rename them (YAML keys of a learner share one namespace)")
+
+
+def reserve(keys) -> None:
+    """Make ``keys`` (the learner's common keys) unusable as an algorithm's config keys, also for the
+    algorithms registered already."""
+    _RESERVED.update(keys)
+    for name, cls in _REGISTRY.items():
+        _check_keys(name, cls)
 
 
 def register(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
@@ -33,18 +47,12 @@ def register(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
             raise TypeError(f"@register({name!r}) decorates a subclass of cogym.learners.algorithms.Algorithm, got {cls!r}")
         if not name or not name.isidentifier() or name == FROZEN:
             raise ValueError(f"algorithm name must be a Python identifier other than {FROZEN!r}, got {name!r}")
-        _builtins()
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"algorithm {name!r} is already registered (by {_REGISTRY[name].__module__}."
                              f"{_REGISTRY[name].__qualname__}); pick another name")
         if not (dataclasses.is_dataclass(cls.Config) and issubclass(cls.Config, AlgorithmConfig)):
             raise TypeError(f"{cls.__qualname__}.Config must be a dataclass subclassing AlgorithmConfig")
-        from ..config import common_keys
-
-        clash = sorted(common_keys() & {f.name for f in dataclasses.fields(cls.Config)})
-        if clash:
-            raise ValueError(f"algorithm {name!r}: config key(s) {', '.join(clash)} are common learner keys; "
-                             "rename them (YAML keys of a learner share one namespace)")
+        _check_keys(name, cls)
         cls.name = name
         _REGISTRY[name] = cls
         return cls
@@ -53,13 +61,11 @@ def register(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
 
 def names() -> tuple[str, ...]:
     """Every registered algorithm, shipped ones first."""
-    _builtins()
     return tuple(_REGISTRY)
 
 
 def get(name: str) -> type[Algorithm]:
     """The algorithm registered as ``name``; ValueError with a did-you-mean otherwise."""
-    _builtins()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
