@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tournament": ("cogym.runners.cli.tournament", "rate checkpoints, models and scripted agents against each other"),
     "show": ("cogym.runners.cli.show", "print the games a run or tournament kept (transcripts.jsonl): each move and "
              "what its seat was shown"),
+    "config": ("cogym.runners.cli.config", "every config key with its type, default and meaning"),
     "reproduce": ("cogym.runners.cli.reproduce", "run a paper's claim in miniature over seeds and give the verdict"),
     "build-tiny-model": ("cogym.runners.research.build_tiny_model", "rebuild the embedded tiny model or, with "
                          "--verifier, tiny-verifier or, with --reasoner, tiny-reasoner (see its --help)"),

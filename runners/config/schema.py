@@ -74,13 +74,13 @@ class PromptConfig:
 
 @dataclass
 class GameConfig:
-    id: str = "proposer_solver-v0"
+    id: str = "proposer_solver-v0"  # the game (cogym games lists them)
     num_games: int = 16  # games alive at once in one rollout
     # Episodes per group: num_games / group_size distinct seeds, each played group_size times, and a role's
     # turns in those episodes form one group (GRPO/RLOO's "n samples per prompt" for a role whose first
     # observation depends only on the seed, e.g. the generator of generator_verifier-v0). 1: group by episode.
     group_size: int = 1
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict = field(default_factory=dict)  # the game's constructor arguments (its docstring lists them)
     granularity: str = "turn"  # "turn": one message per step; "token": one token per step (KV caches reused)
     max_turn_tokens: int = 0  # token level: longest message; 0 = max(64, the policies' max_new_tokens)
     modules: list = field(default_factory=list)  # Python modules or .py files to import first (they register games)
@@ -105,14 +105,14 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "run"
-    out_dir: str = "runs"
-    seed: int = 0
-    iterations: int = 60
-    checkpoint_every: int = 20
-    eval_every: int = 0  # 0: held-out accuracy only before and after training
-    tensorboard: bool = True
-    plot: bool = True
+    name: str = "run"  # the run directory is <out_dir>/<name>-<time> (or --run-dir)
+    out_dir: str = "runs"  # where run directories go
+    seed: int = 0  # every draw of the run derives from it (core.seeding): the same seed repeats the run
+    iterations: int = 60  # training iterations (one rollout and one update of every learner each)
+    checkpoint_every: int = 20  # a checkpoint every N iterations and at the end (0: none); --resume continues one
+    eval_every: int = 0  # run the evaluators every N iterations too (0: only before and after training)
+    tensorboard: bool = True  # TensorBoard event files in the run directory
+    plot: bool = True  # learning-curve PNGs in the run directory at the end
     threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
     backend: str = "local"  # where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)
     # "off": each rollout uses the newest weights; "one_step": iteration i+1's rollout overlaps
@@ -121,7 +121,7 @@ class RunConfig:
     # transcripts.jsonl (and TensorBoard text): the full messages of the first transcripts_games games of
     # iteration 1, every transcripts_every-th iteration and the last (0: none); `cogym show RUN` prints them
     transcripts_every: int = 10
-    transcripts_games: int = 2
+    transcripts_games: int = 2  # games kept in transcripts.jsonl per kept iteration
 
 
 BACKENDS = ("local", "ray")

@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_learner import _turns
 
-from cogym.learners.algorithms import (Advantages, Algorithm, AlgorithmConfig, get, names, register, registry,
-                                       unregister)
+from cogym.learners import registry
+from cogym.learners.algorithms import Advantages, Algorithm, AlgorithmConfig, get, names, register, unregister
 from cogym.learners.config import LearnerConfig, UnknownKey, common_keys, split_keys
 from cogym.learners.learner import Learner
 from cogym.runners.config.load import load_config
