@@ -22,7 +22,7 @@ from cogym.core.errors import ConfigError
 from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, suggest, TYPED_MAPS
+from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, MAP_OWNERS, suggest, TYPED_MAPS
 from cogym.runners.config.validate import check_choice, validate
 
 
@@ -81,7 +81,7 @@ def build_section(cls: type, data: Any, where: str) -> Any:
             key = f"{key}_"  # run.async -> RunConfig.async_
         if key not in names:
             raise ConfigError(f"unknown config key {path!r}{suggest(str(key), names)}")
-        if cls is Config and key in TYPED_MAPS:
+        if cls in MAP_OWNERS and key in TYPED_MAPS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{path} must be a mapping of names to sections, got {value!r}")
             kwargs[key] = {str(k): build_section(TYPED_MAPS[key], v, f"{path}.{k}") for k, v in value.items()}

@@ -11,15 +11,18 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import textwrap
 import tokenize
 import typing
 from typing import Any
 
-from cogym.core.types import SamplingParams
-from cogym.learners.config import LearnerConfig, common_keys
-from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig, PolicyConfig,
-                                         PromptConfig, RayConfig, RunConfig, TournamentConfig, TournamentSampling)
 from cogym.agents.lora import LoraConfig
+from cogym.core.types import SamplingParams
+from cogym.learners.config import common_keys, LearnerConfig
+from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig,
+                                         PolicyConfig, PromptConfig, RayConfig, RunConfig, TournamentConfig,
+                                         TournamentSampling)
+
 
 # command -> its sections: (prefix, dataclass); a prefix with <id> is a mapping of named sections
 SECTIONS: dict[str, list[tuple[str, type]]] = {
@@ -115,8 +118,6 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
 
 
 def format_text(rows: list[tuple[str, str, str, str]], width: int = 100) -> str:
-    import textwrap
-
     key_w = min(max(len(r[0]) for r in rows), 40)
     lines = []
     for key, tp, default, meaning in rows:

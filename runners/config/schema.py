@@ -238,18 +238,25 @@ def default_config_path() -> Path:
 
 @dataclass
 class TournamentSampling:
-    """How a tournament's model players sample (the keys of a training config's ``sampling`` they use)."""
+    """``sampling:`` of ``cogym tournament``: the keys of a training config's ``sampling`` its model players use."""
 
     max_new_tokens: int = 0  # message limit; 0: each checkpoint's run's (a model with no run takes the shared one)
-    temperature: float = 1.0
+    temperature: float = 1.0  # model players' sampling temperature
 
 
 @dataclass
-class TournamentConfig:
-    """``cogym tournament``: its ``--config`` YAML, dotted overrides and flags set these keys (a flag wins)."""
+class TournamentGame:
+    """``game:`` of ``cogym tournament``: the keys of a training config's ``game`` a tournament uses."""
 
-    game: Optional[str] = None  # game id, e.g. kuhn_poker-v0
-    game_kwargs: dict = field(default_factory=dict)  # the game's arguments
+    id: Optional[str] = None  # the game (cogym games lists them), e.g. kuhn_poker-v0; required
+    kwargs: dict = field(default_factory=dict)  # the game's constructor arguments (its docstring lists them)
+    modules: list[str] = field(default_factory=list)  # Python modules or .py files to import first (they register games)
+
+
+@dataclass
+class TournamentSection:
+    """``tournament:`` of ``cogym tournament``: who plays, how pairings are scheduled and scored, where results go."""
+
     players: list[str] = field(default_factory=list)  # checkpoints, run dirs, model dirs, tiny, scripted:<twin>; globs
     policy: Optional[str] = None  # which policy of a checkpoint plays (needed when it holds several)
     role: Optional[str] = None  # bind every player without its own @ROLE to this role (or seats): paired scoring
@@ -264,9 +271,23 @@ class TournamentConfig:
     seed: int = 0  # seeds of the games
     batch_games: int = 256  # games played at once
     max_loaded: int = 0  # model players held in memory at once (0: all)
-    sampling: TournamentSampling = field(default_factory=TournamentSampling)
-    prompts: dict = field(default_factory=dict)  # role -> system message of model players (over their runs' own)
-    modules: list[str] = field(default_factory=list)  # modules or .py files that register games, imported first
-    out: Optional[str] = None  # output directory (default tournaments/<game>); rerunning resumes it
+    out: Optional[str] = None  # output directory (default tournaments/<game.id>); rerunning resumes it
     transcripts: int = 0  # keep the messages of the first K games of each pairing (cogym show OUT)
+    backend: str = "local"  # where games are played: "local" (this process) or "ray" (ray.num_rollout_workers workers)
 
+
+@dataclass
+class TournamentConfig:
+    """``cogym tournament``: its ``--config`` YAML, dotted overrides and flags set these keys (a flag wins).
+    ``game``, ``sampling``, ``prompts`` and ``ray`` are the sections of a training config, with the keys a
+    tournament uses."""
+
+    tournament: TournamentSection = field(default_factory=TournamentSection)
+    game: TournamentGame = field(default_factory=TournamentGame)
+    sampling: TournamentSampling = field(default_factory=TournamentSampling)
+    prompts: dict = field(default_factory=dict)  # role -> PromptConfig: model players' system message (over their runs')
+    ray: RayConfig = field(default_factory=RayConfig)  # tournament.backend: ray: the workers that play the games
+
+
+# Top-level sections whose TYPED_MAPS keys are mappings of names to typed sections.
+MAP_OWNERS = (Config, TournamentConfig)

@@ -52,7 +52,7 @@ from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 from cogym.envs.verifiers import majority_key, majority_rewards
 
 from cogym.runners.config.load import load_config
-from cogym.runners.evaluation.heldout import heldout_accuracy
+from cogym.runners.evaluation.arithmetic import heldout_accuracy
 
 
 def _tiny_config(tok, hidden: int = 128, layers: int = 4) -> LlamaConfig:
