@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from cogym.core.errors import ConfigError
 from cogym.runners.cli.args import positive_int
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.config.load import build_section, load_tree
-from cogym.runners.config.schema import RayConfig, TournamentConfig
+from cogym.runners.config.load import build_section, load_tree, set_dotted
+from cogym.runners.config.schema import BACKENDS, TournamentConfig, TournamentSection
+from cogym.runners.config.validate import check_choice
 from cogym.runners.tournament.players import resolve_players, split_binding
 from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
@@ -28,7 +31,8 @@ DESCRIPTION = ("Play every scheduled pairing of the players (both seat orders, p
 def add_arguments(tt: argparse.ArgumentParser) -> None:
     tt.add_argument("overrides", nargs="*", help="dotted overrides of the --config keys, e.g. sampling.temperature=0.5 "
                     "(cogym config --command tournament lists them)")
-    tt.add_argument("--config", help="YAML with any of the options below (command-line options win)")
+    tt.add_argument("--config", help="YAML with the sections tournament, game, sampling, prompts and ray "
+                    "(cogym config --command tournament lists their keys); a flag given wins")
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
     tt.add_argument("--players", nargs="+", metavar="PLAYER",
                     help="checkpoint dirs (runs/x/checkpoints/step_N), run dirs (all their checkpoints), HF model dirs, "
@@ -94,8 +98,50 @@ def key_values(items: list[str] | None, what: str) -> dict:
 
 
 OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=.*")
-# Flat keys of the first tournament YAML format, now in the shared sampling section.
-MOVED = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature"}
+LAYOUT = ("cogym tournament's YAML has the sections tournament, game, sampling, prompts and ray; the last four are "
+          "cogym train's, with the keys a tournament uses")
+# Keys of the first (flat) tournament YAML format, and where they are now.
+MOVED = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature",
+         "game_kwargs": "game.kwargs", "modules": "game.modules",
+         **{f.name: f"tournament.{f.name}" for f in dataclasses.fields(TournamentSection)}}
+
+
+def _moved_keys(tree: dict) -> None:
+    """A key of the flat format: a one-line error that names its new place."""
+    if isinstance(tree.get("game"), str):
+        raise ConfigError(f"game: write game.id (game: {{id: {tree['game']}}}; {LAYOUT})")
+    for old, new in MOVED.items():
+        if old in tree:
+            raise ConfigError(f"{old}: write {new} ({LAYOUT})")
+    for role, value in (tree.get("prompts") or {}).items() if isinstance(tree.get("prompts"), dict) else ():
+        if isinstance(value, str):
+            raise ConfigError(f"prompts.{role}: write prompts.{role}.system (the prompts section of cogym train's configs)")
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """dotted key -> value of each flag given (None: not given)."""
+    return {"game.id": args.game, "tournament.players": args.players, "tournament.policy": args.policy,
+            "tournament.role": args.role, "tournament.schedule": args.schedule, "tournament.scoring": args.scoring,
+            "tournament.games_per_pairing": args.games_per_pairing, "tournament.pool": args.pool,
+            "tournament.swiss_rounds": args.swiss_rounds, "tournament.anchor": args.anchor, "tournament.seed": args.seed,
+            "tournament.batch_games": args.batch_games, "tournament.max_loaded": args.max_loaded,
+            "tournament.out": args.out, "tournament.transcripts": args.transcripts,
+            "tournament.sides": [side.split(",") for side in args.sides] if args.sides else None,
+            "sampling.max_new_tokens": args.max_new_tokens, "sampling.temperature": args.temperature,
+            "tournament.backend": None if args.ray is None else "ray", "ray.address": args.ray,
+            "ray.num_rollout_workers": args.workers}
+
+
+def _merge(tree: dict, dotted: str, extra: Any) -> None:
+    """Add a repeatable flag's entries to the mapping (or list) at ``dotted``."""
+    section, key = dotted.split(".", 1)
+    node = tree.setdefault(section, {})
+    if isinstance(node, dict):
+        old = node.get(key)
+        if isinstance(extra, list):
+            node[key] = [*(old if isinstance(old, list) else []), *extra]
+        else:
+            node[key] = {**(old if isinstance(old, dict) else {}), **extra}
 
 
 def tournament_config(args: argparse.Namespace) -> TournamentConfig:
@@ -104,60 +150,57 @@ def tournament_config(args: argparse.Namespace) -> TournamentConfig:
     overrides = [*args.overrides, *(p for p in args.players or [] if OVERRIDE.fullmatch(p) and not Path(p).exists())]
     args.players = [p for p in args.players or [] if p not in overrides] or None
     tree = load_tree(args.config, overrides, what="--config")
-    for old, new in MOVED.items():
-        if old in tree:
-            raise ConfigError(f"{old}: write {new} (the sampling section is shared with cogym train's configs)")
-    flags = {"game": args.game, "policy": args.policy, "role": args.role, "schedule": args.schedule,
-             "scoring": args.scoring, "games_per_pairing": args.games_per_pairing, "pool": args.pool,
-             "swiss_rounds": args.swiss_rounds, "anchor": args.anchor, "seed": args.seed, "batch_games": args.batch_games,
-             "max_loaded": args.max_loaded, "out": args.out, "transcripts": args.transcripts,
-             "sides": [side.split(",") for side in args.sides] if args.sides else None}
-    tree.update({key: value for key, value in flags.items() if value is not None})
-    sampling = tree.setdefault("sampling", {})
-    if isinstance(sampling, dict):
-        if args.max_new_tokens is not None:
-            sampling["max_new_tokens"] = args.max_new_tokens
-        if args.temperature is not None:
-            sampling["temperature"] = args.temperature
-    for key, flag, what in (("game_kwargs", args.kwarg, "--kwarg"), ("fixed", args.fixed, "--fixed"),
-                            ("prompts", args.system, "--system")):
-        if flag:
-            tree[key] = {**(tree.get(key) or {}), **key_values(flag, what)}
+    _moved_keys(tree)
+    for key, value in _flags(args).items():
+        if value is not None:
+            set_dotted(tree, key, value)
+    if args.kwarg:
+        _merge(tree, "game.kwargs", key_values(args.kwarg, "--kwarg"))
+    if args.fixed:
+        _merge(tree, "tournament.fixed", key_values(args.fixed, "--fixed"))
     if args.module:
-        tree["modules"] = [*(tree.get("modules") or []), *args.module]
-    if args.players:
-        tree["players"] = args.players
-    return build_section(TournamentConfig, tree, "")
+        _merge(tree, "game.modules", args.module)
+    for role, text in key_values(args.system, "--system").items():
+        _merge(tree, f"prompts.{role}", {"system": text})
+    tc = build_section(TournamentConfig, tree, "")
+    if tc.ray.address in ("", "local"):
+        tc.ray.address = None  # Ray's own word for a new local cluster: cogym's null
+    return tc
 
 
 def run(args: argparse.Namespace) -> int:
     tc = tournament_config(args)
-    if not tc.game:
-        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game: in --config")
+    t, game = tc.tournament, tc.game
+    if not game.id:
+        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game.id in --config")
+    check_choice(t.backend, BACKENDS, "tournament.backend")
+    ray = None
+    if t.backend == "ray":
+        if args.workers is not None and args.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+        if tc.ray.num_rollout_workers < 1:
+            raise ConfigError(f"ray.num_rollout_workers must be >= 1, got {tc.ray.num_rollout_workers}")
+        ray = tc.ray
+    elif args.workers is not None:
+        raise ConfigError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
     specs = []
-    for p in tc.players:  # globs expanded; a binding (@ROLE) kept on each match
+    for p in t.players:  # globs expanded; a binding (@ROLE) kept on each match
         head, bind = split_binding(p) if not glob.glob(p) else (p, None)
         suffix = f"@{','.join(bind)}" if bind else ""
         specs += [m + suffix for m in sorted(glob.glob(head))] or [p]
-    players = resolve_players(specs, tc.policy, role=tc.role)
-    import_game_modules(tc.modules)
+    players = resolve_players(specs, t.policy, role=t.role)
+    import_game_modules(game.modules)
     spec = TournamentSpec(
-        game=tc.game, players=players, game_kwargs=tc.game_kwargs, sides=tc.sides, fixed=tc.fixed,
-        schedule=tc.schedule, games_per_pairing=tc.games_per_pairing, pool=tc.pool, swiss_rounds=tc.swiss_rounds,
-        anchor=tc.anchor, seed=tc.seed, batch_games=tc.batch_games, max_loaded=tc.max_loaded,
-        max_new_tokens=tc.sampling.max_new_tokens, temperature=tc.sampling.temperature, prompts=tc.prompts,
-        scoring=tc.scoring, modules=tc.modules, transcripts=tc.transcripts)
-    out = Path(tc.out or f"tournaments/{tc.game}")
-    ray = None
-    if args.ray is not None:
-        if args.workers is not None and args.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-        ray = RayConfig(address=None if args.ray == "local" else args.ray, num_rollout_workers=args.workers or 2)
-    elif args.workers is not None:
-        raise ConfigError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
+        game=game.id, players=players, game_kwargs=game.kwargs, sides=t.sides, fixed=t.fixed,
+        schedule=t.schedule, games_per_pairing=t.games_per_pairing, pool=t.pool, swiss_rounds=t.swiss_rounds,
+        anchor=t.anchor, seed=t.seed, batch_games=t.batch_games, max_loaded=t.max_loaded,
+        max_new_tokens=tc.sampling.max_new_tokens, temperature=tc.sampling.temperature,
+        prompts={role: pc.system for role, pc in tc.prompts.items()}, scoring=t.scoring, modules=game.modules,
+        transcripts=t.transcripts)
+    out = Path(t.out or f"tournaments/{game.id}")
     rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
-    print_leaderboard(board, title=results_title(tc.game, rows, out), notes=settings_notes(out))
+    print_leaderboard(board, title=results_title(game.id, rows, out), notes=settings_notes(out))
     print_matrix(rows, board)
     return 0

@@ -96,7 +96,7 @@ def build_section(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where or 'config'}{sep}{msg}") from exc
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     node = tree
     for p in parts[:-1]:
@@ -171,7 +171,7 @@ def load_tree(path: str | Path | None, overrides: list[str] | None = None, what:
             raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
     for text in overrides or []:
         key, value = parse_override(text)
-        _set_dotted(tree, key, value)
+        set_dotted(tree, key, value)
     return tree
 
 

@@ -20,8 +20,8 @@ from cogym.agents.lora import LoraConfig
 from cogym.core.types import SamplingParams
 from cogym.learners.config import common_keys, LearnerConfig
 from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig,
-                                         PolicyConfig, PromptConfig, RayConfig, RunConfig, TournamentConfig,
-                                         TournamentSampling)
+                                         PolicyConfig, PromptConfig, RayConfig, RunConfig, TournamentGame,
+                                         TournamentSampling, TournamentSection)
 
 
 # command -> its sections: (prefix, dataclass); a prefix with <id> is a mapping of named sections
@@ -31,7 +31,8 @@ SECTIONS: dict[str, list[tuple[str, type]]] = {
               ("policies.<id>.lora", LoraConfig), ("policies.<id>.generation", GenerationConfig),
               ("learners.<id>", LearnerConfig), ("prompts.<role>", PromptConfig), ("eval", EvalConfig),
               ("league", LeagueConfig), ("ray", RayConfig)],
-    "tournament": [("", TournamentConfig), ("sampling", TournamentSampling)],
+    "tournament": [("tournament", TournamentSection), ("game", TournamentGame), ("sampling", TournamentSampling),
+                   ("prompts.<role>", PromptConfig), ("ray", RayConfig)],
 }
 SECTIONS["eval"] = SECTIONS["train"]
 SEATS = ("seats.<role or seat>", "str | null", "", "the policy id (or scripted:<twin>) of a role's seats, or of one seat "
@@ -109,7 +110,7 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
                 continue  # a nested section: its keys are listed under their own prefix
             key = f"{prefix}.{f.name.rstrip('_')}" if prefix else f.name
             rows.append((key, _type_name(tp), _default(f), notes.get(f.name) or fallback))
-        if prefix == "game":
+        if prefix == "game" and command != "tournament":
             rows.append(SEATS)
     if command != "tournament":
         rows.append(("learners.<id>.<algorithm key>", "", "", "each algorithm's own keys (gamma, lam, clip_eps, ...): "

@@ -138,7 +138,7 @@ class RayConfig:
     in the driver or (``learners``) in actors of their own."""
 
     address: Optional[str] = None  # null (or "local"): start a local cluster; "auto": the one `ray start` runs here; or "host:port"
-    num_rollout_workers: int = 2
+    num_rollout_workers: int = 2  # Ray actors that play the games (cogym tournament: its workers, 1 CPU each by default)
     num_cpus: float = 1.0  # per rollout worker
     num_gpus: float = 0.0  # per rollout worker
     max_restarts: int = 3  # per worker: a killed worker is restarted and its share of games replayed

@@ -297,9 +297,9 @@ def test_a_yaml_config_gives_the_options_and_the_command_line_wins(tmp_path):
     from cogym.runners.cli import main
 
     config = tmp_path / "t.yaml"
-    config.write_text("game: debate-v0\nplayers: [scripted:honest, scripted:liar]\ngames_per_pairing: 4\n"
-                      "fixed: {judge: scripted:oracle}\ngame_kwargs: {answers: chosen}\n"
-                      f"out: {tmp_path / 'from_yaml'}\n")
+    config.write_text("game: {id: debate-v0, kwargs: {answers: chosen}}\n"
+                      "tournament:\n  players: [scripted:honest, scripted:liar]\n  games_per_pairing: 4\n"
+                      f"  fixed: {{judge: scripted:oracle}}\n  out: {tmp_path / 'from_yaml'}\n")
     assert main(["tournament", "--config", str(config), "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "from_yaml" / RESULTS_FILE).read_text().splitlines()]
     assert len(rows) == 4 and json.loads((tmp_path / "from_yaml" / "tournament.json").read_text())["settings"]["fixed"] == {
@@ -307,7 +307,7 @@ def test_a_yaml_config_gives_the_options_and_the_command_line_wins(tmp_path):
     assert main(["tournament", "--config", str(config), "--games-per-pairing", "6", "--out", str(tmp_path / "cli"),
                  "--no-progress", "--bootstrap", "0", "--no-plots"]) == 0
     assert len((tmp_path / "cli" / RESULTS_FILE).read_text().splitlines()) == 6
-    config.write_text("game: debate-v0\nplayerz: [a]\n")
+    config.write_text("game: {id: debate-v0}\ntournament: {playerz: [a]}\n")
     assert main(["tournament", "--config", str(config)]) == 2
 
 
