@@ -33,6 +33,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if value is None:
             return None
         return _coerce(value, args[0], where)
+    if origin is typing.Literal:  # the key's choices
+        check_choice(value if isinstance(value, str) else repr(value), typing.get_args(tp), where)
+        return value
     if dataclasses.is_dataclass(tp):
         return build_section(tp, value, where)
     if tp is bool:

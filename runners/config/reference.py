@@ -69,6 +69,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
         return " | ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
+    if origin is typing.Literal:  # a key's choices
+        return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (list, dict):
         return origin.__name__
     return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")

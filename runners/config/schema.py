@@ -14,7 +14,7 @@ import keyword
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, get_args, Literal, Optional
 
 from cogym.agents.lora import LoraConfig
 from cogym.core.types import SamplingParams
@@ -25,6 +25,18 @@ from cogym.learners.engines import ENGINES as ENGINE_CLASSES
 from cogym.learners.losses import KL_KINDS
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
+
+# A key's choices are its type: the loader refuses any other value, naming the closest choice.
+Backend = Literal["local", "ray"]
+AsyncMode = Literal["off", "one_step"]
+OnError = Literal["stop", "skip"]
+GroupBy = Literal["seed", "prompt"]
+Placement = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]  # Ray placement group strategies
+LearnerPlace = Literal["driver", "colocated", "separate"]
+WeightSync = Literal["auto", "object_store"]
+LeagueSampling = Literal["uniform", "pfsp"]
+Schedule = Literal["round_robin", "gauntlet", "swiss"]
+Scoring = Literal["competitive", "paired"]
 
 
 @dataclass
@@ -87,12 +99,12 @@ class GameConfig:
     # A game that raises while it is played: "stop" the run with a report naming the game, seed, seat and
     # move (a checkpoint keeps it resumable); "skip" drops that game from its rollout and counts it
     # (rollout/game_errors; each one written to game_errors.jsonl in the run directory).
-    on_error: str = "stop"
+    on_error: OnError = "stop"
     # What game.group_size's groups are: "seed" (the games that played one seed, a role's turns in them) or
     # "prompt" (a role's seats whose first prompt of the game was the same ids). Seeds are GRPO's "n answers
     # to a prompt" only when the role's first prompt depends on the seed alone; <policy>/mixed_prompt_groups
     # counts groups whose seats saw different prompts.
-    group_by: str = "seed"
+    group_by: GroupBy = "seed"
 
 
 @dataclass
@@ -114,21 +126,18 @@ class RunConfig:
     tensorboard: bool = True  # TensorBoard event files in the run directory
     plot: bool = True  # learning-curve PNGs in the run directory at the end
     threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
-    backend: str = "local"  # where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)
+    backend: Backend = "local"  # where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)
     # "off": each rollout uses the newest weights; "one_step": iteration i+1's rollout overlaps
     # iteration i's update (weights one version behind; ray only). Written ``run.async`` in YAML.
-    async_: str = "off"
+    async_: AsyncMode = "off"
     # transcripts.jsonl (and TensorBoard text): the full messages of the first transcripts_games games of
     # iteration 1, every transcripts_every-th iteration and the last (0: none); `cogym show RUN` prints them
     transcripts_every: int = 10
     transcripts_games: int = 2  # games kept in transcripts.jsonl per kept iteration
 
 
-BACKENDS = ("local", "ray")
-ASYNC_MODES = ("off", "one_step")
-PLACEMENTS = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")  # Ray placement group strategies
-LEARNER_PLACES = ("driver", "colocated", "separate")  # ray.learners
-WEIGHT_SYNCS = ("auto", "object_store")  # ray.weight_sync
+BACKENDS, ASYNC_MODES = get_args(Backend), get_args(AsyncMode)
+PLACEMENTS, LEARNER_PLACES, WEIGHT_SYNCS = get_args(Placement), get_args(LearnerPlace), get_args(WeightSync)
 
 
 @dataclass
@@ -145,20 +154,20 @@ class RayConfig:
     max_staleness: int = 1  # run.async one_step: the most updates a rollout's weights may lag the learner
     # null: Ray places each worker where it fits; PACK / SPREAD / STRICT_PACK / STRICT_SPREAD: the
     # workers form one placement group (a bundle of num_cpus/num_gpus each) with that strategy.
-    placement: Optional[str] = None
+    placement: Optional[Placement] = None
     start_timeout_s: float = 300.0  # workers must be placed and started (a dead one restarted) within this, or the run stops
     # Where the learners run: "driver" (the cogym train process); "colocated": an actor per trained
     # policy in a rollout worker's placement bundle, sharing its CPUs and GPUs (in sync mode they take
     # turns); "separate": an actor per trained policy in a bundle of its own (learner_num_cpus/gpus).
-    learners: str = "driver"
+    learners: LearnerPlace = "driver"
     learner_num_cpus: float = 1.0  # per learner actor, learners: separate
     learner_num_gpus: float = 0.0  # per learner actor, learners: separate
     # How the driver's weights reach the workers: "auto": through shared memory for workers on the
     # driver's machine, the object store for the others; "object_store": the object store for all.
-    weight_sync: str = "auto"
+    weight_sync: WeightSync = "auto"
 
 
-LEAGUE_SAMPLING = ("uniform", "pfsp")
+LEAGUE_SAMPLING = get_args(LeagueSampling)
 
 
 @dataclass
@@ -177,7 +186,7 @@ class LeagueConfig:
     policy: str = ""  # the trained policy whose past selves form the league; "": the policy of those seats
     every: int = 10
     size: int = 0
-    sampling: str = "uniform"
+    sampling: LeagueSampling = "uniform"
     pfsp_power: float = 1.0
     latest_prob: float = 0.0
 
@@ -262,8 +271,8 @@ class TournamentSection:
     role: Optional[str] = None  # bind every player without its own @ROLE to this role (or seats): paired scoring
     sides: Any = None  # the seats of each side, [[...], [...]] (default: the game's two sides)
     fixed: dict = field(default_factory=dict)  # seat or role -> who plays it outside the sides (scripted:<twin>, a model)
-    schedule: str = "round_robin"  # round_robin | gauntlet | swiss
-    scoring: Optional[str] = None  # competitive | paired (default: the game's; paired when players are bound)
+    schedule: Schedule = "round_robin"  # who meets whom: every pair, a pool against the rest, or swiss rounds
+    scoring: Optional[Scoring] = None  # how a pairing is scored (default: the game's; paired when players are bound)
     games_per_pairing: int = 100  # even: half the seeds, each in both seat orders
     pool: list[str] = field(default_factory=list)  # gauntlet: the fixed pool the other players face
     swiss_rounds: int = 0  # swiss: rounds (0: ceil(log2 players) + 1)
@@ -273,7 +282,7 @@ class TournamentSection:
     max_loaded: int = 0  # model players held in memory at once (0: all)
     out: Optional[str] = None  # output directory (default tournaments/<game.id>); rerunning resumes it
     transcripts: int = 0  # keep the messages of the first K games of each pairing (cogym show OUT)
-    backend: str = "local"  # where games are played: "local" (this process) or "ray" (ray.num_rollout_workers workers)
+    backend: Backend = "local"  # where games are played: "local" (this process) or "ray" (ray.num_rollout_workers workers)
 
 
 @dataclass

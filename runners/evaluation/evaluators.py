@@ -36,8 +36,10 @@ import torch
 from cogym.core.errors import ConfigError
 from cogym.envs import make
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
+from cogym.runners.rollout.seating import seats_of
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.tournament.scoring import game_score
+
 
 EVALUATORS: dict[str, type] = {}
 
@@ -98,7 +100,7 @@ class VsScripted:
         if self.greedy:
             sampling = dataclasses.replace(sampling, temperature=0.0)
         if self.seats:
-            twin = [s for s in game.possible_agents if s in self.seats or game.role_of(s) in self.seats]
+            twin = seats_of(game, self.seats, f"eval.evaluators.{self.name}.seats")
         else:  # the seats the policy does not hold; in self-play (it holds all), those of the game's last role
             twin = [s for s in game.possible_agents if run.seats[s][0] != pid]
             twin = twin or [s for s in game.possible_agents if game.role_of(s) == game.spec.roles[-1]]

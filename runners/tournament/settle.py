@@ -7,9 +7,10 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
-from cogym.envs import scripted_strategies
 from cogym.core.errors import ConfigError
+from cogym.envs import scripted_strategies
 from cogym.runners.rollout.agents import twin_name
+from cogym.runners.rollout.seating import seats_of
 from cogym.runners.tournament.players import default_limit, fixed_player, Player
 from cogym.runners.tournament.results import count
 from cogym.runners.tournament.spec import SCORINGS, TournamentSpec
@@ -49,29 +50,13 @@ def _scoring(spec: TournamentSpec, probe) -> str:
     return "competitive"
 
 
-def _seats_of(probe, names: Sequence[str], what: str) -> list[str]:
-    """The seats that role or seat ``names`` stand for, in the game's seat order."""
-    seats = list(probe.possible_agents)
-    roles = list(probe.spec.roles)
-    out: set[str] = set()
-    for n in names:
-        if n in seats:
-            out.add(n)
-        elif n in roles:
-            out |= {s for s in seats if probe.role_of(s) == n}
-        else:
-            raise ConfigError(f"{what}: {probe.spec.id} has no role or seat {n!r} (roles: {', '.join(roles)}; "
-                              f"seats: {', '.join(seats)})")
-    return [s for s in seats if s in out]
-
-
 def sides_and_fixed(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[str, str]]:
     """Competitive scoring: the two sides' seats; paired: one list, the rated seats. And the fixed
     agent of every other seat. Checked against the game: bound roles and seats exist, every seat is
     played, and every ``fixed`` entry names seats or a role and is used (never one a player takes)."""
     seats = list(probe.possible_agents)
     scoring = spec.scoring or _scoring(spec, probe)
-    by_key = {key: _seats_of(probe, [key], f"--fixed {key}={who}") for key, who in spec.fixed.items()}
+    by_key = {key: seats_of(probe, [key], f"--fixed {key}={who}") for key, who in spec.fixed.items()}
     if scoring == "competitive":
         bound = [p for p in spec.players if p.bind is not None]
         if bound:
@@ -90,7 +75,7 @@ def sides_and_fixed(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[
         for p in spec.players:
             if p.bind is not None:
                 where = f"player {p.name!r} (bound to {','.join(p.bind)})"
-                binds.setdefault(tuple(_seats_of(probe, p.bind, where)), []).append(p.name)
+                binds.setdefault(tuple(seats_of(probe, p.bind, where)), []).append(p.name)
         if len(binds) > 1:
             shown = "; ".join(f"{', '.join(names)} in {', '.join(s)}" for s, names in binds.items())
             raise ConfigError(f"paired scoring compares players in the same seats, but they are bound to different ones "

@@ -13,33 +13,31 @@ from pathlib import Path
 
 import numpy as np
 
+import cogym.runners.evaluation.shipped
 from cogym.agents.backends import make_backend
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
-from cogym.agents.policy import LoraBase
 from cogym.agents.loading import resolve_model_dir
-from cogym.agents.policy import Policy
+from cogym.agents.lora import adapter_base, ADAPTER_CONFIG, is_adapter_dir
+from cogym.agents.policy import LoraBase, Policy
 from cogym.agents.scripted import ScriptedAgent
+from cogym.core.errors import ConfigError, GameError
 from cogym.core.types import Agent
-from cogym.core.errors import GameError
-from cogym.envs.checks import prompts_that_depend_on_play
 from cogym.envs import make
+from cogym.envs.checks import prompts_that_depend_on_play
 from cogym.envs.contract import ContractViolation
 from cogym.envs.token_level import DEFAULT_MAX_TURN_TOKENS
 from cogym.learners import registry
 from cogym.learners.learner import Learner
-
-from cogym.runners.rollout.agents import AgentFactory, twin_name
-from cogym.runners.rollout.loop import reproduce_command
 from cogym.runners.config.load import build_section
-from cogym.core.errors import ConfigError
+from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import Config, suggest
 from cogym.runners.config.validate import league_policy
-import cogym.runners.evaluation.shipped  # noqa: F401  (registers the shipped evaluator kinds)
 from cogym.runners.evaluation.evaluators import evaluators_of
-from cogym.runners.config.modules import import_game_modules
-from cogym.runners.train.league import League
+from cogym.runners.rollout.agents import AgentFactory, twin_name
+from cogym.runners.rollout.loop import reproduce_command
+from cogym.runners.rollout.seating import assign, seats_of
 from cogym.runners.rollout.tokens import ChatCodec
+from cogym.runners.train.league import League
 
 
 def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -> list:
@@ -172,12 +170,7 @@ def _league_seats(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> 
     """league.seats as seats of the game (a role stands for its seats), and the learner's seats (the
     league policy's other seats); every league seat must be the league policy's in ``seats``."""
     pid = league_policy(cfg)
-    names = (*game.spec.roles, *game.possible_agents)
-    league: list[str] = []
-    for key in cfg.league.seats:
-        if key not in names:
-            raise ConfigError(f"league.seats: {cfg.game.id} has no role or seat {key!r}{suggest(key, names)}")
-        league += [s for s in game.possible_agents if (s == key or game.role_of(s) == key) and s not in league]
+    league = seats_of(game, cfg.league.seats, "league.seats")
     for seat in league:
         if assignment[seat][0] != pid:
             raise ConfigError(f"league.seats: seat {seat!r} is played by {assignment[seat][0]!r}, but the league plays "
@@ -228,17 +221,11 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -
 
 def _assign_seats(cfg: Config, game, factory: AgentFactory) -> dict[str, tuple[str, str]]:
     """seat -> (policy id, role) for every seat of the game, from ``seats`` (a seat name wins over its role)."""
-    roles = game.spec.roles
-    for key in cfg.seats:
-        if key not in roles and key not in game.possible_agents:
-            raise ConfigError(f"seats.{key}: {cfg.game.id} has no role or seat {key!r} (roles: {', '.join(roles)})")
-    _check_role_keys(cfg, roles)
+    _check_role_keys(cfg, game.spec.roles)
+    policies = assign(game, cfg.seats, "seats", missing="seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
     assignment: dict[str, tuple[str, str]] = {}
-    for seat in game.possible_agents:
+    for seat, pid in policies.items():
         role = game.role_of(seat)
-        pid = cfg.seats.get(seat, cfg.seats.get(role))
-        if pid is None:
-            raise ConfigError(f"seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
         if twin_name(pid) is not None:
             factory.check_twin(twin_name(pid), role)
         assignment[seat] = (pid, role)
