@@ -190,7 +190,7 @@ def test_transcript_config_keys(tiny_model_dir):
 @pytest.fixture(scope="module")
 def kuhn_tournament(tiny_model_dir, tmp_path_factory):
     """A model against two scripted players, keeping 3 games of each pairing, with every rollout recorded."""
-    import cogym.runners.rollout.turns as rollout_mod
+    import cogym.runners.tournament.play as rollout_mod  # the module whose rollout plays the batches
     from cogym.runners.tournament.players import resolve_players
     from cogym.runners.tournament.run import run_tournament
     from cogym.runners.tournament.spec import TournamentSpec
