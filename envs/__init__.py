@@ -17,6 +17,11 @@ from cogym.envs.base import CogymEnv, GameSpec
 from cogym.envs.errors import DatasetError
 from cogym.envs.registry import Registration, make, register, registered, scripted_strategies
 
+# The evaluator kinds the games declare (GameSpec.evaluators), registered on import (cogym.envs.evaluation).
+from cogym.envs import arithmetic_eval as _arithmetic_eval  # noqa: E402,F401  heldout_arithmetic
+from cogym.envs import kuhn_poker_eval as _kuhn_poker_eval  # noqa: E402,F401  kuhn_exploitability
+from cogym.envs import proposer_solver_eval as _proposer_solver_eval  # noqa: E402,F401  proposal_difficulty
+
 __all__ = ["CogymEnv", "DatasetError", "GameSpec", "Registration", "make", "register", "registered", "scripted_strategies"]
 
 register(_proposer_solver.GAME_ID, _proposer_solver.ProposerSolverEnv, scripted=_proposer_solver.SCRIPTED)

@@ -131,7 +131,7 @@ def answer_of(text: str) -> int | None:
 
 HELDOUT_FILE = "arithmetic_heldout.jsonl"
 # The evaluator the arithmetic games declare (GameSpec.evaluators): greedy accuracy of the solver role's
-# policy on the 500 held-out problems (heldout_acc), runners.evaluation.arithmetic.
+# policy on the 500 held-out problems (heldout_acc), cogym.envs.arithmetic_eval.
 HELDOUT_EVALUATORS = {"heldout": {"kind": "heldout_arithmetic"}}
 
 

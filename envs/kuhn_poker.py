@@ -115,8 +115,9 @@ import numpy as np
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from gymnasium.spaces import Box, Dict
 
-# What a run of Kuhn poker measures (GameSpec.evaluators; runners.evaluation): the player against
-# scripted twins on 200 fixed hands, and the exact exploitability of its strategy.
+# What a run of Kuhn poker measures (GameSpec.evaluators; cogym.envs.evaluation): the player against
+# scripted twins on 200 fixed hands (vs_scripted, any game's), and the exact exploitability of its
+# strategy (kuhn_exploitability, cogym.envs.kuhn_poker_eval).
 EVALUATORS = {"vs_random": {"kind": "vs_scripted", "opponent": "random", "games": 200},
               "vs_nash": {"kind": "vs_scripted", "opponent": "nash", "games": 200},
               "exploitability": {"kind": "kuhn_exploitability"}}

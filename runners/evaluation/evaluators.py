@@ -8,13 +8,19 @@ over the declaration key by key; ``null`` drops it; ``eval.declared: false`` dro
       evaluators:
         vs_nash: {kind: vs_scripted, opponent: nash, games: 200}   # metrics eval/vs_nash/...
 
-An evaluator is a small object with ``name`` and ``evaluate(run) -> {metric: value}`` (and
-optionally ``check(run)``, run when the run is built), made from its mapping: ``kind`` names a
+An evaluator is a small object with ``name`` and ``evaluate(ctx) -> {metric: value}`` (and
+optionally ``check(ctx)``, run when the run is built), made from its mapping: ``kind`` names a
 registered class and the other keys are its fields, typed and checked like any config section.
+``ctx`` is a :class:`~cogym.runners.evaluation.context.RunContext`, the runner's implementation of
+:class:`cogym.envs.evaluation.EvalContext` (that module documents the interface: the game, the
+policies by role, their models as :class:`~cogym.envs.evaluation.Model`, playing the game seated as
+in training, a private RNG stream); a runner-level kind may also read the whole run, ``ctx.run``.
+
 This module names no game: it holds the registry, the loop, and ``vs_scripted`` (the policy in its
 own seats against a scripted twin of any game, over fixed seeds: ``eval/<name>/win_rate``,
-``return``, ``invalid``). The kinds a game declares live beside it in this package
-(:mod:`~cogym.runners.evaluation.shipped` lists them); ``cogym eval --game ID`` runs a game's.
+``return``, ``invalid``). The kinds a game declares live with the game, in ``cogym.envs``, registered
+with :func:`cogym.envs.evaluation.game_evaluator`; :func:`kinds` sees both. ``cogym eval --game ID``
+runs a game's.
 
 An evaluation never moves training: it plays on its own game copies (at turn level, whatever the
 training granularity), with its own scripted agents, and inside a forked torch RNG, so a run with
@@ -24,19 +30,19 @@ Register your own kind with :func:`register_evaluator` in a module listed under 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from cogym.core.errors import ConfigError
 from cogym.envs import make
+from cogym.envs.evaluation import KINDS as GAME_KINDS
+from cogym.runners.evaluation.context import RunContext, evaluated_policy
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
-from cogym.runners.rollout.seating import seats_of
+from cogym.runners.rollout.seating import Seating, seats_of
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.tournament.scoring import game_score
 
@@ -48,27 +54,23 @@ def register_evaluator(kind: str) -> Callable[[type], type]:
     """Class decorator: make ``kind`` usable under ``eval.evaluators``."""
 
     def add(cls: type) -> type:
-        if kind in EVALUATORS and EVALUATORS[kind] is not cls:
-            raise ConfigError(f"evaluator kind {kind!r} is already registered ({EVALUATORS[kind].__name__})")
+        known = kinds()
+        if kind in known and known[kind] is not cls:
+            raise ConfigError(f"evaluator kind {kind!r} is already registered ({known[kind].__name__})")
         EVALUATORS[kind] = cls
         return cls
 
     return add
 
 
-def evaluated_policy(name: str, policy: str, run) -> str:
-    """The policy an evaluator named ``name`` evaluates: ``policy`` when given (it must play a seat), else
-    the first trained policy with a seat."""
-    if policy:
-        if policy not in run.policies:
-            raise ConfigError(f"eval.evaluators.{name}.policy: {policy!r} plays no seat "
-                              f"(policies with seats: {', '.join(run.policies)})")
-        return policy
-    trained = [pid for pid in run.learners if pid in run.policies] or (
-        [] if run.learners else list(run.policies))  # a run built without learners (cogym eval): any model seat
-    if not trained:
-        raise ConfigError(f"eval.evaluators.{name}: no trained policy plays a seat; name one with policy:")
-    return trained[0]
+def kinds() -> dict[str, type]:
+    """Every evaluator kind: the games' (``cogym.envs.evaluation.game_evaluator``) and the runner's."""
+    return {**GAME_KINDS, **EVALUATORS}
+
+
+def context_of(ctx_or_run: Any) -> RunContext:
+    """``ctx_or_run`` as a :class:`RunContext` (a built run is wrapped)."""
+    return ctx_or_run if isinstance(ctx_or_run, RunContext) else RunContext(ctx_or_run)
 
 
 @register_evaluator("vs_scripted")
@@ -90,15 +92,8 @@ class VsScripted:
         if self.games < 1:
             raise ValueError(f"games must be >= 1, got {self.games}")
 
-    def _policy_id(self, run) -> str:
-        return evaluated_policy(self.name, self.policy, run)
-
     def _seating(self, run, game, pid: str) -> tuple[dict, list[str], list[str]]:
         """seat -> (policy id, agent) for the evaluation games, the policy's seats and the twin's."""
-        factory = AgentFactory(run.cfg.game.id, seed=self.seed)
-        sampling = run.cfg.policies[pid].sampling
-        if self.greedy:
-            sampling = dataclasses.replace(sampling, temperature=0.0)
         if self.seats:
             twin = seats_of(game, self.seats, f"eval.evaluators.{self.name}.seats")
         else:  # the seats the policy does not hold; in self-play (it holds all), those of the game's last role
@@ -108,31 +103,31 @@ class VsScripted:
         if not mine or not twin:
             raise ConfigError(f"eval.evaluators.{self.name}: policy {pid!r} needs a seat of its own and the twin one "
                               f"(policy seats: {mine}, twin seats: {twin})")
-        seating = {}
-        for seat in game.possible_agents:
-            role = game.role_of(seat)
-            if seat in mine:
-                seating[seat] = (pid, model_agent(run.policies[pid], sampling, f"eval:{pid}"))
-            elif seat in twin:
-                seating[seat] = (f"scripted:{self.opponent}", factory.scripted(self.opponent, role))
-            elif twin_name(run.seats[seat][0]) is not None:  # the config's own twin, with this evaluation's RNG
-                seating[seat] = (run.seats[seat][0], factory.scripted(twin_name(run.seats[seat][0]), role))
-            else:  # a seat the config gives a model (a frozen judge) keeps its player
-                seating[seat] = run.seats[seat]
+        # Every other seat as the run seats it (a config's twin with this evaluation's RNG, a frozen judge as is).
+        factory = AgentFactory(run.cfg.game.id, seed=self.seed)
+        seating = RunContext(run).seated_as_in_training(game, factory)
+        sampling = run.cfg.policies[pid].sampling
+        if self.greedy:
+            sampling = dataclasses.replace(sampling, temperature=0.0)
+        for seat in mine:
+            seating[seat] = (pid, model_agent(run.policies[pid], sampling, f"eval:{pid}"))
+        for seat in twin:
+            seating[seat] = (f"scripted:{self.opponent}", factory.scripted(self.opponent, game.role_of(seat)))
         return seating, mine, twin
 
-    def check(self, run) -> None:
+    def check(self, ctx) -> None:
         """Fail at build time, not after training, on a policy or seats the game cannot seat this way."""
-        self._seating(run, run.games[0], self._policy_id(run))
+        ctx = context_of(ctx)
+        self._seating(ctx.run, ctx.run.games[0], ctx.evaluated(self.name, self.policy))
 
-    def evaluate(self, run) -> dict[str, float]:
-        cfg, pid = run.cfg, self._policy_id(run)
-        games = [make(cfg.game.id, **cfg.game.kwargs) for _ in range(self.games)]
+    def evaluate(self, ctx) -> dict[str, float]:
+        ctx = context_of(ctx)
+        run, pid = ctx.run, ctx.evaluated(self.name, self.policy)
+        games = [make(ctx.game_id, **ctx.game_kwargs) for _ in range(self.games)]
         seating, mine, twin = self._seating(run, games[0], pid)
         seeds = [int(s) for s in np.random.SeedSequence([self.seed]).generate_state(self.games)]
-        system = {role: p.system for role, p in cfg.prompts.items()}
-        with forked_rng(self.seed):
-            res = rollout(games, lambda seat, role: seating[seat], system, seeds, episode_prefix=f"eval-{self.name}")
+        with ctx.rng(self.seed):
+            res = rollout(games, Seating(seating), ctx.systems(), seeds, episode_prefix=f"eval-{self.name}")
         scores = [game_score(ret, mine, twin) for ret in res.returns]
         out = {f"eval/{self.name}/win_rate": float(np.mean(scores)),
                f"eval/{self.name}/return": float(np.mean([sum(ret.get(s, 0.0) for s in mine) for ret in res.returns]))}
@@ -142,30 +137,27 @@ class VsScripted:
         return out
 
 
-@contextlib.contextmanager
-def forked_rng(seed: int):
-    """Run a block on its own torch RNG stream (CPU and every CUDA device), then restore the caller's."""
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
-
-
 def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
     """An evaluator from its ``eval.evaluators.<name>`` mapping (``build_section`` types and checks the
     fields, as for any config section)."""
     where = f"eval.evaluators.{name}"
+    known = kinds()
     if not isinstance(spec, dict) or "kind" not in spec:
-        raise ConfigError(f"{where} must be a mapping with a kind (one of {', '.join(sorted(EVALUATORS))})")
+        raise ConfigError(f"{where} must be a mapping with a kind (one of {', '.join(sorted(known))})")
     kind = spec["kind"]
-    if kind not in EVALUATORS:
-        close = difflib.get_close_matches(str(kind), list(EVALUATORS), n=1)
+    if kind not in known:
+        close = difflib.get_close_matches(str(kind), list(known), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{where}.kind: unknown evaluator {kind!r}{hint}; known: {', '.join(sorted(EVALUATORS))}. "
+        raise ConfigError(f"{where}.kind: unknown evaluator {kind!r}{hint}; known: {', '.join(sorted(known))}. "
                           "Register your own with cogym.runners.evaluation.evaluators.register_evaluator in a game.modules module")
     fields = {k: v for k, v in spec.items() if k != "kind"}
     fields.setdefault("name", name)
-    return build_section(EVALUATORS[kind], fields, where)
+    evaluator = build_section(known[kind], fields, where)
+    check = getattr(evaluator, "check", None)
+    if check is not None:
+        # Whoever checks a built run passes the run (build does): the evaluator is given its context.
+        evaluator.check = lambda ctx_or_run: check(context_of(ctx_or_run))
+    return evaluator
 
 
 def declared(cfg, spec) -> dict[str, dict]:
@@ -191,8 +183,9 @@ def evaluators_of(cfg, spec, build_section: Callable) -> list:
 
 
 def evaluate(evaluators, run) -> dict[str, float]:
-    """Every evaluator's metrics, in order."""
+    """Every evaluator's metrics, in order, each given the run's :class:`RunContext` (``run`` may be one)."""
+    ctx = context_of(run)
     metrics: dict[str, float] = {}
     for ev in evaluators:
-        metrics.update(ev.evaluate(run))
+        metrics.update(ev.evaluate(ctx))
     return metrics

@@ -47,12 +47,13 @@ from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.agents.loading import embedded_model_path, tiny_model_path
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
+from cogym.envs.arithmetic_eval import heldout_accuracy
 from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_answer, load_heldout
 from cogym.envs.verdicts import ACCEPT_DIGIT, REJECT_DIGIT, show_answer
 from cogym.envs.verifiers import majority_key, majority_rewards
 
 from cogym.runners.config.load import load_config
-from cogym.runners.evaluation.arithmetic import heldout_accuracy
+from cogym.runners.evaluation.context import PolicyModel
 
 
 def _tiny_config(tok, hidden: int = 128, layers: int = 4) -> LlamaConfig:
@@ -140,7 +141,7 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high
         loss = _train_step(model, opt, sched, _examples(tok, prompts, domain, rng, batch_size, banned, 0.2), tok.pad_token_id)
         # Accuracy rises steeply once the model "gets" carries, so evaluate often near the band.
         if step % (eval_every_close if acc >= 0.1 else eval_every) == 0:
-            acc = heldout_accuracy(policy, heldout, prompts["solver"])
+            acc = heldout_accuracy(PolicyModel(policy), heldout, prompts["solver"])
             history.append({"step": step, "loss": float(loss.detach()), "heldout_acc": acc, "t": time.time() - t0})
             if not quiet:
                 print(f"step {step:5d} loss {float(loss.detach()):.4f} held-out acc {acc:.3f} ({time.time() - t0:.0f}s)", flush=True)

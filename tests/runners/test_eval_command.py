@@ -58,15 +58,16 @@ def test_a_config_gives_the_evaluators_settings_and_eval_reproduces_the_runs_pas
     heldout_sampled_acc the run's evaluator logs (the same fixed sampling stream)."""
     from cogym.agents.policy import Policy
     from cogym.runners.config.load import load_config
-    from cogym.runners.evaluation.arithmetic import HeldoutArithmetic
+    from cogym.envs.arithmetic_eval import HeldoutArithmetic
+    from cogym.runners.evaluation.context import RunContext
 
     reasoner = str(CONFIGS / "ttrl_reasoner.yaml")
     assert main(["eval", "--config", reasoner, "--model", "tiny-reasoner", "eval.evaluators.heldout.size=12"]) == 0
     rows = _rows(capsys.readouterr().out)
     policy = Policy.from_pretrained("tiny-reasoner", device="cpu")
-    run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
-                           "cfg": load_config(reasoner)})()
-    logged = HeldoutArithmetic(size=12, max_new_tokens=32, temperature=1.0, samples=4).evaluate(run)
+    cfg = load_config(reasoner)
+    run = type("Run", (), {"roles": ("solver",), "policies": {cfg.seats["solver"]: policy}, "cfg": cfg})()
+    logged = HeldoutArithmetic(size=12, max_new_tokens=32, temperature=1.0, samples=4).evaluate(RunContext(run))
     assert rows[("heldout", "heldout_sampled_acc")] == round(logged["heldout_sampled_acc"], 4)
     assert rows[("heldout", "heldout_acc")] == round(logged["heldout_acc"], 4)
 
@@ -97,3 +98,17 @@ def test_a_bad_request_is_one_line_and_exit_2(capsys, argv, words):
     assert main(["eval", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("cogym eval: error:") and words in err
+
+
+def test_the_generic_evaluation_layer_names_no_game():
+    """Evaluation belongs to games: runners/evaluation holds the registry, the context and the loop, and no
+    game's name or code; the games' evaluators import no model and no runner (only cogym.core and cogym.envs)."""
+    root = Path(__file__).resolve().parents[2]
+    words = re.compile(r"kuhn|arithmetic|proposer|solver|heldout|held-out|exploitab", re.IGNORECASE)
+    for path in sorted((root / "runners" / "evaluation").glob("*.py")):
+        named = [f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if words.search(line)]
+        assert not named, "\n".join(named)
+    for name in ("evaluation", "arithmetic_eval", "kuhn_poker_eval", "proposer_solver_eval"):
+        text = (root / "envs" / f"{name}.py").read_text()
+        assert not re.search(r"^\s*(from|import) cogym\.(agents|learners|runners)", text, re.MULTILINE), name

@@ -14,9 +14,10 @@ from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
 from cogym.envs import make
-from cogym.runners.evaluation.arithmetic import HeldoutArithmetic
+from cogym.envs.arithmetic_eval import HeldoutArithmetic, heldout_accuracy
+from cogym.envs.kuhn_poker_eval import KuhnExploitability
+from cogym.runners.evaluation.context import PolicyModel, RunContext, forked_rng
 from cogym.runners.evaluation.evaluators import EVALUATORS, VsScripted, evaluate, evaluators_of, register_evaluator
-from cogym.runners.evaluation.kuhn import KuhnExploitability
 from cogym.runners.train.loop import train
 
 KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
@@ -108,18 +109,17 @@ def test_a_user_evaluator_kind_registers_and_runs(tiny_model_dir: Path) -> None:
 
 def test_heldout_accuracy_generates_in_batches_of_batch_size(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluation.arithmetic import heldout_accuracy
 
     records = load_heldout()[:23]
-    whole = heldout_accuracy(policy, records, "", batch_size=500)
+    whole = heldout_accuracy(PolicyModel(policy), records, "", batch_size=500)
     calls: list[int] = []
     generate = policy.generate
     monkeypatch.setattr(policy, "generate", lambda prompts, sampling: calls.append(len(prompts)) or generate(prompts, sampling))
     # Other batches pad prompts differently: greedy answers may differ by float rounding, at most one here.
-    assert heldout_accuracy(policy, records, "", batch_size=10) == pytest.approx(whole, abs=1 / len(records))
+    assert heldout_accuracy(PolicyModel(policy), records, "", batch_size=10) == pytest.approx(whole, abs=1 / len(records))
     assert calls == [10, 10, 3]
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        heldout_accuracy(policy, records, "", batch_size=0)
+        heldout_accuracy(PolicyModel(policy), records, "", batch_size=0)
 
 
 def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
@@ -139,13 +139,13 @@ def test_kuhn_exploitability_is_the_exact_value_of_the_models_strategy(tiny_mode
 
     run = build(load_config(KUHN, [*_kuhn(tiny_model_dir)[1:], "policies.player.model=tiny"]))  # the embedded model
     ev = next(e for e in run.evaluators if isinstance(e, KuhnExploitability))
-    table = ev.strategy(run)
+    table = ev.strategy(RunContext(run))
     assert set(table) == set(INFOSETS) and all(sum(t) == pytest.approx(1.0, abs=1e-5) for t in table.values())
-    metrics = ev.evaluate(run)
+    metrics = ev.evaluate(RunContext(run))
     assert metrics["eval/exploitability/exploitability"] == pytest.approx(exploitability(table))
     assert metrics["eval/exploitability/unresolved"] < 1e-3
     assert metrics["eval/exploitability/invalid"] == pytest.approx(sum(t[2] for t in table.values()) / 12)
-    greedy = dataclasses.replace(ev, greedy=True).strategy(run)
+    greedy = dataclasses.replace(ev, greedy=True).strategy(RunContext(run))
     assert all(max(t) == pytest.approx(1.0) for t in greedy.values())  # greedy play is a pure strategy
 
 
@@ -173,14 +173,14 @@ def test_kuhn_exploitability_averages_the_last_evaluations_when_asked(monkeypatc
 @pytest.mark.parametrize("style", ["letters", "digits"])
 def test_kuhn_exploitability_prompts_each_seat_with_the_games_own_text(tiny_model_dir: Path, monkeypatch,
                                                                         style: str) -> None:
-    import cogym.runners.evaluation.kuhn as kuhn_evaluator
+    import cogym.runners.evaluation.context as kuhn_evaluator  # the runner's Model asks reply_probs
 
     seen = []
     real = kuhn_evaluator.reply_distributions
     monkeypatch.setattr(kuhn_evaluator, "reply_distributions", lambda policy, prompts, *a, **k: seen.append(
         [policy.tokenizer.decode(p) for p in prompts]) or real(policy, prompts, *a, **k))
     run = build(load_config(KUHN, _kuhn(tiny_model_dir, [f"game.kwargs.card_style={style}"])))
-    next(e for e in run.evaluators if isinstance(e, KuhnExploitability)).evaluate(run)
+    next(e for e in run.evaluators if isinstance(e, KuhnExploitability)).evaluate(RunContext(run))
     game = make("kuhn_poker-v0", card_style=style)  # what the game shows player_1 holding K after a bet
     game.reset(seed=0, options={"cards": ("J", "K")})
     game.step("bet")
@@ -238,12 +238,13 @@ def test_proposal_difficulty_judges_the_initial_models_answers_by_the_truth(tiny
     from cogym.envs.arithmetic import ANY_PROBLEM
 
     run, ev = _difficulty_run(TTRL, tiny_model_dir)  # label-free: the game's reward is the majority vote
-    ev._initial = right = _Answers(lambda p: str(ANY_PROBLEM.parse(p).answer))
-    out = ev.evaluate(run)
+    right = _Answers(lambda p: str(ANY_PROBLEM.parse(p).answer))
+    ev._initial = PolicyModel(right)
+    out = ev.evaluate(RunContext(run))
     assert out["eval/d/valid"] == 1.0 and out["eval/d/initial_fail"] == 0.0
     assert len(right.prompts) == 6 * 3  # samples answers to each posed problem
-    ev._initial = _Answers(lambda p: "100000")  # unanimous and wrong: the majority would accept it, the truth fails it
-    assert ev.evaluate(run)["eval/d/initial_fail"] == 1.0
+    ev._initial = PolicyModel(_Answers(lambda p: "100000"))  # unanimous and wrong: the majority would accept it, the truth fails it
+    assert ev.evaluate(RunContext(run))["eval/d/initial_fail"] == 1.0
     assert 0.0 <= out["eval/d/solver_fail"] <= 1.0
 
 
@@ -251,14 +252,14 @@ def test_proposal_difficulty_measures_with_the_initial_model_however_the_solver_
     import torch
 
     run, ev = _difficulty_run(PS, tiny_model_dir, ["seats.proposer=scripted:random"])
-    first = ev.evaluate(run)
+    first = ev.evaluate(RunContext(run))
     assert set(first) == {"eval/d/valid", "eval/d/initial_fail", "eval/d/solver_fail"}
     with torch.no_grad():  # the solver "trains": its weights move far
         for p in run.policies["solver"].model.parameters():
             p.add_(torch.randn_like(p))
-    again = ev.evaluate(run)
+    again = ev.evaluate(RunContext(run))
     assert again["eval/d/initial_fail"] == first["eval/d/initial_fail"]  # same problems, same yardstick
-    assert ev._initial.model is not run.policies["solver"].model
+    assert ev._initial.policy.model is not run.policies["solver"].model
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -274,7 +275,6 @@ def test_proposal_difficulty_is_checked_when_the_config_loads(tiny_model_dir: Pa
 
 def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(policy, monkeypatch) -> None:
     from cogym.envs.arithmetic import load_heldout
-    from cogym.runners.evaluation.arithmetic import heldout_accuracy
 
     records = load_heldout()[:5]
     seen: list = []
@@ -284,13 +284,13 @@ def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(po
         return [type("G", (), {"text": str(int(records[i // 3]["answer"]) + (i % 3))})() for i in range(len(prompts))]
 
     monkeypatch.setattr(policy, "generate", generate)
-    assert heldout_accuracy(policy, records, "", temperature=0.7, samples=3) == pytest.approx(1 / 3)
+    assert heldout_accuracy(PolicyModel(policy), records, "", temperature=0.7, samples=3) == pytest.approx(1 / 3)
     assert seen == [(15, 0.7)]
     for kwargs, message in [({"temperature": 0.7, "samples": 0}, "samples must be >= 1"),
                             ({"temperature": -1.0}, "temperature must be >= 0"),
                             ({"samples": 2}, "greedy decoding")]:
         with pytest.raises(ValueError, match=message):
-            heldout_accuracy(policy, records, "", **kwargs)
+            heldout_accuracy(PolicyModel(policy), records, "", **kwargs)
 
 
 def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
@@ -301,8 +301,20 @@ def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch)
                                                             "eval.evaluators.heldout.size=6"]), make("proposer_solver-v0").spec,
                                            build_section) if isinstance(e, HeldoutArithmetic)]
     assert (greedy.temperature, sampled.temperature, sampled.samples) == (0.0, 0.7, 2)
-    run = type("Run", (), {"roles": ("solver",), "policy_for_role": lambda self, role: policy,
-                           "cfg": load_config(None, [])})()
+    class Context:  # the part of cogym.envs.evaluation.EvalContext the held-out evaluator asks, without a run
+        def policy_of(self, role):
+            return "solver" if role == "solver" else None
+
+        def system(self, role):
+            return load_config(None, []).prompts[role].system
+
+        def model(self, pid):
+            return PolicyModel(policy)
+
+        def rng(self, seed):
+            return forked_rng(seed)
+
+    run = Context()
     assert set(greedy.evaluate(run)) == {"heldout_acc"}
     import torch
 

@@ -1,5 +1,7 @@
 """Kuhn poker's evaluator (``kuhn_exploitability``, declared by kuhn_poker-v0): the exact
-exploitability of the policy's strategy, from its move probabilities at the game's 12 information sets."""
+exploitability of the policy's strategy, from its move probabilities at the game's 12 information sets.
+It asks the model through :class:`cogym.envs.evaluation.EvalContext` (see there); the best-response
+math is :func:`cogym.envs.kuhn_poker.exploitability`."""
 
 from __future__ import annotations
 
@@ -8,24 +10,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cogym.agents.reply_probs import reply_distributions
 from cogym.core.errors import ConfigError
+from cogym.envs.evaluation import EvalContext, chat, for_game, game_evaluator
 from cogym.envs.kuhn_poker import (average_strategy, CARDS, exploitability, GAME_ID, INFOSETS, reply_classifier,
                                    ROLES, turn_text)
-from cogym.runners.evaluation.evaluators import evaluated_policy, register_evaluator
-from cogym.runners.rollout.loop import chat_messages
 
 
-@register_evaluator("kuhn_exploitability")
+@game_evaluator("kuhn_exploitability")
 @dataclass
 class KuhnExploitability:
     """Exact exploitability of ``policy`` in kuhn_poker-v0, both seats played by it.
 
     Its move probabilities at the 12 information sets are computed exactly from the model
-    (:func:`cogym.agents.reply_probs.reply_distributions`: every reply path, each seat prompted as in
-    training, with the role's system message), an invalid reply counting as a fold as the game scores
-    it (the card written in the game's ``card_style``); then :func:`cogym.envs.kuhn_poker.exploitability`
-    of that strategy. Metrics:
+    (``Model.reply_distributions``, :func:`cogym.agents.reply_probs.reply_distributions` in the runner:
+    every reply path, each seat prompted as in training, with the role's system message), an invalid
+    reply counting as a fold as the game scores it (the card written in the game's ``card_style``);
+    then :func:`cogym.envs.kuhn_poker.exploitability` of that strategy. Metrics:
     ``eval/<name>/exploitability`` (NashConv / 2; 0 at equilibrium, 1/3 or more for any strategy that
     ignores its card), ``eval/<name>/card_spread`` (mean over the four histories of the largest minus
     the smallest probability of the aggressive move across the three cards: 0 for card-blind play),
@@ -54,42 +54,39 @@ class KuhnExploitability:
             raise ValueError(f"average must be >= 0, got {self.average}")
         self._history: list = []  # the strategies of this run's evaluations, oldest first (not checkpointed)
 
-    def check(self, run) -> None:
-        if run.cfg.game.id != GAME_ID:
-            raise ConfigError(f"eval.evaluators.{self.name}: kuhn_exploitability is for {GAME_ID}, not {run.cfg.game.id}")
-        sampling = run.cfg.policies[evaluated_policy(self.name, self.policy, run)].sampling
+    def check(self, ctx: EvalContext) -> None:
+        for_game(ctx, self.name, "kuhn_exploitability", GAME_ID)
+        sampling = ctx.sampling(ctx.evaluated(self.name, self.policy))
         if sampling.top_p != 1.0 or sampling.top_k:
             raise ConfigError(f"eval.evaluators.{self.name}: exact move probabilities need plain temperature sampling "
                               f"(top_p 1.0, top_k 0), got top_p {sampling.top_p}, top_k {sampling.top_k}")
 
-    def _distributions(self, run) -> list:
+    def _distributions(self, ctx: EvalContext) -> list:
         """The policy's reply distribution at each of ``INFOSETS``, in order."""
-        pid = evaluated_policy(self.name, self.policy, run)
-        policy, sampling = run.policies[pid], run.cfg.policies[pid].sampling
+        pid = ctx.evaluated(self.name, self.policy)
+        sampling = ctx.sampling(pid)
         if self.greedy:
             sampling = dataclasses.replace(sampling, temperature=0.0)
-        style = run.cfg.game.kwargs.get("card_style", "letters")  # the text the game shows its seats
-        prompts, classifiers = [], []
+        style = ctx.game_kwargs.get("card_style", "letters")  # the text the game shows its seats
+        chats, classifiers = [], []
         for card, history in INFOSETS:
             moves = tuple(history.split())
-            role = ROLES[len(moves) % 2]
-            system = run.cfg.prompts[role].system if role in run.cfg.prompts else ""
-            prompts.append(policy.render(chat_messages(system, turn_text(card, moves, style))))
+            chats.append(chat(ctx.system(ROLES[len(moves) % 2]), turn_text(card, moves, style)))
             classifiers.append(reply_classifier(moves))
-        return reply_distributions(policy, prompts, classifiers, sampling, min_prob=self.min_prob,
-                                   max_branches=self.max_branches)
+        return ctx.model(pid).reply_distributions(chats, classifiers, sampling, min_prob=self.min_prob,
+                                                  max_branches=self.max_branches)
 
     @staticmethod
     def _table(dists: list) -> dict[tuple[str, str], tuple[float, float, float]]:
         return {info: (d.probs.get("aggressive", 0.0), d.probs.get("passive", 0.0),
                        d.probs.get("invalid", 0.0) + d.unresolved) for info, d in zip(INFOSETS, dists)}
 
-    def strategy(self, run) -> dict[tuple[str, str], tuple[float, float, float]]:
+    def strategy(self, ctx: EvalContext) -> dict[tuple[str, str], tuple[float, float, float]]:
         """(card, history text) -> (P(aggressive), P(passive), P(invalid or unresolved)) of the policy."""
-        return self._table(self._distributions(run))
+        return self._table(self._distributions(ctx))
 
-    def evaluate(self, run) -> dict[str, float]:
-        dists = self._distributions(run)
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        dists = self._distributions(ctx)
         table = self._table(dists)
         spreads = [max(table[(c, h)][0] for c in CARDS) - min(table[(c, h)][0] for c in CARDS)
                    for h in ("", "check", "bet", "check bet")]

@@ -1,6 +1,7 @@
-"""The arithmetic games' evaluator (``heldout_arithmetic``, declared by proposer_solver-v0 and its
-family): accuracy of the solver role's policy on the fixed 500-problem held-out set, greedy
-(``heldout_acc``) and, at a temperature, pass@1 (``heldout_sampled_acc``)."""
+"""The arithmetic games' evaluator (``heldout_arithmetic``, declared by proposer_solver-v0 and the games
+that reuse its held-out set): accuracy of the solver role's policy on the fixed 500-problem held-out set,
+greedy (``heldout_acc``) and, at a temperature, pass@1 (``heldout_sampled_acc``). It asks the model
+through :class:`cogym.envs.evaluation.EvalContext` (see there)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
 from cogym.envs.arithmetic import extract_answer, load_heldout
-from cogym.runners.evaluation.evaluators import forked_rng, register_evaluator
+from cogym.envs.evaluation import EvalContext, Model, game_evaluator
 
 
-@register_evaluator("heldout_arithmetic")
+@game_evaluator("heldout_arithmetic")
 @dataclass
 class HeldoutArithmetic:
     """Greedy accuracy of ``role``'s policy on the held-out arithmetic set (its first ``size`` problems),
@@ -38,30 +38,32 @@ class HeldoutArithmetic:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature={self.temperature!r}: must be >= 0 (0: greedy accuracy only)")
 
-    def evaluate(self, run) -> dict[str, float]:
-        policy = run.policy_for_role(self.role) if self.role in run.roles else None
-        if policy is None:
+    def evaluate(self, ctx: EvalContext) -> dict[str, float]:
+        pid = ctx.policy_of(self.role)
+        if pid is None:  # no model plays the role: nothing to measure
             return {}
-        return self.accuracies(policy, run.cfg.prompts[self.role].system if self.role in run.cfg.prompts else "")
+        return self.accuracies(ctx.model(pid), ctx.system(self.role), ctx)
 
-    def accuracies(self, policy, system: str) -> dict[str, float]:
-        """``heldout_acc`` of ``policy`` under the system message ``system`` (and ``heldout_sampled_acc``)."""
+    def accuracies(self, model: Model, system: str, ctx: EvalContext) -> dict[str, float]:
+        """``heldout_acc`` of ``model`` under the system message ``system`` (and ``heldout_sampled_acc``)."""
         records = load_heldout()[: self.size]
-        out = {"heldout_acc": heldout_accuracy(policy, records, system, max_new_tokens=self.max_new_tokens,
+        out = {"heldout_acc": heldout_accuracy(model, records, system, max_new_tokens=self.max_new_tokens,
                                                batch_size=self.batch_size)}
         if self.temperature > 0:
-            with forked_rng(self.seed):  # a fixed stream, and the caller's continues as if nothing ran
+            with ctx.rng(self.seed):  # a fixed stream, and the caller's continues as if nothing ran
                 out["heldout_sampled_acc"] = heldout_accuracy(
-                    policy, records, system, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
+                    model, records, system, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
                     temperature=self.temperature, samples=self.samples)
         return out
 
 
-def heldout_accuracy(policy: Policy, records: Sequence[dict], system_prompt: str, *, batch_size: int = 500,
+def heldout_accuracy(model: Model, records: Sequence[dict], system_prompt: str, *, batch_size: int = 500,
                      max_new_tokens: int = 8, temperature: float = 0.0, samples: int = 1) -> float:
-    """Fraction of ``{"question", "answer"}`` records the policy answers exactly, ``batch_size`` prompts per
+    """Fraction of ``{"question", "answer"}`` records ``model`` answers exactly, ``batch_size`` prompts per
     generate call. ``temperature`` 0 (the default) decodes greedily; above 0 it is the mean accuracy of
-    ``samples`` answers to each record sampled at that temperature (pass@1 as the papers estimate it)."""
+    ``samples`` answers to each record sampled at that temperature (pass@1 as the papers estimate it).
+    ``model``: a :class:`cogym.envs.evaluation.Model` (``cogym.runners.evaluation.context.PolicyModel(policy)``
+    wraps a policy)."""
     if not records:
         raise ValueError("held-out set is empty")
     if batch_size < 1:
@@ -74,11 +76,8 @@ def heldout_accuracy(policy: Policy, records: Sequence[dict], system_prompt: str
         raise ValueError(f"greedy decoding (temperature 0) gives one answer a record, got samples={samples}")
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
     answers = [int(r["answer"]) for r in records for _ in range(samples)]
-    questions = [r["question"] for r in records for _ in range(samples)]
-    correct = 0
-    for start in range(0, len(questions), batch_size):
-        prompts = [policy.render([{"role": "system", "content": system_prompt}, {"role": "user", "content": q}])
-                   for q in questions[start:start + batch_size]]
-        for answer, gen in zip(answers[start:start + batch_size], policy.generate(prompts, params)):
-            correct += extract_answer(gen.text) == answer
-    return correct / len(questions)
+    # The system message even when empty: the chats the held-out accuracy has always been measured on.
+    chats = [[{"role": "system", "content": system_prompt}, {"role": "user", "content": r["question"]}]
+             for r in records for _ in range(samples)]
+    texts = model.answer(chats, params, batch_size=batch_size)
+    return sum(extract_answer(text) == answer for answer, text in zip(answers, texts)) / len(chats)
