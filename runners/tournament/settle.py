@@ -10,7 +10,7 @@ from typing import Sequence
 from cogym.core.errors import ConfigError
 from cogym.envs import scripted_strategies
 from cogym.runners.rollout.agents import twin_name
-from cogym.runners.rollout.seating import seats_of
+from cogym.runners.rollout.seating import key_of, seats_of
 from cogym.runners.tournament.players import default_limit, fixed_player, Player
 from cogym.runners.tournament.results import count
 from cogym.runners.tournament.spec import SCORINGS, TournamentSpec
@@ -98,7 +98,7 @@ def sides_and_fixed(spec: TournamentSpec, probe) -> tuple[list[list[str]], dict[
     for seat in seats:
         if seat in played:
             continue
-        key = seat if seat in spec.fixed else probe.role_of(seat) if probe.role_of(seat) in spec.fixed else None
+        key = key_of(probe, seat, spec.fixed)  # the seat's own --fixed, else its role's
         if key is None:
             where = "is on no side" if scoring == "competitive" else "is not a rated seat"
             raise ConfigError(f"seat {seat!r} (role {probe.role_of(seat)!r}) {where} and has no fixed agent; "
