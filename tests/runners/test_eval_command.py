@@ -112,3 +112,23 @@ def test_the_generic_evaluation_layer_names_no_game():
     for name in ("evaluation", "arithmetic_eval", "kuhn_poker_eval", "proposer_solver_eval"):
         text = (root / "envs" / f"{name}.py").read_text()
         assert not re.search(r"^\s*(from|import) cogym\.(agents|learners|runners)", text, re.MULTILINE), name
+
+
+def test_setting_flags_set_every_evaluator_that_has_the_setting_and_model_takes_a_checkpoint(capsys, tmp_path,
+                                                                                              tiny_model_dir, monkeypatch):
+    """--games reaches both vs_scripted evaluators of kuhn_poker-v0 (and not exploitability, which has no games);
+    --model CHECKPOINT plays each policy from the checkpoint's policies/<id>."""
+    from cogym.runners.cli import eval as eval_cli
+    from cogym.runners.evaluation.evaluators import VsScripted
+
+    played: list[tuple[str, int]] = []
+    evaluate = VsScripted.evaluate
+    monkeypatch.setattr(VsScripted, "evaluate", lambda self, ctx: played.append((self.name, self.games)) or evaluate(self, ctx))
+    checkpoint = tmp_path / "step_000002"
+    (checkpoint / "policies").mkdir(parents=True)
+    (checkpoint / "policies" / "player").symlink_to(tiny_model_dir)
+    assert eval_cli.model_of(str(checkpoint), "player") == str(checkpoint / "policies" / "player")
+    assert eval_cli.model_of("tiny", "player") == "tiny"
+    assert main(["eval", "--game", "kuhn_poker-v0", "--model", str(checkpoint), "--games", "6"]) == 0
+    assert played == [("vs_random", 6), ("vs_nash", 6)]
+    assert ("exploitability", "exploitability") in _rows(capsys.readouterr().out)
