@@ -152,12 +152,7 @@ def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
                           "Register your own with cogym.runners.evaluation.evaluators.register_evaluator in a game.modules module")
     fields = {k: v for k, v in spec.items() if k != "kind"}
     fields.setdefault("name", name)
-    evaluator = build_section(known[kind], fields, where)
-    check = getattr(evaluator, "check", None)
-    if check is not None:
-        # Whoever checks a built run passes the run (build does): the evaluator is given its context.
-        evaluator.check = lambda ctx_or_run: check(context_of(ctx_or_run))
-    return evaluator
+    return build_section(known[kind], fields, where)
 
 
 def declared(cfg, spec) -> dict[str, dict]:
@@ -180,6 +175,15 @@ def declared(cfg, spec) -> dict[str, dict]:
 def evaluators_of(cfg, spec, build_section: Callable) -> list:
     """Every evaluator a run of ``cfg`` measures (:func:`declared`), built and checked."""
     return [evaluator_from(name, ev, build_section) for name, ev in declared(cfg, spec).items()]
+
+
+def check(evaluators, run) -> None:
+    """Every evaluator's ``check`` (those that have one) on a built run, given its :class:`RunContext`:
+    a setting the game cannot meet fails when the run is built, not after training."""
+    ctx = context_of(run)
+    for ev in evaluators:
+        if hasattr(ev, "check"):
+            ev.check(ctx)
 
 
 def evaluate(evaluators, run) -> dict[str, float]:

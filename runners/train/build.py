@@ -32,6 +32,7 @@ from cogym.runners.config.load import build_section
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import Config, suggest
 from cogym.runners.config.validate import league_policy
+from cogym.runners.evaluation.evaluators import check as check_evaluators
 from cogym.runners.evaluation.evaluators import evaluators_of
 from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.loop import reproduce_command
@@ -313,9 +314,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
         pid = league_policy(cfg)
         league = League(cfg.league, pid, policies[pid], cfg.policies[pid].sampling, *league_seats, seed=cfg.run.seed)
     run = Run(cfg, games, policies, learners, game.spec.roles, seats, league, evaluators)
-    for evaluator in evaluators:
-        if hasattr(evaluator, "check"):
-            evaluator.check(run)
+    check_evaluators(evaluators, run)
     return run
 
 
