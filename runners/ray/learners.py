@@ -8,10 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import ray
-
 from cogym.runners.config.schema import Config
-from cogym.runners.ray.pool import enter, node_ip
+from cogym.runners.ray.pool import enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
 

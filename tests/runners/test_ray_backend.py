@@ -1,4 +1,4 @@
-"""Rollouts on Ray (run.backend: ray, runners/ray_rollout.py) on a local 2-CPU cluster with the tiny model:
+"""Rollouts on Ray (run.backend: ray, runners/ray/) on a local 2-CPU cluster with the tiny model:
 the same metrics as the one-process run, a SIGKILLed worker restarted with no episode lost or counted
 twice, one-step off-policy with its staleness bound, a cluster started by `ray start`, and the config's
 refusals. Every run here is a few iterations of a shrunken config; the full-size figures (the default
@@ -342,16 +342,16 @@ def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver
 
 
 def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tmp_path: Path, monkeypatch) -> None:
-    from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.ray.learners import RemoteLearner
 
-    start_update = ray_rollout.RemoteLearner.start_update
+    start_update = RemoteLearner.start_update
 
     def kill_then_update(self, turns):
         if self.pid == "solver" and self.steps == 1:
             os.kill(self.info["pid"], signal.SIGKILL)
         return start_update(self, turns)
 
-    monkeypatch.setattr(ray_rollout.RemoteLearner, "start_update", kill_then_update)
+    monkeypatch.setattr(RemoteLearner, "start_update", kill_then_update)
     with pytest.raises(RuntimeError, match=r"learner actor of policy 'solver' \(pid \d+\) died during update 2;.*"
                                            r"cogym train --resume"):
         train(_cfg(tmp_path, "run.backend=ray", "ray.learners=colocated", *ONE_THREAD), tmp_path / "run",
@@ -424,11 +424,11 @@ def tournament_reference(tmp_path_factory) -> list[dict]:
 
 def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_reference, local_cluster, tmp_path,
                                                                     monkeypatch, capsys) -> None:
-    from cogym.runners.ray import rollout as ray_rollout
     from cogym.runners.config.schema import RayConfig
+    from cogym.runners.ray.pool import ActorPool
 
     assert len(tournament_reference) == 24 and {r["score"] for r in tournament_reference} > {0.0}
-    gather = ray_rollout.ActorPool.gather
+    gather = ActorPool.gather
     killed: list[int] = []
 
     def kill_then_gather(self, refs, replay, what):
@@ -437,7 +437,7 @@ def test_a_tournament_on_two_workers_plays_the_games_of_one_process(tournament_r
             os.kill(killed[0], signal.SIGKILL)
         return gather(self, refs, replay, what)
 
-    monkeypatch.setattr(ray_rollout.ActorPool, "gather", kill_then_gather)
+    monkeypatch.setattr(ActorPool, "gather", kill_then_gather)
     assert _tournament(tmp_path, RayConfig(num_rollout_workers=2)) == tournament_reference
     err = capsys.readouterr().err
     assert killed and f"tournament worker 1 (pid {killed[0]}) died during tournament batch 1; restarting it" in err

@@ -1,4 +1,4 @@
-"""Weights through shared memory (runners/shm_weights.py): what a worker reads is bit for bit what the
+"""Weights through shared memory (runners/ray/weights.py): what a worker reads is bit for bit what the
 driver wrote, in every dtype; slots are reused oldest first; a read of a replaced version fails; the
 segments go when closed; a worker's attach leaves the driver's segment alone when the worker exits."""
 
