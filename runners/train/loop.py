@@ -183,7 +183,7 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
 
 def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool) -> dict:
     pool = None
-    if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray_rollout.py)
+    if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray/rollout.py)
         from cogym.runners.ray.rollout import RayRollout
 
         pool = RayRollout(cfg, ckpt)
