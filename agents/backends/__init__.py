@@ -19,7 +19,8 @@ The backends:
 * ``hf`` (:class:`~cogym.agents.backends.hf.HFBackend`): the policy's own transformers model, in
   process; every policy's default.
 * ``vllm`` (:class:`~cogym.agents.backends.vllm.VLLMBackend`): a vLLM engine holding its own copy of
-  the weights (the ``vllm`` extra).
+  the weights (the ``vllm`` extra); for LoRA policies, one engine per base model serving every adapter
+  on it (:class:`~cogym.agents.backends.vllm_lora.VLLMLoraBackend`).
 
 A policy's config picks one (``policies.<id>.generation.backend``); :func:`make_backend` builds it.
 The contract every backend passes is ``tests/agents/test_backend_contract.py``.
@@ -59,14 +60,28 @@ class GenerationBackend(Protocol):
 BACKENDS = ("hf", "vllm")
 
 
-def make_backend(name: str, policy: "Policy", options: Mapping | None = None) -> GenerationBackend:
+def make_backend(name: str, policy: "Policy", options: Mapping | None = None,
+                 shared: dict | None = None) -> GenerationBackend:
     """The backend ``name`` (one of :data:`BACKENDS`) for ``policy``; ``options`` are the backend's own
-    settings (for ``vllm``: ``vllm.LLM`` engine arguments)."""
+    settings (for ``vllm``: ``vllm.LLM`` engine arguments). ``shared``: where LoRA policies of one
+    base model find their shared vLLM engine (one dict per run; keyed by the base model)."""
     if name == "hf":
         if options:
             raise ValueError(f"the hf backend takes no options, got {sorted(options)}")
         return HFBackend(policy)
     if name == "vllm":
+        if getattr(policy, "lora", False):
+            from cogym.agents.backends.vllm_lora import LoraEngine, VLLMLoraBackend
+
+            shared = {} if shared is None else shared
+            key = id(policy.model.peft)  # the base model the adapters share
+            if key not in shared:
+                shared[key] = LoraEngine(policy.model.base_ref, options)
+            elif dict(options or {}) != shared[key].engine_args:
+                raise ValueError(f"LoRA policy {policy.name!r} shares a vLLM engine with "
+                                 f"{', '.join(shared[key].adapters)}, so its generation.vllm must be theirs: "
+                                 f"{dict(options or {})} vs {shared[key].engine_args}")
+            return VLLMLoraBackend(policy, shared[key])
         from cogym.agents.backends.vllm import VLLMBackend
 
         return VLLMBackend(policy, **dict(options or {}))

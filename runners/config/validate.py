@@ -93,15 +93,16 @@ def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
         return
     if not vllm_available():
         raise ConfigError(f"{where}.backend: vllm needs vLLM, which is not installed: {VLLM_EXTRA}")
-    if pol.lora.enabled:
-        raise ConfigError(f"{where}.backend: vllm generates with full models; policies.{pid} is a LoRA adapter "
-                          f"(policies.{pid}.lora.r > 0), so set {where}.backend: hf")
+    if pol.lora.enabled:  # LoRA policies of one base model share one engine: one set of engine arguments
+        for other, opc in cfg.policies.items():
+            if (other != pid and opc.lora.enabled and opc.model == pol.model and opc.generation.backend == "vllm"
+                    and opc.generation.vllm != pol.generation.vllm):
+                raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on {pol.model!r} served by one "
+                                  f"shared vLLM engine, so their generation.vllm must be equal ({pol.generation.vllm} vs "
+                                  f"{opc.generation.vllm})")
     if cfg.game.granularity == "token":
         raise ConfigError(f"{where}.backend: vllm answers whole turns; game.granularity: token steps the policy's "
                           "own model token by token, so use game.granularity: turn")
-    if cfg.run.backend == "ray":
-        raise ConfigError(f"{where}.backend: vllm is not supported with run.backend: ray yet (each rollout worker "
-                          "would start its own engine); use run.backend: local")
     if pol.sampling.top_k or pol.sampling.top_p < 1:
         raise ConfigError(f"{where}.backend: vllm samples without top_k/top_p (vLLM's log-probs would then be of the "
                           f"filtered distribution); set policies.{pid}.sampling.top_k: 0 and top_p: 1")

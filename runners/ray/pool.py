@@ -31,6 +31,12 @@ except ImportError:
 # it per actor to the GPUs it was given (ray.num_gpus), and a worker's policies take the GPU it sees.
 ENV_KEYS = ("DS_ACCELERATOR", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME",
              "HF_HUB_CACHE")
+ENV_PREFIXES = ("VLLM_",)  # vLLM's settings (logging, CPU KV cache, thread binding, ...)
+
+
+def driver_env() -> dict[str, str]:
+    """The driver's environment variables an actor takes (:data:`ENV_KEYS`, every ``VLLM_*``)."""
+    return {k: v for k, v in os.environ.items() if k in ENV_KEYS or k.startswith(ENV_PREFIXES)}
 
 
 def import_ray():

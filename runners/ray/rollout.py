@@ -51,11 +51,12 @@ from typing import Any, Sequence
 
 import torch
 
+from cogym.agents.backends.checks import bind_cpu_threads
 from cogym.agents.policy import Policy
 from cogym.runners.config.schema import Config
 from cogym.runners.config.validate import league_policy
 from cogym.runners.ray.learners import LearnerWorker, RemoteLearner
-from cogym.runners.ray.pool import actor_threads, ActorPool, enter, ENV_KEYS, log, node_ip, say
+from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say
 from cogym.runners.ray.weights import attach, check, read, ShmWeights, WeightSlots
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
 from cogym.runners.rollout.agents import model_agent
@@ -73,6 +74,8 @@ class RolloutWorker:
     def __init__(self, cfg: Config, index: int, cwd: str, env: dict[str, str], threads: int) -> None:
         enter(cwd, env, threads)
         self.cfg, self.index = cfg, index
+        if any(pc.generation.backend == "vllm" for pc in cfg.policies.values()):
+            bind_cpu_threads(index, threads)  # the engines this worker starts get cores of their own
         self.run = build(cfg, rollout_only=True)
         self.play = token_rollout if cfg.game.granularity == "token" else rollout
         self.system = {role: p.system for role, p in cfg.prompts.items()}
@@ -160,7 +163,7 @@ class RayRollout(ActorPool):
         self._shm: dict[str, Any] = {}  # policy -> its WeightSlots (workers on this machine read them)
         rc = cfg.ray
         threads = cfg.run.threads or actor_threads(rc.num_cpus)
-        self._env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+        self._env = driver_env()
         self._trained = trained_policies(cfg) if rc.learners != "driver" else []
         super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
                          n_learners=len(self._trained))

@@ -7,7 +7,7 @@ import os
 from typing import Sequence
 
 from cogym.envs import make
-from cogym.runners.ray.pool import actor_threads, ActorPool, enter, ENV_KEYS, node_ip, say
+from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, node_ip, say
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.settle import sides_and_fixed
 from cogym.runners.train.build import import_game_modules
@@ -43,7 +43,7 @@ class RayTournament(ActorPool):
 
     def __init__(self, spec, rc, modules: Sequence[str] = ()) -> None:
         threads = actor_threads(rc.num_cpus)
-        env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+        env = driver_env()
         super().__init__(rc, TournamentWorker, lambda i: (spec, i, os.getcwd(), env, threads, list(modules)),
                          kind="tournament worker")
 

@@ -233,10 +233,11 @@ def _assign_seats(cfg: Config, game, factory: AgentFactory) -> dict[str, tuple[s
     return assignment
 
 
-def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lora_bases: dict[str, LoraBase]
-                   ) -> dict[str, Policy]:
-    """Every seated policy (every adapter), from ``policy_dirs`` when resuming, else its config model."""
-    policies = {}
+def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lora_bases: dict[str, LoraBase],
+                   engines: bool = True) -> dict[str, Policy]:
+    """Every seated policy (every adapter), from ``policy_dirs`` when resuming, else its config model;
+    with the generation backend its config names (``engines``; else HF, which starts nothing)."""
+    policies, shared = {}, {}  # shared: the vLLM engine each base model's LoRA policies share
     for pid, pc in cfg.policies.items():
         if pid not in used:
             continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
@@ -245,8 +246,8 @@ def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lo
             policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
         else:
             policies[pid] = Policy.from_pretrained(path, name=pid, **pc.load_options())
-        if pc.generation.backend != "hf":  # the policy's own model keeps training; another engine generates
-            policies[pid].backend = make_backend(pc.generation.backend, policies[pid], pc.generation.vllm)
+        if engines and pc.generation.backend != "hf":  # the policy's own model keeps training; another engine generates
+            policies[pid].backend = make_backend(pc.generation.backend, policies[pid], pc.generation.vllm, shared=shared)
     return policies
 
 
@@ -302,7 +303,10 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share
-    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases)
+    # On Ray the rollout workers generate; the driver's policies only evaluate (greedy, which every
+    # backend answers alike: tests/agents/test_backend_contract.py), so the driver starts no engine.
+    engines = rollout_only or cfg.run.backend != "ray"
+    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases, engines)
     if learners is None:
         learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {},
                                                           lora_bases)

