@@ -149,9 +149,12 @@ class Algorithm:
         """Loss of one micro-batch and its metrics (each the micro-batch's share of the step value).
         Override to add a term: ``loss, m = super().loss(step); return loss + c * extra, m``."""
         mb = step.batch
+        # The trainer's log-probs before the update (the first epoch's forward; absent: this forward's own)
+        trainer_old = step.rows.get("logp_trainer_old")
         loss, metrics = objective(step.logp, mb.logp_old, step.rows["adv"], mb.mask, ObjectiveConfig.of(self.ctx.cfg),
                                   num_tokens=step.num_tokens, num_seqs=step.num_seqs, entropy=step.entropy,
-                                  ref_logp=step.rows.get("ref_logp"))
+                                  ref_logp=step.rows.get("ref_logp"),
+                                  logp_trainer_old=trainer_old if trainer_old is not None else step.logp.detach())
         with torch.no_grad():
             drift = ((step.logp - mb.logp_old).abs() * mb.mask).sum() / step.num_tokens
         metrics["logprob_drift"] = float(drift)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from cogym.learners.losses import check_mismatch_options
 from cogym.learners.registry import FROZEN, get, names, reserve
 
 
@@ -53,6 +54,16 @@ class LearnerConfig:
     ref_sync_every: int = 0
     ref_sync_mix: float = 1.0
     entropy_coef: float = 0.0
+    # Truncated importance sampling against a sampler/trainer mismatch (docs/algorithms.md §5.6; verl's TIS):
+    # each token's policy-gradient term is weighted by min(exp(logp_trainer_old - logp_behaviour), tis_cap),
+    # logp_trainer_old being the trainer's own log-prob before the update (the first epoch's forward), and the
+    # PPO ratio is taken against logp_trainer_old. A number > 0 (e.g. 2); null: off.
+    tis_cap: Optional[float] = None
+    # Masking against a sampler/trainer mismatch (§5.6): [low, high] with 0 < low < 1 < high; tokens whose
+    # exp(logp_trainer_old - logp_behaviour) is outside it get weight 0 in the policy-gradient term (they stay
+    # in the loss's denominators) and the PPO ratio is taken against logp_trainer_old. null: off. With
+    # tis_cap as well, the kept tokens are weighted as TIS weights them.
+    mismatch_mask: Optional[Sequence[float]] = None
     # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
     # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
     # until as many groups survive as one rollout makes; the surplus is trimmed.
@@ -83,6 +94,17 @@ class LearnerConfig:
     # name -> the algorithm's own config (its keys are flat in YAML; see split_keys)
     algorithm_configs: dict = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        """The mismatch options are checked as the config is made (a config file's bad value is then a
+        one-line error naming the key); ``mismatch_mask`` is kept as a list, as YAML writes it."""
+        self.check_mismatch()
+        if self.mismatch_mask is not None:
+            self.mismatch_mask = list(self.mismatch_mask)
+
+    def check_mismatch(self) -> None:
+        """ValueError for a ``tis_cap`` or ``mismatch_mask`` that cannot run (§5.6)."""
+        check_mismatch_options(self.tis_cap, self.mismatch_mask)
+
     def algorithm_names(self) -> tuple[str, ...]:
         """The algorithms this learner trains with: the policy's, then each role's (no repeats)."""
         names = [self.algorithm, *self.role_algorithms.values()]
@@ -105,6 +127,7 @@ class LearnerConfig:
             raise ValueError(f"packing must be one of {', '.join(PACKING)}, got {self.packing!r}: 'auto' packs the "
                              "training forward where it pays and is exact, 'on' always, 'off' never")
         self.check_ref_sync()
+        self.check_mismatch()
         for role, name in self.role_algorithms.items():
             if not get(name).per_role:
                 raise ValueError(f"role_algorithms.{role}: {name} trains a whole policy with its own loss and cannot "

@@ -38,6 +38,7 @@ __all__ = ["Learner", "TokenBatch", "micro_batches", "response_logp", "response_
 DYNAMIC_SAMPLING = ("off", *FILTER_PREDICATES)
 STATE_FILE = "state.json"
 REFERENCE_FILE = "reference.safetensors"  # the KL reference, when ref_sync_every moves it
+TRAINER_OLD = "logp_trainer_old"  # MicroStep.rows: the first epoch's (pre-update) log-probs of the rows
 
 
 def sequences(cfg: LearnerConfig, turns: Sequence[Turn]) -> list[Turn]:
@@ -175,9 +176,9 @@ class Learner:
         # Eval mode: dropout off, so the training forward is the distribution that sampled
         # (ratio 1 on fresh samples); gradients flow all the same.
         with training_forward(model):
-            for _ in range(self.cfg.epochs):
+            for epoch in range(self.cfg.epochs):
                 for k, ix in enumerate(data.chunks):
-                    self._micro_step(model, data, k, ix, sums)
+                    self._micro_step(model, data, k, ix, sums, epoch)
                 metrics.update(self.engine.step())
                 self.steps += 1
                 if self.cfg.ref_sync_every and self.steps % self.cfg.ref_sync_every == 0:
@@ -200,12 +201,16 @@ class Learner:
                 r = ref[name]
                 r.copy_(torch.lerp(r.float(), p.detach().to(r.device).float(), mix).to(r.dtype))
 
-    def _micro_step(self, model: torch.nn.Module, data: TrainBatch, k: int, ix: torch.Tensor, sums: dict) -> None:
-        """Forward and backward of micro-batch ``k`` (rows ``ix``); its metrics added to ``sums``.
+    def _micro_step(self, model: torch.nn.Module, data: TrainBatch, k: int, ix: torch.Tensor, sums: dict,
+                    epoch: int = 0) -> None:
+        """Forward and backward of micro-batch ``k`` (rows ``ix``) in pass ``epoch``; its metrics added to ``sums``.
 
         The loss is normalised by the GLOBAL counts, so the micro-batches' (and the ranks') losses
         add up to the step's loss; scaled by W, the W ranks' gradients average (the engines'
-        cross-rank mean) to the one-process gradient."""
+        cross-rank mean) to the one-process gradient. The first epoch's forward runs before any
+        optimizer step, so it is the trainer's probability of the policy that sampled: it goes to the
+        loss as ``rows["logp_trainer_old"]`` (the mismatch metrics and corrections, §5.6), kept per row
+        for the later epochs (their micro-batches are the same rows)."""
         last = k == len(data.chunks) - 1
         if len(ix) == 0:
             # No row of this rank at this micro-step: take part with a zero loss all the same
@@ -219,6 +224,12 @@ class Learner:
         else:
             logp, entropy = response_logp(model, mb, self.temperature, self.cfg.packing), None
         rows = {key: (value[ix] if value is not None else None) for key, value in data.rows.items()}
+        if epoch == 0:
+            rows[TRAINER_OLD] = logp.detach()
+            if self.cfg.epochs > 1:
+                if data.rows.get(TRAINER_OLD) is None:
+                    data.rows[TRAINER_OLD] = torch.zeros(data.batch.mask.shape, dtype=logp.dtype, device=logp.device)
+                data.rows[TRAINER_OLD][ix.to(logp.device)] = logp.detach()
         loss, step_metrics = self.algorithm.loss(MicroStep(mb, logp, entropy, rows, k, data.num_tokens, data.num_seqs))
         world = dist.world_size()
         self.engine.backward(loss * world if world > 1 else loss, last=last)

@@ -1,15 +1,18 @@
-"""Pure loss functions: KL estimators, entropy, clipped policy loss, loss aggregation (§3, §5).
+"""Pure loss functions: KL estimators, entropy, clipped policy loss, the sampler/trainer mismatch's
+statistics and weights, loss aggregation (§3, §5).
 
 Layout as in docs/algorithms.md §1: per-token tensors are (N, L) with a loss mask ``mask`` (N, L)
 (1 = token emitted by the policy being trained). Masked positions may hold garbage (huge ratios,
 NaN logprobs of padding); they never influence values, metrics or gradients here.
 
-These functions carry gradients; nothing is detached except the reported metrics.
+These functions carry gradients; nothing is detached except the reported metrics and the mismatch
+weights (constants of the loss, like the advantages).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -21,6 +24,8 @@ __all__ = [
     "kl_estimate",
     "entropy_from_logits",
     "clipped_policy_loss",
+    "mismatch_stats",
+    "mismatch_weights",
     "aggregate",
 ]
 
@@ -181,6 +186,84 @@ def clipped_policy_loss(
             "ppo_kl": float(-log_ratio.sum()) / n_tok,
         }
     return loss, metrics
+
+
+# -- the sampler/trainer mismatch (§5.6) --------------------------------------------------------
+
+def _check_same_shape(ref: Tensor, **tensors: Tensor) -> None:
+    for name, t in tensors.items():
+        if t.shape != ref.shape:
+            raise ValueError(f"{name} must have shape {tuple(ref.shape)}, got {tuple(t.shape)}")
+
+
+def mismatch_stats(logp_trainer: Tensor, logp_behaviour: Tensor, mask: Tensor) -> dict[str, float]:
+    """How far the trainer's probabilities of the sampled tokens are from the sampler's (§5.6), token
+    means over ``mask`` (N, L) of this batch (0 with no valid token); no gradient.
+
+    ``mismatch_abs``: mean of ``|logp_trainer - logp_behaviour|``; ``mismatch_k3``: mean of
+    ``r - 1 - log r`` with ``r = exp(logp_trainer - logp_behaviour)``, the k3 estimate of
+    KL(behaviour || trainer) from the behaviour policy's samples (:func:`kl_estimate` with ``logp`` the
+    behaviour's and ``logp_ref`` the trainer's, no clamp).
+    """
+    _check_same_shape(logp_trainer, logp_behaviour=logp_behaviour, mask=mask)
+    with torch.no_grad():
+        m = mask != 0
+        dtype = torch.promote_types(torch.promote_types(logp_trainer.dtype, logp_behaviour.dtype), torch.float32)
+        zero = torch.zeros((), dtype=dtype, device=logp_trainer.device)
+        lt = torch.where(m, logp_trainer.detach().to(dtype), zero)
+        lb = torch.where(m, logp_behaviour.detach().to(dtype), zero)
+        k3 = torch.where(m, kl_estimate(lb, lt, "k3", clamp=None), zero)
+        n_tok = max(int(m.sum()), 1)
+        return {"mismatch_abs": float((lt - lb).abs().sum()) / n_tok, "mismatch_k3": float(k3.sum()) / n_tok}
+
+
+def check_mismatch_options(tis_cap: float | None, band: Sequence[float] | None) -> None:
+    """ValueError for a TIS cap that is not a number > 0 or a band that is not ``[low, high]`` with
+    0 < low < 1 < high (None: that correction is off)."""
+    if tis_cap is not None and (isinstance(tis_cap, bool) or not isinstance(tis_cap, (int, float))
+                                or not math.isfinite(tis_cap) or tis_cap <= 0):
+        raise ValueError(f"tis_cap must be a finite number > 0 (the cap C of the truncated importance weight), or "
+                         f"null (off); got {tis_cap!r}")
+    if band is None:
+        return
+    ok = (isinstance(band, (list, tuple)) and len(band) == 2
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in band))
+    if not ok or not 0 < band[0] < 1 < band[1]:
+        raise ValueError(f"mismatch_mask must be [low, high] with 0 < low < 1 < high (the band of trainer/sampler "
+                         f"probability ratios a token must be in to count), or null (off); got {band!r}")
+
+
+def mismatch_weights(logp_trainer_old: Tensor, logp_behaviour: Tensor, mask: Tensor, *,
+                     tis_cap: float | None = None, band: Sequence[float] | None = None) -> tuple[Tensor, dict[str, float]]:
+    """Per-token weights (N, L) of the policy-gradient term against the sampler/trainer mismatch (§5.6).
+
+    With ``s = exp(logp_trainer_old - logp_behaviour)`` (the trainer's probability of the sampled token
+    before the update over the sampler's): ``w = 1``; with ``band = (low, high)`` ``w = 0`` where
+    ``s`` is outside [low, high] (masking); with ``tis_cap = C`` ``w *= min(s, C)`` (truncated
+    importance sampling). 0 where ``mask`` is 0; detached (a weight, never differentiated).
+
+    Returns ``(w, metrics)``: ``mismatch_masked_frac`` (valid tokens the band dropped; 0 without a band)
+    and ``tis_weight_mean`` (the mean of ``w`` over valid tokens, dropped ones counting 0).
+    """
+    check_mismatch_options(tis_cap, band)
+    _check_same_shape(logp_trainer_old, logp_behaviour=logp_behaviour, mask=mask)
+    with torch.no_grad():
+        m = mask != 0
+        dtype = torch.promote_types(torch.promote_types(logp_trainer_old.dtype, logp_behaviour.dtype), torch.float32)
+        zero = torch.zeros((), dtype=dtype, device=logp_trainer_old.device)
+        # Select (not multiply): padding may hold garbage log-probs
+        s = torch.exp(torch.where(m, logp_trainer_old.detach().to(dtype) - logp_behaviour.detach().to(dtype), zero))
+        w = torch.ones_like(s)
+        dropped = torch.zeros_like(m)
+        if band is not None:
+            dropped = m & ((s < band[0]) | (s > band[1]))
+            w = torch.where(dropped, zero, w)
+        if tis_cap is not None:
+            w = w * s.clamp(max=float(tis_cap))
+        w = torch.where(m, w, zero)
+        n_tok = max(int(m.sum()), 1)
+        metrics = {"mismatch_masked_frac": float(dropped.sum()) / n_tok, "tis_weight_mean": float(w.sum()) / n_tok}
+    return w, metrics
 
 
 # -- aggregation (§5.3) ------------------------------------------------------------------------

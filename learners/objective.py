@@ -1,8 +1,9 @@
-"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5 and §3.3):
+"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5, §5.6 and §3.3):
 
-    L = Agg(L_clip(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
+    L = Agg(w * L_clip(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
 
-with ``L_clip`` PPO's clipped surrogate (dual-clip optional), ``Agg`` the configured loss aggregation
+with ``L_clip`` PPO's clipped surrogate (dual-clip optional), ``w`` the per-token weight of a
+sampler/trainer mismatch correction (1 with none: §5.6), ``Agg`` the configured loss aggregation
 normalised by the counts of the WHOLE optimizer step (so the micro-batches' losses add up to the
 step's loss), ``k`` a KL estimator against the frozen reference and ``H`` the token entropy.
 It is a pure function over tensors: the Learner assembles no loss anywhere else.
@@ -15,7 +16,8 @@ from typing import Optional
 
 from torch import Tensor
 
-from cogym.learners.losses import aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate
+from cogym.learners.losses import (aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate, mismatch_stats,
+                                   mismatch_weights)
 
 
 @dataclass(frozen=True)
@@ -30,32 +32,57 @@ class ObjectiveConfig:
     kl_in_loss: str = "off"  # off | k2 | k3 | k3+ | k1+
     kl_loss_coef: float = 0.001
     entropy_coef: float = 0.0
+    tis_cap: Optional[float] = None  # C of truncated importance sampling (§5.6); None: off
+    mismatch_mask: Optional[tuple] = None  # (low, high) ratio band outside which tokens get weight 0; None: off
+
+    @property
+    def corrects_mismatch(self) -> bool:
+        """Whether a mismatch correction is on (the ratio is then taken against the trainer's own old log-probs)."""
+        return self.tis_cap is not None or self.mismatch_mask is not None
 
     @classmethod
     def of(cls, cfg) -> "ObjectiveConfig":
         """The objective's part of a learner config."""
+        band = tuple(cfg.mismatch_mask) if cfg.mismatch_mask is not None else None
         return cls(cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.loss_agg, cfg.norm_const, cfg.kl_in_loss,
-                   cfg.kl_loss_coef, cfg.entropy_coef)
+                   cfg.kl_loss_coef, cfg.entropy_coef, cfg.tis_cap, band)
 
 
 def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: ObjectiveConfig, *,
               num_tokens: float, num_seqs: float, entropy: Tensor | None = None, logits: Tensor | None = None,
-              ref_logp: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+              ref_logp: Tensor | None = None, logp_trainer_old: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Loss of one micro-batch and its metrics.
 
     ``logp`` (N, L) log-probabilities under the current parameters (with gradient), ``logp_old``
-    (N, L) behaviour log-probabilities, ``adv`` (N, L) advantages, ``mask`` (N, L) loss mask;
-    an entropy bonus needs the token entropies ``entropy`` (N, L), or ``logits`` (N, L, V) to take them
-    from (the Learner passes ``entropy``: it never holds full logits), ``ref_logp`` (N, L) only with KL in
-    the loss. ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step.
+    (N, L) behaviour log-probabilities (the sampler's), ``adv`` (N, L) advantages, ``mask`` (N, L) loss
+    mask; an entropy bonus needs the token entropies ``entropy`` (N, L), or ``logits`` (N, L, V) to take
+    them from (the Learner passes ``entropy``: it never holds full logits), ``ref_logp`` (N, L) only with
+    KL in the loss. ``logp_trainer_old`` (N, L): the trainer's own log-probabilities of the tokens before
+    this update (the first epoch's forward, detached); it gives the mismatch metrics, and a mismatch
+    correction (``tis_cap``, ``mismatch_mask``) needs it: the ratio is then ``exp(logp -
+    logp_trainer_old)`` and the per-token policy loss is weighted by :func:`mismatch_weights`.
+    ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step.
 
     Returns ``(loss, metrics)``; each metric is this micro-batch's share of its step-level value,
     so summing over the step's micro-batches gives the step's value: ``kl_loss`` and ``entropy``
-    (aggregated like the loss; present when enabled) and the clip statistics ``pg_clipfrac``,
-    ``pg_clipfrac_lower``, ``ppo_kl`` (token means weighted by this micro-batch's token share).
+    (aggregated like the loss; present when enabled), the clip statistics ``pg_clipfrac``,
+    ``pg_clipfrac_lower``, ``ppo_kl``, with ``logp_trainer_old`` ``mismatch_abs`` and ``mismatch_k3``,
+    and with a correction on ``mismatch_masked_frac`` and ``tis_weight_mean`` (token means weighted by
+    this micro-batch's token share).
     """
-    pg, pg_metrics = clipped_policy_loss(logp, logp_old, adv, mask, clip_low=cfg.clip_low,
+    if cfg.corrects_mismatch and logp_trainer_old is None:
+        raise ValueError("tis_cap and mismatch_mask need logp_trainer_old, the trainer's log-probabilities before "
+                         "the update")
+    ratio_old = logp_trainer_old if cfg.corrects_mismatch else logp_old
+    pg, pg_metrics = clipped_policy_loss(logp, ratio_old, adv, mask, clip_low=cfg.clip_low,
                                          clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+    if logp_trainer_old is not None:
+        pg_metrics.update(mismatch_stats(logp_trainer_old, logp_old, mask))
+    if cfg.corrects_mismatch:
+        # Dropped tokens stay in the aggregation's denominators: they count as zero terms (§5.6).
+        w, w_metrics = mismatch_weights(logp_trainer_old, logp_old, mask, tis_cap=cfg.tis_cap, band=cfg.mismatch_mask)
+        pg = pg * w.to(pg.dtype)
+        pg_metrics.update(w_metrics)
     agg = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=cfg.norm_const)
     loss = aggregate(pg, mask, cfg.loss_agg, **agg)
     metrics: dict[str, float] = {}

@@ -48,7 +48,9 @@ class MicroStep:
 
     ``batch``: its rows; ``logp`` (n, L): the current model's log-probs of the response tokens, with
     gradient; ``entropy`` (n, L): its next-token entropy there, with gradient, when the learner has an
-    entropy bonus (``entropy_coef`` > 0), else None (no full-vocabulary logits are ever kept); ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...);
+    entropy bonus (``entropy_coef`` > 0), else None (no full-vocabulary logits are ever kept); ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...), and
+    ``logp_trainer_old`` (n, L): the learner's first-epoch forward of these rows, detached (the trainer's
+    log-probs before the update; docs/algorithms.md §5.6);
     ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step.
     """
 

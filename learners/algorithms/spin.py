@@ -109,7 +109,9 @@ class SpinConfig(AlgorithmConfig):
             raise ValueError(f"SPIN has its own objective (its opponent already anchors the policy); kl_in_reward and "
                              f"kl_in_loss must be 'off', got kl_in_reward={common.kl_in_reward!r}, "
                              f"kl_in_loss={common.kl_in_loss!r}")
-        for key, off in (("entropy_coef", 0), ("dynamic_sampling", "off"), ("overlong_buffer", 0), ("mask_truncated", False)):
+        # tis_cap / mismatch_mask weight a policy-gradient term; SPIN's loss has none (and its real rows no sampler)
+        for key, off in (("entropy_coef", 0), ("dynamic_sampling", "off"), ("overlong_buffer", 0), ("mask_truncated", False),
+                         ("tis_cap", None), ("mismatch_mask", None)):
             if getattr(common, key) != off:
                 raise ValueError(f"SPIN has its own objective; {key} must be {off!r}, got {getattr(common, key)!r} "
                                  f"(remove {key} from this learner)")
