@@ -192,7 +192,7 @@ def _base_key(model: str) -> str:
         raise ConfigError(f"policies: {exc}") from exc
 
 
-def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -> Policy:
+def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase], device: str = "auto") -> Policy:
     """Policy ``pid`` as a LoRA adapter on the base model shared by every LoRA policy of the same base.
 
     The adapter starts fresh (``policies.<id>.lora``), or from ``path`` when it is an adapter directory:
@@ -212,7 +212,7 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: dict[str, LoraBase]) -
     key = _base_key(pc.model)
     if key not in bases:
         base = adapter_base(pc.model) if is_adapter_dir(pc.model) else pc.model
-        bases[key] = LoraBase(base, **pc.load_options())
+        bases[key] = LoraBase(base, device=device, **pc.load_options())
     try:
         return bases[key].add(pid, pc.lora, adapter_dir=adapter_dir, trainable=cfg.learners[pid].algorithm != "frozen",
                               seed=cfg.run.seed)
@@ -234,18 +234,29 @@ def _assign_seats(cfg: Config, game, factory: AgentFactory) -> dict[str, tuple[s
 
 
 def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lora_bases: dict[str, LoraBase],
-                   engines: bool = True) -> dict[str, Policy]:
+                   engines: bool = True, rollout_only: bool = False) -> dict[str, Policy]:
     """Every seated policy (every adapter), from ``policy_dirs`` when resuming, else its config model;
-    with the generation backend its config names (``engines``; else HF, which starts nothing)."""
+    with the generation backend its config names (``engines``; else HF, which starts nothing).
+    ``rollout_only``: a rollout worker, where a model only a vLLM engine generates with stays on the
+    CPU (it is the copy the engine starts from; the engine holds the device's copy)."""
     policies, shared = {}, {}  # shared: the vLLM engine each base model's LoRA policies share
+
+    def on_host(pid: str) -> bool:
+        pc = cfg.policies[pid]
+        if not rollout_only or pc.generation.backend != "vllm":
+            return False
+        return not pc.lora.enabled or all(o.generation.backend == "vllm" for o in cfg.policies.values()
+                                          if o.lora.enabled and o.model == pc.model)
+
     for pid, pc in cfg.policies.items():
         if pid not in used:
             continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
         path = policy_dirs.get(pid, pc.model)
+        device = "cpu" if on_host(pid) else "auto"
         if pc.lora.enabled:
-            policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases)
+            policies[pid] = _load_lora_policy(cfg, pid, path, lora_bases, device)
         else:
-            policies[pid] = Policy.from_pretrained(path, name=pid, **pc.load_options())
+            policies[pid] = Policy.from_pretrained(path, name=pid, device=device, **pc.load_options())
         if engines and pc.generation.backend != "hf":  # the policy's own model keeps training; another engine generates
             policies[pid].backend = make_backend(pc.generation.backend, policies[pid], pc.generation.vllm, shared=shared)
     return policies
@@ -306,7 +317,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     # On Ray the rollout workers generate; the driver's policies only evaluate (greedy, which every
     # backend answers alike: tests/agents/test_backend_contract.py), so the driver starts no engine.
     engines = rollout_only or cfg.run.backend != "ray"
-    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases, engines)
+    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases, engines, rollout_only)
     if learners is None:
         learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {},
                                                           lora_bases)

@@ -131,3 +131,28 @@ def test_nproc_refuses_the_vllm_backend(monkeypatch):
     check_data_parallel(cfg, 1)  # one process: fine
     with pytest.raises(ConfigError, match="--nproc 2: policies.solver.generation.backend: vllm runs one engine"):
         check_data_parallel(cfg, 2)
+
+
+def test_a_rollout_worker_keeps_a_vllm_policys_own_model_on_the_cpu(monkeypatch):
+    """In a Ray rollout worker the engine holds the device's copy of a vLLM policy: its transformers model
+    (the copy the engine starts from) is loaded on the CPU; an HF policy's, which generates, as usual."""
+    import cogym.runners.train.build as build_module
+    from cogym.agents.policy import Policy
+    from cogym.runners.train.build import build
+
+    devices = {}
+    load = Policy.from_pretrained.__func__
+
+    def recording(cls, path, name=None, device="auto", **kwargs):
+        devices[name] = device
+        return load(cls, path, name=name, device=device, **kwargs)
+
+    monkeypatch.setattr(config_module, "vllm_available", lambda: True)
+    monkeypatch.setattr(build_module, "make_backend", lambda name, policy, options, shared=None: HFBackend(policy))
+    monkeypatch.setattr(Policy, "from_pretrained", classmethod(recording))
+    cfg = load_config(None, ["policies.solver.generation.backend=vllm", "run.backend=ray"])
+    build(cfg, rollout_only=True)
+    assert devices == {"proposer": "auto", "solver": "cpu"}
+    devices.clear()
+    build(cfg)  # the driver, which trains the model: where it trains
+    assert devices == {"proposer": "auto", "solver": "auto"}
