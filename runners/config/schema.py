@@ -43,7 +43,8 @@ Scoring = Literal["competitive", "paired"]
 class GenerationConfig:
     """What generates a policy's turns (:mod:`cogym.agents.backends`). ``backend``: ``hf`` (the policy's
     transformers model, in process) or ``vllm`` (a vLLM engine with its own copy of the weights, refreshed
-    after every update; the ``vllm`` extra). ``vllm``: ``vllm.LLM`` engine arguments, e.g.
+    after every update, in each Ray rollout worker with ``--ray``; LoRA policies on one base model share
+    one engine; the ``vllm`` extra, docs/vllm.md). ``vllm``: ``vllm.LLM`` engine arguments, e.g.
     ``{gpu_memory_utilization: 0.4, max_num_seqs: 256}``."""
 
     backend: str = "hf"
