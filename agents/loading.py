@@ -96,9 +96,22 @@ def load_causal_lm(path: str | Path, dtype: str | torch.dtype = torch.float32, d
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ModelLoadError(f"the model at {str(path)!r} ({type(model).__name__}) does not support gradient "
                                  "checkpointing; set gradient_checkpointing: false")
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable_checkpointing(model)
     return model.eval()
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Turn on activation (gradient) checkpointing, non-reentrant, under either of transformers' names
+    for it (``activation_checkpointing_enable`` in newer 5.x releases, ``gradient_checkpointing_enable``
+    before: vLLM's CPU wheel pins transformers < 5.20, which has only the older)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def checkpointing_on(model: torch.nn.Module) -> bool:
+    """Whether activation checkpointing is on (either of transformers' names for the flag)."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(flag if flag is not None else getattr(model, "is_gradient_checkpointing", False))

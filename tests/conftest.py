@@ -28,6 +28,15 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every test starts on one intra-op thread: a test before it in the same process may have left
+    another (benchmarks/grpo_vs_trl.py sets its own; accelerate sets 2), and float sums then round in
+    another order, which flips sampled tokens of a random model with a flat distribution."""
+    torch.set_num_threads(1)
+    yield
+
+
 def make_tiny_model(seed: int = 0):
     """A ~40k-parameter Llama over the char tokenizer (random init, deterministic for a seed)."""
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from cogym.agents.loading import checkpointing_on, enable_checkpointing
 from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
@@ -184,11 +185,11 @@ def test_prime_model_loads_an_hf_directory_and_checks_the_vocabulary(tmp_path: P
 def test_prime_model_takes_the_policys_dtype_kernel_and_checkpointing(tmp_path: Path):
     policy = _model(seed=0).to(torch.bfloat16)
     policy.set_attn_implementation("eager")
-    policy.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    enable_checkpointing(policy)
     _model(seed=1).save_pretrained(tmp_path / "prm")
     prm = PrimeRewardModel(policy, _cfg(prime_model=str(tmp_path / "prm")))
     assert prm.model.dtype == torch.bfloat16 and prm.model.config._attn_implementation == "eager"
-    assert prm.model.is_activation_checkpointing
+    assert checkpointing_on(prm.model)
 
 
 def test_a_given_reference_is_used_as_is():

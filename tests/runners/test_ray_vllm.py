@@ -2,7 +2,7 @@
 cluster: each worker starts the engines of the policies it serves, on cores of its own; new weights
 reach every engine in place after each update; a SIGKILLed worker is restarted with a new engine (the
 old one's processes gone with it) and its games replayed; LoRA policies on one base share one engine
-per worker and only their adapters travel.
+per worker and only their adapters travel (tests/runners/test_ray_vllm_lora.py).
 
 vLLM samples each row from its own seeded generator, so the Ray run plays the very games of the
 one-process vLLM run: tokens, rewards and counts equal exactly; what is built on behaviour log-probs
@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not vllm_available(), reason=
 
 CONFIGS = resources.files("cogym.configs")
 DEFAULT = Path(str(CONFIGS.joinpath("proposer_solver.yaml")))
-LORA = Path(str(CONFIGS.joinpath("proposer_solver_judge_lora.yaml")))
 QUIET = ["run.eval_every=0", "run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false", "eval.declared=false"]
 # The default config shrunk (8 games, 3 iterations), its solver generating with vLLM (small KV cache).
 SMALL = [*QUIET, "run.iterations=3", "game.num_games=8", "learners.solver.engine=torch", "learners.proposer.engine=torch",
@@ -58,27 +57,18 @@ def local_cluster():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, local_cluster) -> dict:
-    """SMALL in one process and on 2 Ray workers (vLLM for the solver in both)."""
-    out = tmp_path_factory.mktemp("vllm_runs")
-    summaries = {}
-    for name, extra in (("local", []), ("ray", ["run.backend=ray", "ray.num_rollout_workers=2"])):
-        summaries[name] = train(load_config(DEFAULT, [*SMALL, *extra, f"run.out_dir={out}"]), out / name, progress=False)
-    return {name: (summaries[name], _rows(out / name)) for name in summaries}
+def local(tmp_path_factory) -> list[dict]:
+    """SMALL in one process, its solver on vLLM (before any Ray worker needs the CPUs)."""
+    out = tmp_path_factory.mktemp("vllm_local")
+    train(load_config(DEFAULT, [*SMALL, f"run.out_dir={out}"]), out / "run", progress=False)
+    return _rows(out / "run")
 
 
-def test_vllm_in_two_ray_workers_plays_the_games_of_one_process(runs) -> None:
-    (_, local), (summary, on_ray) = runs["local"], runs["ray"]
-    assert [r["iteration"] for r in on_ray] == [1, 2, 3]
-    assert _exact(on_ray) == _exact(local)  # the same tokens, rewards, counts, advantages
-    assert same(on_ray, local)  # and the log-prob metrics to float rounding
-    assert summary["ray_workers"] == 2 and summary["ray_worker_restarts"] == 0
-    # The vLLM log-probs are the trainer's to float rounding (tiny model, float32): the mismatch is logged.
-    assert all(0 <= r["solver/mismatch_abs"] < 1e-4 for r in on_ray)
-
-
-def test_a_killed_vllm_worker_is_restarted_with_its_engine_and_its_games_replayed(runs, tmp_path: Path, monkeypatch,
-                                                                                  capsys) -> None:
+def test_vllm_in_two_ray_workers_plays_the_games_of_one_process_though_one_is_killed(local, local_cluster, tmp_path: Path,
+                                                                                     monkeypatch, capsys) -> None:
+    """Two workers, each with its own engine; worker 1 is SIGKILLed mid-rollout in iteration 2. It is
+    restarted with a new engine and replays its games, the killed engine's processes die with it, and the
+    run is the one-process vLLM run: the same tokens, rewards and counts, log-prob metrics to rounding."""
     from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
@@ -99,9 +89,13 @@ def test_a_killed_vllm_worker_is_restarted_with_its_engine_and_its_games_replaye
     summary = train(cfg, tmp_path / "run", progress=False)
     err = capsys.readouterr().err
     assert killed and f"rollout worker 1 (pid {killed[0]}) died during rollout it2; restarting it" in err
-    assert "replaying" in err and summary["ray_worker_restarts"] == 1
+    assert "replaying" in err and summary["ray_workers"] == 2 and summary["ray_worker_restarts"] == 1
     rows = _rows(tmp_path / "run")
-    assert _exact(rows) == _exact(runs["ray"][1])  # each game played once: the uninterrupted run's games
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert _exact(rows) == _exact(local)  # each game played once: the same tokens, rewards, counts, advantages
+    assert same(rows, local)  # and the log-prob metrics to float rounding
+    # The vLLM log-probs are the trainer's to float rounding (tiny model, float32): the mismatch is logged.
+    assert all(0 <= r["solver/mismatch_abs"] < 1e-4 for r in rows)
     # The killed worker's engine (vLLM's engine-core and worker processes) did not outlive it.
     assert engine_procs, "the killed worker had started no engine process"
     deadline = time.monotonic() + 30
@@ -109,26 +103,3 @@ def test_a_killed_vllm_worker_is_restarted_with_its_engine_and_its_games_replaye
         time.sleep(0.5)
     alive = [p.pid for p in engine_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"engine processes {alive} of the killed worker are still running"
-
-
-def test_three_lora_roles_share_one_engine_per_worker_and_only_adapters_travel(local_cluster, tmp_path: Path) -> None:
-    """proposer, solver and judge as three LoRA adapters on the tiny model, each worker serving the three
-    from one vLLM engine: the run trains, and each sync carries the three adapters, not the model."""
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
-
-    cfg = load_config(LORA, [*QUIET, "run.iterations=2", "game.num_games=8", "run.backend=ray",
-                             "ray.num_rollout_workers=2", f"run.out_dir={tmp_path}",
-                             *(f"policies.{p}.generation.vllm.kv_cache_memory_bytes=268435456"
-                               for p in ("proposer", "solver", "judge"))])
-    summary = train(cfg, tmp_path / "run", progress=False)
-    assert summary["ray_worker_restarts"] == 0
-    raw = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    base = LoraBase("tiny")
-    adapter = sum(p.numel() * p.element_size() for _, p in base.add("x", LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-                  .model.adapter_parameters())
-    full = sum(p.numel() * p.element_size() for p in base.model.parameters())
-    syncs = [r["ray/sync_bytes"] for r in raw if "ray/sync_bytes" in r]
-    assert syncs and all(s == 3 * adapter for s in syncs) and 3 * adapter < full / 10
-    for role in ("proposer", "solver", "judge"):
-        assert all(f"{role}/loss" in r for r in raw if "turns" in r)

@@ -27,7 +27,9 @@ CONFIGS = sorted(p.name for p in resources.files("cogym.configs").iterdir() if p
 # ~3% of its verdicts (16 debates often hold none), so the debate test seats the scripted oracle judge (the
 # frozen-policy check runs on prime.yaml and spin.yaml), and ~80% of the tiny model's first poker moves are
 # invalid, so Kuhn poker plays 64 hands (all 16 of 16 invalid happens ~3% of the time).
-EXTRA = {"debate.yaml": ["seats.judge=scripted:oracle"], "kuhn_poker.yaml": ["game.num_games=64"]}
+EXTRA = {"debate.yaml": ["seats.judge=scripted:oracle"], "kuhn_poker.yaml": ["game.num_games=64"],
+         # its three adapters on HF here (vLLM is an extra; tests/runners/test_ray_vllm.py trains it on vLLM)
+         "proposer_solver_judge_lora.yaml": [f"policies.{p}.generation.backend=hf" for p in ("proposer", "solver", "judge")]}
 
 
 def test_every_shipped_game_but_the_example_has_a_config() -> None:
@@ -65,6 +67,11 @@ def test_config_trains_one_iteration(name: str, tmp_path: Path) -> None:
         start = load_file(str(_model_dir(cfg.policies[pid].model) / "model.safetensors"))
         if not (step / pid).is_dir():
             assert not any(p == pid for p in cfg.seats.values()), f"{name}: seated policy {pid} was not saved"
+            continue
+        adapter = step / pid / "adapter_model.safetensors"
+        if adapter.is_file():  # a LoRA policy saves its adapter; a fresh adapter's B is zero and training moves it
+            moved = any(bool(torch.count_nonzero(v)) for k, v in load_file(str(adapter)).items() if "lora_B" in k)
+            assert moved == (lc.algorithm != "frozen" and pid in played), f"{name}: LoRA policy {pid}"
             continue
         after = load_file(str(step / pid / "model.safetensors"))
         changed = sorted(k for k in start if k in after and not torch.equal(start[k], after[k]))
