@@ -2,7 +2,7 @@
 cluster: each worker starts the engines of the policies it serves, on cores of its own; new weights
 reach every engine in place after each update; a SIGKILLed worker is restarted with a new engine (the
 old one's processes gone with it) and its games replayed; LoRA policies on one base share one engine
-per worker and only their adapters travel (tests/runners/test_ray_vllm_lora.py).
+per worker and only their adapters travel (tests/agents/test_vllm_lora_on_ray.py).
 
 vLLM samples each row from its own seeded generator, so the Ray run plays the very games of the
 one-process vLLM run: tokens, rewards and counts equal exactly; what is built on behaviour log-probs
