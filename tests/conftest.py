@@ -28,6 +28,39 @@ import torch
 torch.set_num_threads(1)
 
 
+# The longest test files, longest first (measured with --durations on a 2-core machine). Under
+# `-n auto --dist loadfile` each file runs whole on one worker, in the order of the queue: started last, a
+# file of several minutes would run alone at the end while the other workers wait. So the suite runs these
+# first (longest processing time first); every other file keeps its collection order after them.
+LONG_FILES = (
+    "runners/test_ray_learners.py", "agents/test_vllm_on_ray.py", "runners/test_ray_backend.py",
+    "runners/test_ray_cluster.py", "runners/test_runners_identity_learning.py", "golden/test_golden_metrics.py",
+    "runners/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
+    "runners/test_league.py", "runners/test_repeatability.py", "runners/test_tournament.py",
+    "runners/test_evaluation.py", "runners/test_build_reasoner.py", "runners/test_runners_kill_resume.py",
+    "envs/test_openspiel.py",
+)
+
+
+def pytest_configure(config) -> None:
+    # pytest-xdist orders files by their number of tests unless told not to; keep ours (LONG_FILES first).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    here = Path(__file__).parent
+
+    def key(item) -> int:
+        try:
+            return rank.get(Path(str(item.path)).relative_to(here).as_posix(), len(LONG_FILES))
+        except ValueError:
+            return len(LONG_FILES)
+
+    items.sort(key=key)  # stable: within a file, and among the other files, the order stays
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Every test starts on one intra-op thread: a test before it in the same process may have left
@@ -65,6 +98,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tiny_random_model")
     Policy(model, tok, name="tiny-random").save(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """One private local Ray instance per test module, 2 CPUs (two rollout workers of 1 CPU each); a Ray
+    instance an earlier module left is shut down first. Needs the ray extra."""
+    ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
 
 
 @pytest.fixture

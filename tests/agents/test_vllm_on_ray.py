@@ -2,7 +2,7 @@
 cluster: each worker starts the engines of the policies it serves, on cores of its own; new weights
 reach every engine in place after each update; a SIGKILLed worker is restarted with a new engine (the
 old one's processes gone with it) and its games replayed; LoRA policies on one base share one engine
-per worker and only their adapters travel (tests/agents/test_vllm_lora_on_ray.py).
+per worker and only their adapters travel (the last test).
 
 vLLM samples each row from its own seeded generator, so the Ray run plays the very games of the
 one-process vLLM run: tokens, rewards and counts equal exactly; what is built on behaviour log-probs
@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not vllm_available(), reason=
 
 CONFIGS = resources.files("cogym.configs")
 DEFAULT = Path(str(CONFIGS.joinpath("proposer_solver.yaml")))
+LORA = Path(str(CONFIGS.joinpath("proposer_solver_judge_lora.yaml")))
 QUIET = ["run.eval_every=0", "run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false", "eval.declared=false"]
 # The default config shrunk (8 games, 3 iterations), its solver generating with vLLM (small KV cache).
 SMALL = [*QUIET, "run.iterations=3", "game.num_games=8", "learners.solver.engine=torch", "learners.proposer.engine=torch",
@@ -45,15 +46,6 @@ def _rows(run_dir: Path) -> list[dict]:
 
 def _exact(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.endswith(ROUNDED)} for r in rows]
-
-
-@pytest.fixture(scope="module")
-def local_cluster():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +95,41 @@ def test_vllm_in_two_ray_workers_plays_the_games_of_one_process_though_one_is_ki
         time.sleep(0.5)
     alive = [p.pid for p in engine_procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"engine processes {alive} of the killed worker are still running"
+
+
+def test_three_lora_roles_share_one_engine_and_only_adapters_travel(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    """configs/proposer_solver_judge_lora.yaml on Ray: proposer, solver and judge are LoRA adapters on one base,
+    and the rollout worker serves all three from ONE vLLM engine. The run trains, and each weight sync carries
+    the three adapters, never the base model. One worker: two workers with engines are the test above, and
+    the shared engine's contract per adapter is tests/agents/test_backend_contract.py's."""
+    from cogym.agents.lora import LoraConfig
+    from cogym.agents.policy import LoraBase
+
+    cfg = load_config(LORA, [*QUIET, "run.iterations=2", "game.num_games=8", "run.backend=ray",
+                             "ray.num_rollout_workers=1", f"run.out_dir={tmp_path}",
+                             *(f"policies.{p}.generation.vllm.kv_cache_memory_bytes=268435456"
+                               for p in ("proposer", "solver", "judge"))])
+    from cogym.runners.ray import rollout as ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+    cores: list[list[str]] = []
+
+    def submit_and_count(self, *args, **kwargs):
+        pending = submit(self, *args, **kwargs)
+        if kwargs.get("iteration") == 2:  # the engine started in iteration 1
+            cores.append([" ".join(p.cmdline()) or p.name() for p in psutil.Process(self.pids()[0]).children(recursive=True)])
+        return pending
+
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit_and_count)
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["ray_worker_restarts"] == 0
+    assert len(cores) == 1 and sum("EngineCore" in c for c in cores[0]) == 1, cores  # one engine, three adapters
+    raw = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    base = LoraBase("tiny")
+    adapter = sum(p.numel() * p.element_size() for _, p in base.add("x", LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+                  .model.adapter_parameters())
+    full = sum(p.numel() * p.element_size() for p in base.model.parameters())
+    syncs = [r["ray/sync_bytes"] for r in raw if "ray/sync_bytes" in r]
+    assert syncs and all(s == 3 * adapter for s in syncs) and 3 * adapter < full / 10
+    for role in ("proposer", "solver", "judge"):
+        assert all(f"{role}/loss" in r for r in raw if "turns" in r)

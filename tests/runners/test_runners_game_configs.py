@@ -28,7 +28,7 @@ CONFIGS = sorted(p.name for p in resources.files("cogym.configs").iterdir() if p
 # frozen-policy check runs on prime.yaml and spin.yaml), and ~80% of the tiny model's first poker moves are
 # invalid, so Kuhn poker plays 64 hands (all 16 of 16 invalid happens ~3% of the time).
 EXTRA = {"debate.yaml": ["seats.judge=scripted:oracle"], "kuhn_poker.yaml": ["game.num_games=64"],
-         # its three adapters on HF here (vLLM is an extra; tests/agents/test_vllm_lora_on_ray.py trains it on vLLM)
+         # its three adapters on HF here (vLLM is an extra; tests/agents/test_vllm_on_ray.py trains it on vLLM)
          "proposer_solver_judge_lora.yaml": [f"policies.{p}.generation.backend=hf" for p in ("proposer", "solver", "judge")]}
 
 

@@ -1,0 +1,142 @@
+"""Learners on Ray (ray.learners: colocated | separate): each trained policy's learner in an actor of the
+rollout workers' placement group trains as the driver would, through a killed driver and --resume, with
+LoRA adapters, ZeRO-3 and one-step off-policy; a dead learner actor stops the run with a resume hint.
+On a local 2-CPU cluster with the tiny model (tests/runners/ray_runs.py: the shrunken config)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from cogym.runners.train.loop import train
+from tests.runners.ray_runs import ONE_THREAD, metric_rows, raw_rows, small_config
+
+ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def one_thread_reference(tmp_path_factory) -> list[dict]:
+    """SMALL with one thread, the held-out evaluation every 2 iterations, in-process learners."""
+    out = tmp_path_factory.mktemp("one_thread")
+    train(small_config(out, "run.threads=1", "eval.declared=true", "run.eval_every=2"), out / "run", progress=False)
+    return metric_rows(out / "run")
+
+
+@pytest.mark.parametrize(("where", "bundles", "kill"), [("colocated", 2, True), ("separate", 4, False)])
+def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cluster, tmp_path: Path, where,
+                                                  bundles, kill, monkeypatch, capsys) -> None:
+    """ray.learners colocated/separate: each trained policy's learner in an actor of the workers'
+    placement group (sharing a worker's bundle, or in one of its own). The same updates and evaluations
+    (the driver's copies take the actors' weights) as in-process learners; colocated, also after a driver
+    killed in iteration 3 and --resume (the actors load the checkpoint's learner state). Separate actors
+    killed and resumed: the LoRA test below."""
+    from ray.util import placement_group_table
+
+    from cogym.runners.ray import rollout as ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+    seen: dict = {}
+
+    def look_in_iteration_3(self, *args, **kwargs):
+        if kwargs.get("iteration") == 3 and not seen:
+            groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
+            seen.update(bundles=[len(g["bundles"]) for g in groups], learners=dict(self.learners))
+            if kill:
+                raise KeyboardInterrupt  # as a kill would, mid-run
+        return submit(self, *args, **kwargs)
+
+    cfg = small_config(tmp_path, "run.backend=ray", f"ray.learners={where}", "eval.declared=true", "run.eval_every=2",
+               "run.checkpoint_every=1", *ONE_THREAD)
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", look_in_iteration_3)
+    if kill:
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, tmp_path / "run", progress=False)
+    else:
+        summary = train(cfg, tmp_path / "run", progress=False)
+    assert seen["bundles"] == [bundles]  # the workers and the learner actors in one group
+    assert sorted(seen["learners"]) == ["proposer", "solver"]
+    assert {lr.info["pid"] for lr in seen["learners"].values()}.isdisjoint({os.getpid()})
+    assert f"2 learner actors ({where}) ready" in capsys.readouterr().err
+    saved = tmp_path / "run" / "checkpoints" / "step_000002" / "learners" / "solver"
+    assert json.loads((saved / "state.json").read_text())["steps"] == 2  # written by the actor
+    if kill:
+        monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+        summary = train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert summary["iterations"] == 3 and summary["engines"] == ["torch"]
+    assert metric_rows(tmp_path / "run") == one_thread_reference
+
+
+def test_lora_policies_on_ray_sync_only_their_adapters(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    """LoRA policies (peft adapters on a shared base): the workers and the learner actors build the same
+    fresh adapters, only the adapters travel, and a run with learner actors, killed and resumed from its
+    adapter checkpoints, logs the in-process run's metrics."""
+    pytest.importorskip("peft", reason="LoRA needs peft (cogym[lora])")
+    from cogym.runners.ray import rollout as ray_rollout
+
+    lora = ["policies.proposer.lora.r=4", "policies.solver.lora.r=4", "run.checkpoint_every=1", *ONE_THREAD]
+    train(small_config(tmp_path, *lora), tmp_path / "local", progress=False)
+    submit = ray_rollout.RayRollout.submit
+
+    def die_in_iteration_3(self, *args, **kwargs):
+        if kwargs.get("iteration") == 3:
+            raise KeyboardInterrupt
+        return submit(self, *args, **kwargs)
+
+    cfg = small_config(tmp_path, *lora, "run.backend=ray", "ray.learners=separate")
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "ray", progress=False)
+    assert (tmp_path / "ray" / "checkpoints" / "step_000002" / "policies" / "solver" / "adapter_config.json").is_file()
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+    train(cfg, tmp_path / "ray", resume=True, progress=False)
+    assert metric_rows(tmp_path / "ray") == metric_rows(tmp_path / "local")
+    raw = raw_rows(tmp_path / "ray")
+    # Two rank-4 adapters (~32 KB each) a sync, not two whole models (~8.6 MB).
+    assert all(r["ray/sync_bytes"] < 1e5 for r in raw)
+
+
+def test_a_zero3_learner_on_ray_syncs_its_gathered_weights(local_cluster, tmp_path: Path) -> None:
+    """A DeepSpeed ZeRO-3 solver (its parameters partitioned, and gathered for each sync), in the driver and in
+    a learner actor: the same run as in-process, and whole weights sent."""
+    z3 = ["learners.solver.engine=deepspeed", "learners.solver.zero_stage=3", "run.threads=1"]
+    train(small_config(tmp_path, *z3), tmp_path / "local", progress=False)
+    for name, extra in (("driver", []), ("actor", ["ray.learners=separate"])):
+        train(small_config(tmp_path, *z3, "run.backend=ray", *ONE_THREAD, *extra), tmp_path / name, progress=False)
+        assert metric_rows(tmp_path / name) == metric_rows(tmp_path / "local"), name
+        raw = raw_rows(tmp_path / name)
+        assert all(8e6 < r["ray/sync_bytes"] < 9e6 for r in raw)  # both whole policies, not a partition
+
+
+def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver(local_cluster, tmp_path) -> None:
+    runs = {}
+    for name, extra in (("driver", []), ("actors", ["ray.learners=separate"])):
+        cfg = small_config(tmp_path, "run.backend=ray", "run.async=one_step", *ONE_THREAD, *extra)
+        train(cfg, tmp_path / name, progress=False)
+        runs[name] = raw_rows(tmp_path / name)
+    assert [r["ray/staleness"] for r in runs["actors"]] == [0.0, 1.0, 1.0]
+    assert metric_rows(tmp_path / "actors") == metric_rows(tmp_path / "driver")
+    # The actor put its weights in the object store itself: the same bytes as the driver's put.
+    assert [r["ray/sync_bytes"] for r in runs["actors"]] == [r["ray/sync_bytes"] for r in runs["driver"]]
+
+
+def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    from cogym.runners.ray.learners import RemoteLearner
+
+    start_update = RemoteLearner.start_update
+
+    def kill_then_update(self, turns):
+        if self.pid == "solver" and self.steps == 1:
+            os.kill(self.info["pid"], signal.SIGKILL)
+        return start_update(self, turns)
+
+    monkeypatch.setattr(RemoteLearner, "start_update", kill_then_update)
+    with pytest.raises(RuntimeError, match=r"learner actor of policy 'solver' \(pid \d+\) died during update 2;.*"
+                                           r"cogym train --resume"):
+        train(small_config(tmp_path, "run.backend=ray", "ray.learners=colocated", *ONE_THREAD), tmp_path / "run",
+              progress=False)
+
