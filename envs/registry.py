@@ -8,6 +8,7 @@ for any role of any registered game without importing the game module.
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -42,6 +43,20 @@ class Registration:
 
 
 _REGISTRY: dict[str, Registration] = {}
+# Game sources: ``<prefix>:<name>`` ids resolved on first use by a function of ``name`` in a module
+# imported then (so an optional library is imported only by whoever plays its games).
+SOURCES: dict[str, str] = {"openspiel": "cogym.envs.openspiel:resolve"}
+_RESOLVED: dict[str, Registration] = {}
+
+
+def _from_source(id: str) -> Registration | None:
+    prefix, sep, name = id.partition(":")
+    if not sep or prefix not in SOURCES:
+        return None
+    if id not in _RESOLVED:
+        module, func = SOURCES[prefix].split(":")
+        _RESOLVED[id] = getattr(importlib.import_module(module), func)(name)
+    return _RESOLVED[id]
 
 
 def _check_arguments(reg: Registration, kwargs: Mapping[str, Any]) -> None:
@@ -79,6 +94,9 @@ def register(
 
 
 def _lookup(id: str) -> Registration:
+    sourced = _from_source(id) if isinstance(id, str) else None
+    if sourced is not None:
+        return sourced
     if id not in _REGISTRY:
         known = sorted(_REGISTRY)
         close = difflib.get_close_matches(id, known, n=1)
@@ -94,6 +112,8 @@ def module_of(id: str) -> str | None:
     """The module whose code registered game ``id`` (its entry point's module), or None if ``id`` is not
     registered: what a command that reproduces a user's game imports first."""
     reg = _REGISTRY.get(id)
+    if reg is None and isinstance(id, str) and id.partition(":")[0] in SOURCES:
+        return SOURCES[id.partition(":")[0]].split(":")[0]
     return getattr(reg.entry_point, "__module__", None) if reg is not None else None
 
 

@@ -215,6 +215,31 @@ def format_matrix(matrix: np.ndarray, names: Sequence[str], width: int, max_play
     return "\n".join(out)
 
 
+def format_catalog(source: str, games: Sequence[dict], width: int, note: str = "") -> str:
+    """A catalog source's games: counts by player count, then a table of one line each (the name after
+    ``<source>:``, players, chance, information, zero-sum, reward range), or where that is wider than
+    ``width``, each name with its facts wrapped under it."""
+    by_players: dict[int, int] = {}
+    for g in games:
+        by_players[g["players"]] = by_players.get(g["players"], 0) + 1
+    counts = ", ".join(f"{k} with {n} player{'s' if n > 1 else ''}" for n, k in sorted(by_players.items()))
+    out = fill(f"{source} games ({len(games)}; play one as {source}:<game>): {counts}", width)
+    header = ("game", "players", "chance", "information", "zero-sum", "rewards")
+    rows = [(g["id"].split(":", 1)[1], str(g["players"]), g["chance"], g["information"], "yes" if g["zero_sum"] else "no", g["reward_range"])
+            for g in games]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    if max(map(len, table)) <= width:
+        out += ["", *table]
+    else:  # too narrow for one line a game: the id, then its facts indented
+        for r in rows:
+            out += ["", r[0], *fill(f"{r[1]} players, chance {r[2]}, {r[3]} information, zero-sum {r[4]}, "
+                                    f"rewards {r[5]}", width, "  ")]
+    if note:
+        out += ["", *fill(note, width)]
+    return "\n".join(out)
+
+
 def format_games(games: Sequence[dict], width: int, note: str = "") -> str:
     """Registered games as one block each: the id and its versions, its facts, the description, then
     each role with its scripted twins; everything wrapped to ``width``, ids and names never broken."""

@@ -6,17 +6,23 @@ import argparse
 
 from cogym.envs import make, registered, scripted_strategies
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.display import format_games, terminal_width
+from cogym.runners.display import format_catalog, format_games, terminal_width
 
-DESCRIPTION = "List registered games: roles, scripted twins, zero-sum, reward range, versions."
+DESCRIPTION = ("List registered games: roles, scripted twins, zero-sum, reward range, versions. "
+               "--source openspiel lists the OpenSpiel games cogym plays (the openspiel extra).")
+SOURCES = ("openspiel",)
 
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                    help="import a module or .py file that registers games first (repeatable)")
+    g.add_argument("--source", choices=SOURCES, default=None,
+                   help="list a catalog of games from another library instead (openspiel: openspiel:<game> ids)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.source == "openspiel":
+        return _openspiel()
     import_game_modules(args.module or [])
     versions: dict[str, list[str]] = {}
     for gid in sorted(registered()):
@@ -32,5 +38,22 @@ def run(args: argparse.Namespace) -> int:
                       "max_turns": spec.max_turns, "description": spec.description,
                       "roles": {r: list(twins.get(r, {})) for r in spec.roles}})
     print(format_games(games, terminal_width(), note="Every game also plays one token per step: "
-                       "make(id, granularity='token') or game.granularity: token in a config."))
+                       "make(id, granularity='token') or game.granularity: token in a config. More games: "
+                       "cogym games --source openspiel (OpenSpiel's, with the openspiel extra)."))
+    return 0
+
+
+def _openspiel() -> int:
+    from cogym.envs.errors import GameError
+
+    try:
+        from cogym.envs.openspiel import catalog, describe
+        names = catalog()
+    except GameError as exc:
+        raise SystemExit(f"cogym games: {exc}") from None
+    rows = [describe(n) for n in names]
+    print(format_catalog("openspiel", rows, terminal_width(),
+                         note="Play one as game.id: openspiel:<game> (OpenSpiel parameters: game.kwargs.params, or "
+                              "openspiel:<game>(k=v) in the id). Seats player_0, player_1, ...; roles first, second, "
+                              "...; scripted twins random and first. Refused games say why at make."))
     return 0
