@@ -143,3 +143,15 @@ def test_kuhn_exploitability_equals_open_spiels_on_random_strategies() -> None:
             tabular.policy_for_key(key)[:] = [1.0 - p, p]  # action 0 = pass/fold, 1 = bet/call
         worst = max(worst, abs(exploitability(strategy) - os_exploitability(game, tabular)))
     assert worst < 1e-12
+
+
+def test_cogym_games_lists_the_catalog_within_80_columns(monkeypatch, capsys) -> None:
+    from cogym.runners.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["games", "--source", "openspiel"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"openspiel games ({len(CATALOG)}; play one as openspiel:<game>)")
+    assert all(len(line) <= 80 for line in out.splitlines())
+    table = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.split() and line.split()[0] in CATALOG}
+    assert set(table) == set(CATALOG) and table["leduc_poker"][:3] == ["2", "dealt", "imperfect"]
