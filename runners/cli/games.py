@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from cogym.envs import make, registered, scripted_strategies
+from cogym.envs.errors import GameError
+from cogym.envs.openspiel import catalog, describe
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.display import format_catalog, format_games, terminal_width
 
@@ -44,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _openspiel() -> int:
-    from cogym.envs.errors import GameError
-
     try:
-        from cogym.envs.openspiel import catalog, describe
         names = catalog()
     except GameError as exc:
         raise SystemExit(f"cogym games: {exc}") from None
