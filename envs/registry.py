@@ -45,7 +45,7 @@ class Registration:
 _REGISTRY: dict[str, Registration] = {}
 # Game sources: ``<prefix>:<name>`` ids resolved on first use by a function of ``name`` in a module
 # imported then (so an optional library is imported only by whoever plays its games).
-SOURCES: dict[str, str] = {"openspiel": "cogym.envs.openspiel:resolve"}
+SOURCES: dict[str, str] = {"openspiel": "cogym.envs.openspiel:resolve", "textarena": "cogym.envs.textarena:resolve"}
 _RESOLVED: dict[str, Registration] = {}
 
 

@@ -38,7 +38,7 @@ LONG_FILES = (
     "runners/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
     "runners/test_league.py", "runners/test_repeatability.py", "runners/test_tournament.py",
     "runners/test_evaluation.py", "runners/test_build_reasoner.py", "runners/test_runners_kill_resume.py",
-    "envs/test_openspiel.py",
+    "envs/test_openspiel.py", "envs/test_textarena.py",
 )
 
 

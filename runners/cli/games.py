@@ -7,24 +7,27 @@ import argparse
 from cogym.envs import make, registered, scripted_strategies
 from cogym.envs.errors import GameError
 from cogym.envs.openspiel import catalog, describe
+from cogym.envs.textarena import ALLOWED, REFUSED
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.display import format_catalog, format_games, terminal_width
+from cogym.runners.display import fill, format_catalog, format_games, terminal_width
 
 DESCRIPTION = ("List registered games: roles, scripted twins, zero-sum, reward range, versions. "
-               "--source openspiel lists the OpenSpiel games cogym plays (the openspiel extra).")
-SOURCES = ("openspiel",)
+               "--source openspiel / textarena lists the OpenSpiel / TextArena games cogym plays (their extras).")
+SOURCES = ("openspiel", "textarena")
 
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                    help="import a module or .py file that registers games first (repeatable)")
     g.add_argument("--source", choices=SOURCES, default=None,
-                   help="list a catalog of games from another library instead (openspiel: openspiel:<game> ids)")
+                   help="list a catalog of games from another library instead (openspiel:<game>, textarena:<id> ids)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.source == "openspiel":
         return _openspiel()
+    if args.source == "textarena":
+        return _textarena()
     import_game_modules(args.module or [])
     versions: dict[str, list[str]] = {}
     for gid in sorted(registered()):
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                       "roles": {r: list(twins.get(r, {})) for r in spec.roles}})
     print(format_games(games, terminal_width(), note="Every game also plays one token per step: "
                        "make(id, granularity='token') or game.granularity: token in a config. More games: "
-                       "cogym games --source openspiel (OpenSpiel's, with the openspiel extra)."))
+                       "cogym games --source openspiel, cogym games --source textarena (with their extras)."))
     return 0
 
 
@@ -55,4 +58,23 @@ def _openspiel() -> int:
                          note="Play one as game.id: openspiel:<game> (OpenSpiel parameters: game.kwargs.params, or "
                               "openspiel:<game>(k=v) in the id). Seats player_0, player_1, ...; roles first, second, "
                               "...; scripted twins random and first. Refused games say why at make."))
+    return 0
+
+
+def _textarena() -> int:
+    width = terminal_width()
+    groups: dict[str, list[str]] = {}
+    for env_id in ALLOWED:
+        base, _, variant = env_id.partition("-v0")
+        groups.setdefault(base, []).append(variant.lstrip("-") or "v0")
+    out = fill(f"textarena games ({len(ALLOWED)} ids, {len(groups)} games; play one as textarena:<id>, two seats; "
+               "textarena 0.7.4, checked offline):", width)
+    for base, variants in groups.items():
+        out += fill(f"{base}-v0" + (f"  (variants: {', '.join(v for v in variants if v != 'v0')})" if len(variants) > 1 else ""),
+                    width, "  ")
+    out += ["", *fill("Seats player_0 and player_1, roles first and second; scripted twins random and first (from the "
+                      f"bracketed moves the game lists). {len(REFUSED)} other ids are refused at make with the reason "
+                      "(one-player, more than two players, nltk downloads, an API key, Python 3.12 code, missing files).",
+                      width)]
+    print("\n".join(out))
     return 0
