@@ -277,6 +277,10 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
     finally:
         summary["wall_s"] = round(time.time() - t_start, 1)
         sinks.close()
+        for policy in run.policies.values():  # a vLLM engine's processes end with the run, not when GC gets to them
+            close = getattr(policy.backend, "close", None)
+            if callable(close):
+                close()
         if main:
             (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
