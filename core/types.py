@@ -44,6 +44,10 @@ class Action:
     logprobs: list[float] | None = None
     finished: bool = True
     version: int = 0  # the weight version of the policy that generated it (0 for scripted agents)
+    # Why the agent produced no move (an endpoint that timed out, answered an HTTP error, ...): the rollout
+    # steps ``text`` (empty), which the game judges as any move, and records the reason in the move and
+    # the seat's outcome (infos: invalid, reason, agent_error). None: a move like any other.
+    error: str | None = None
 
 
 class Agent(Protocol):

@@ -17,7 +17,7 @@ from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.load import build_section, load_tree, set_dotted
 from cogym.runners.config.schema import BACKENDS, TournamentConfig, TournamentSection
 from cogym.runners.config.validate import check_choice
-from cogym.runners.tournament.players import resolve_players, split_binding
+from cogym.runners.tournament.players import ENDPOINT_PREFIX, resolve_players, split_binding
 from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.spec import TournamentSpec
@@ -36,7 +36,8 @@ def add_arguments(tt: argparse.ArgumentParser) -> None:
     tt.add_argument("--game", help="game id, e.g. kuhn_poker-v0")
     tt.add_argument("--players", nargs="+", metavar="PLAYER",
                     help="checkpoint dirs (runs/x/checkpoints/step_N), run dirs (all their checkpoints), HF model dirs, "
-                         "'tiny', or scripted:<twin>; globs are expanded; PATH:POLICY picks a checkpoint's policy; "
+                         "'tiny', scripted:<twin>, or a chat endpoint, endpoint:BASE_URL?model=M&api_key_env=VAR&name=N "
+                         "(quote it); globs are expanded; PATH:POLICY picks a checkpoint's policy; "
                          "PLAYER@ROLE (or @SEAT,SEAT) binds a player to a role or seats (paired scoring)")
     tt.add_argument("--policy", help="which policy of a checkpoint plays (needed when it holds several)")
     tt.add_argument("--sides", nargs=2, metavar="SEATS", help="the seats of each side, comma-separated, e.g. "
@@ -185,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
     specs = []
     for p in t.players:  # globs expanded; a binding (@ROLE) kept on each match
+        if isinstance(p, dict) or p.startswith(ENDPOINT_PREFIX):  # an endpoint player: no files to match
+            specs.append(p)
+            continue
         head, bind = split_binding(p) if not glob.glob(p) else (p, None)
         suffix = f"@{','.join(bind)}" if bind else ""
         specs += [m + suffix for m in sorted(glob.glob(head))] or [p]

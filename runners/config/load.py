@@ -60,9 +60,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where} must be a string, got {value!r} ({type(value).__name__})")
     if tp is list or origin is list:
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        item = typing.get_args(tp)[0] if typing.get_args(tp) else str
+        kinds = tuple(typing.get_args(item)) if typing.get_origin(item) in (typing.Union, types.UnionType) else (item,)
+        if isinstance(value, list) and all(isinstance(v, kinds) for v in value):
             return list(value)
-        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+        what = "strings" if kinds == (str,) else " or ".join("strings" if k is str else "mappings" for k in kinds)
+        raise ConfigError(f"{where} must be a list of {what}, got {value!r}")
     if tp is dict or origin is dict:
         if isinstance(value, dict):
             return dict(value)

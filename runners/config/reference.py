@@ -13,9 +13,11 @@ import inspect
 import io
 import textwrap
 import tokenize
+import types
 import typing
 from typing import Any
 
+from cogym.agents.endpoint import EndpointConfig
 from cogym.agents.lora import LoraConfig
 from cogym.core.types import SamplingParams
 from cogym.learners.config import common_keys, LearnerConfig
@@ -29,6 +31,7 @@ SECTIONS: dict[str, list[tuple[str, type]]] = {
     "train": [("run", RunConfig), ("game", GameConfig), ("sampling", SamplingParams),
               ("policies.<id>", PolicyConfig), ("policies.<id>.sampling", SamplingParams),
               ("policies.<id>.lora", LoraConfig), ("policies.<id>.generation", GenerationConfig),
+              ("policies.<id>.endpoint", EndpointConfig),
               ("learners.<id>", LearnerConfig), ("prompts.<role>", PromptConfig), ("eval", EvalConfig),
               ("league", LeagueConfig), ("ray", RayConfig)],
     "tournament": [("tournament", TournamentSection), ("game", TournamentGame), ("sampling", TournamentSampling),
@@ -92,6 +95,12 @@ def _default(f: dataclasses.Field) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _optional_section(tp: Any) -> bool:
+    """A section that may be null (``policies.<id>.endpoint``): its keys are listed under their own prefix."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 and dataclasses.is_dataclass(args[0])
+
+
 def _section_doc(cls: type) -> str:
     doc = inspect.getdoc(cls) or ""
     return doc.split("\n\n")[0].replace("\n", " ") if doc and not doc.startswith(cls.__name__ + "(") else ""
@@ -108,7 +117,7 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
             if f.name == "algorithm_configs" or (cls is LearnerConfig and f.name not in common_keys()):
                 continue
             tp = hints[f.name]
-            if dataclasses.is_dataclass(tp) or (cls is Config):
+            if dataclasses.is_dataclass(tp) or _optional_section(tp) or (cls is Config):
                 continue  # a nested section: its keys are listed under their own prefix
             key = f"{prefix}.{f.name.rstrip('_')}" if prefix else f.name
             rows.append((key, _type_name(tp), _default(f), notes.get(f.name) or fallback))

@@ -14,8 +14,9 @@ import keyword
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, get_args, Literal, Optional
+from typing import Any, get_args, Literal, Optional, Union
 
+from cogym.agents.endpoint import EndpointConfig
 from cogym.agents.lora import LoraConfig
 from cogym.core.types import SamplingParams
 from cogym.learners.advantages import WHITEN_MODES
@@ -62,6 +63,10 @@ class PolicyConfig:
     (transformers' kernel name; null: its default) and ``gradient_checkpointing`` apply to every copy
     of the model: generation, the training forward, the KL reference, the PPO critic and the PRIME PRM.
     Training keeps float32 master weights (and loss scaling for float16) in either engine.
+
+    ``endpoint``: the policy is an OpenAI-compatible chat endpoint instead of a model (frozen: no
+    learner trains it; ``model``, ``lora`` and ``generation`` do not apply; ``sampling.max_new_tokens``
+    and ``temperature`` are its defaults), :mod:`cogym.agents.endpoint`.
     """
 
     model: str = "tiny"
@@ -71,6 +76,7 @@ class PolicyConfig:
     dtype: str = "float32"
     attn_implementation: Optional[str] = None
     gradient_checkpointing: bool = False
+    endpoint: Optional[EndpointConfig] = None
 
     def load_options(self) -> dict:
         """The keyword arguments of ``Policy.from_pretrained`` (and ``LoraBase``) these settings make."""
@@ -267,7 +273,9 @@ class TournamentGame:
 class TournamentSection:
     """``tournament:`` of ``cogym tournament``: who plays, how pairings are scheduled and scored, where results go."""
 
-    players: list[str] = field(default_factory=list)  # checkpoints, run dirs, model dirs, tiny, scripted:<twin>; globs
+    # checkpoints, run dirs, model dirs, tiny, scripted:<twin>, endpoint:<base_url>?model=M&...; globs; in YAML also
+    # {name: N, endpoint: {base_url, model, api_key_env, ...}} (docs/tournaments.md#endpoint-players)
+    players: list[Union[str, dict]] = field(default_factory=list)
     policy: Optional[str] = None  # which policy of a checkpoint plays (needed when it holds several)
     role: Optional[str] = None  # bind every player without its own @ROLE to this role (or seats): paired scoring
     sides: Any = None  # the seats of each side, [[...], [...]] (default: the game's two sides)

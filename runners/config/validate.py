@@ -108,6 +108,26 @@ def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
                           f"filtered distribution); set policies.{pid}.sampling.top_k: 0 and top_p: 1")
 
 
+def _check_endpoint(cfg: Config, pid: str, pol: PolicyConfig) -> None:
+    """policies.<id>.endpoint: a frozen player (no learner but a frozen one, which is added when absent), with
+    none of a model's keys that would do nothing, at turn level."""
+    where = f"policies.{pid}"
+    lc = cfg.learners.get(pid)
+    if lc is not None and (lc.algorithm != "frozen" or lc.role_algorithms):
+        algorithm = next(iter(lc.role_algorithms.values())) if lc.algorithm == "frozen" else lc.algorithm
+        raise ConfigError(f"learners.{pid} gives policy {pid!r} the algorithm {algorithm}, but {where} is an endpoint "
+                          f"({pol.endpoint.base_url}), which is never trained; drop learners.{pid} (or set its "
+                          "algorithm: frozen)")
+    if lc is None:
+        cfg.learners[pid] = LearnerConfig(algorithm="frozen")
+    if pol.lora.enabled or pol.generation.backend != "hf" or pol.generation.vllm:
+        raise ConfigError(f"{where} is an endpoint, so {where}.lora and {where}.generation (a model's) do nothing; "
+                          "drop them")
+    if cfg.game.granularity == "token":
+        raise ConfigError(f"{where} is an endpoint, which answers whole messages; game.granularity: token steps "
+                          "models token by token, so use game.granularity: turn")
+
+
 def league_policy(cfg: Config) -> str:
     """The policy whose past selves form the league: ``league.policy``, else the one policy the league
     seats name in ``seats``, else the only trained policy; ConfigError when none of these decides."""
@@ -260,6 +280,9 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "
                               f"(defined: {', '.join(cfg.policies) or 'none'})")
     for pid, pol in cfg.policies.items():
+        if pol.endpoint is not None:
+            _check_endpoint(cfg, pid, pol)
+            continue
         if pid not in cfg.learners:
             raise ConfigError(f"policy {pid!r} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
         if pol.sampling.max_new_tokens < 1:

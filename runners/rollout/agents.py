@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from cogym.agents.endpoint import EndpointAgent, EndpointConfig
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
@@ -66,9 +67,23 @@ class AgentFactory:
             self.agents[key] = wrap(agent) if wrap is not None else agent
         return self.agents[key]
 
-    def seat(self, spec: str, role: str, policies: dict[str, Policy], sampling: dict[str, SamplingParams]) -> Agent:
-        """A seat's agent from a training config's ``seats`` value: ``scripted:<twin>`` or a policy id."""
+    def endpoint(self, key: str, config: EndpointConfig, sampling: SamplingParams, where: str | None = None,
+                 wrap: Callable[[Agent], Agent] | None = None) -> Agent:
+        """The agent of endpoint ``key`` (one per key, so its ``max_concurrency`` bounds the whole run);
+        ``sampling``: the reply limit and temperature its config's own values override."""
+        if key not in self.agents:
+            agent = EndpointAgent(config, key, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                  where=where)
+            self.agents[key] = wrap(agent) if wrap is not None else agent
+        return self.agents[key]
+
+    def seat(self, spec: str, role: str, policies: dict[str, Policy], sampling: dict[str, SamplingParams],
+             endpoints: dict[str, EndpointConfig] | None = None) -> Agent:
+        """A seat's agent from a training config's ``seats`` value: ``scripted:<twin>`` or a policy id
+        (a model of ``policies``, or an endpoint of ``endpoints``)."""
         twin = twin_name(spec)
         if twin is not None:
             return self.scripted(twin, role)
+        if endpoints and spec in endpoints:
+            return self.endpoint(spec, endpoints[spec], sampling[spec], where=f"policies.{spec}.endpoint")
         return self.model(spec, policies[spec], sampling[spec])

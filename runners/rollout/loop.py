@@ -149,6 +149,7 @@ class Episodes:
         self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
         self.log: list[list[dict]] = [[] for _ in games]  # per game: its moves, for transcripts
         self.shown: dict[tuple[int, str], str] = {}  # (game, seat) -> the text the seat was asked about, until it answers
+        self.agent_errors: dict[tuple[int, str], str] = {}  # (game, seat) -> why its agent last made no move
         for g, env in enumerate(games):
             try:
                 env.reset(seed=int(seeds[g]))
@@ -211,9 +212,15 @@ class Episodes:
         conv.ask(request, check_messages(env.messages(seat), f"{env.spec.id} seat {seat!r}"))
 
     def answered(self, g: int, seat: str, text: str, prompt_ids: list[int] | None = None,
-                 response_ids: list[int] | None = None, role: str = "", policy_id: str = "") -> None:
-        """A seat answered: the game's move log and a conversation's history (and ids, for a model) take the answer."""
+                 response_ids: list[int] | None = None, role: str = "", policy_id: str = "",
+                 error: str | None = None) -> None:
+        """A seat answered: the game's move log and a conversation's history (and ids, for a model) take the answer.
+        ``error``: why the agent made no move (:attr:`Action.error`): kept in the move and, when the game
+        ends, in the seat's outcome (:meth:`agent_failures`)."""
         entry = {"seat": seat, "role": role, "policy": policy_id, "text": text}
+        if error is not None:
+            entry["error"] = error
+            self.agent_errors[(g, seat)] = error
         shown = self.shown.pop((g, seat), None)  # popped: at token level it was asked at the message's start
         if shown is not None:
             entry["shown"] = shown
@@ -231,7 +238,21 @@ class Episodes:
             group_key=(f"{self.prefix}-{self.index[g] // self.group_size}", role), policy_version=policy_version,
             conversation=(g, seat) in self.conversations))
 
+    def agent_failures(self) -> None:
+        """A seat whose agent made no move (an endpoint that failed: :attr:`Action.error`) ends the game with
+        an invalid move: the game judged the empty message it was stepped with by its own rules (and its
+        penalty); its last info says ``invalid``, the agent's reason (then the game's) in ``reason``, and
+        the agent's alone in ``agent_error``, whatever the game made of the empty message."""
+        for (g, seat), error in self.agent_errors.items():
+            if g in self.failed:
+                continue
+            info = dict(self.infos[g].get(seat) or {})
+            game_reason = info.get("reason")
+            reason = error if not game_reason or game_reason == error else f"{error}; the game: {game_reason}"
+            self.infos[g][seat] = {**info, "invalid": True, "reason": reason, "agent_error": error}
+
     def result(self, t0: float, generated_tokens: int, generate_seconds: float, stats: dict) -> RolloutResult:
+        self.agent_failures()
         if self.on_error == "skip":
             stats = {**stats, "game_errors": len(self.errors)}
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,

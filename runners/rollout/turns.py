@@ -48,7 +48,7 @@ class TurnMover:
             episodes.add_turn(s.g, s.seat, s.role, s.policy_id, act.prompt_ids, act.response_ids, act.logprobs,
                               act.text, act.finished, act.version)
         else:
-            episodes.answered(s.g, s.seat, act.text, role=s.role, policy_id=s.policy_id)
+            episodes.answered(s.g, s.seat, act.text, role=s.role, policy_id=s.policy_id, error=act.error)
 
     def drop(self, g: int) -> None:
         for key in [k for k in self._actions if k[0] == g]:

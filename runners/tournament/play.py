@@ -31,7 +31,8 @@ class Agents:
     def __init__(self, spec: TournamentSpec) -> None:
         self.spec, self.factory = spec, AgentFactory(spec.game, seed=spec.seed)
         self.cache = self.factory.agents
-        self.players = {p.name for p in spec.players if p.twin is None}  # model players (fixed models are kept)
+        # model players (fixed models are kept); an endpoint holds no weights, so it is never unloaded
+        self.players = {p.name for p in spec.players if p.twin is None and p.endpoint is None}
         self.loads = 0
 
     def get(self, who: str | Player, role: str) -> Agent:
@@ -48,6 +49,10 @@ class Agents:
             sampling = SamplingParams(max_new_tokens=limit, temperature=self.spec.temperature)
             # A model plays with its own prompts (settle: its run's, --system, or the checkpoints' shared ones).
             wrap = (lambda agent: Prompted(agent, {**own.prompts, **self.spec.prompts})) if own.prompts is not None else None
+            if own.endpoint is not None:  # its own limit (settle), the tournament's temperature unless it sets one
+                sampling = SamplingParams(max_new_tokens=own.max_new_tokens or limit, temperature=self.spec.temperature)
+                self.factory.endpoint(name, own.endpoint, sampling, where=f"player {name!r}", wrap=wrap)
+                return self.cache[name]
             # In the dtype and attention kernel its run used (a bare model directory: the defaults).
             self.factory.model(name, lambda: Policy.from_pretrained(path, name=name, **own.load_options()), sampling,
                                wrap=wrap)
@@ -100,6 +105,10 @@ def play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: A
         ra, rb = side_returns(returns, side_a, side_b)
         rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
                      "seed": seeds[key.k], "return_a": ra, "return_b": rb, "score": game_score(returns, side_a, side_b)})
+    for row, infos in zip(rows, res.infos):  # a seat whose agent made no move (an endpoint that failed): why
+        failed = {seat: info["agent_error"] for seat, info in infos.items() if info.get("agent_error")}
+        if failed:
+            row["agent_errors"] = failed
     _attach_transcripts(spec, batch, rows, res, batch_no)
     return rows
 

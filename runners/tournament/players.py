@@ -1,18 +1,21 @@
-"""Tournament players: checkpoints (a policy of a run's checkpoint), model directories and scripted
-twins, and the settings (prompts, message limit) each model player brings from its run."""
+"""Tournament players: checkpoints (a policy of a run's checkpoint), model directories, scripted
+twins and chat endpoints, and the settings (prompts, message limit) each model player brings from its run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import yaml
 
 from cogym.agents.embedded import EMBEDDED_MODELS
+from cogym.agents.endpoint import EndpointConfig
 from cogym.core.types import SamplingParams
 from cogym.core.types import Agent
 from cogym.core.errors import ConfigError
+from cogym.runners.config.load import build_section
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.rollout.loop import chat_messages
 
@@ -39,6 +42,7 @@ class Player:
     sources: dict | None = field(default=None, compare=False)
     dtype: str | None = None
     attn_implementation: str | None = None
+    endpoint: EndpointConfig | None = None  # a chat endpoint plays (frozen; :mod:`cogym.agents.endpoint`)
 
     def load_options(self) -> dict:
         """The keyword arguments of ``Policy.from_pretrained`` this player is loaded with."""
@@ -116,7 +120,36 @@ def split_binding(spec: str, role: str | None = None) -> tuple[str, tuple[str, .
     return spec, names(role) if role is not None else None
 
 
-def resolve_players(specs: Sequence[str], policy: str | None = None, role: str | None = None,
+ENDPOINT_PREFIX = "endpoint:"
+
+
+def endpoint_player(entry: str | dict, role: str | None = None) -> Player:
+    """An endpoint player from the command line, ``endpoint:BASE_URL?model=M&api_key_env=VAR&name=N[@ROLE]``
+    (any other EndpointConfig key as a query parameter too), or from a YAML mapping ``{name: N, endpoint:
+    {base_url, model, api_key_env, ...}, role: R}``. The name defaults to the model's."""
+    if isinstance(entry, str):
+        spec, bind = split_binding(entry, role)
+        url = urlsplit(spec[len(ENDPOINT_PREFIX):])
+        text_keys = {"name", "base_url", "model", "api_key_env"}
+        keys: dict[str, Any] = {k: (v if k in text_keys or not v else yaml.safe_load(v))
+                                for k, v in parse_qsl(url.query, keep_blank_values=True)}
+        name = keys.pop("name", None)
+        keys["base_url"] = urlunsplit((url.scheme, url.netloc, url.path, "", ""))
+        where = f"player {spec.split('?', 1)[0]!r}"
+    else:
+        unknown = sorted(set(entry) - {"name", "endpoint", "role"})
+        if unknown or not isinstance(entry.get("endpoint"), dict):
+            raise ConfigError(f"tournament.players: a mapping player is {{name: N, endpoint: {{base_url, model, api_key_env, "
+                              f"...}}, role: R}}; got keys {', '.join(sorted(entry))}")
+        keys, name = dict(entry["endpoint"]), entry.get("name")
+        spec_role = entry.get("role", role)
+        bind = split_binding("x", str(spec_role))[1] if spec_role is not None else None
+        where = f"player {name or keys.get('model')!r}"
+    config = build_section(EndpointConfig, keys, f"{where}: endpoint")
+    return Player(name=str(name or config.model), endpoint=config, bind=bind)
+
+
+def resolve_players(specs: Sequence[str | dict], policy: str | None = None, role: str | None = None,
                     minimum: int = 2) -> list[Player]:
     """Players from command-line specs: ``scripted:<twin>``, an HF model directory, ``tiny``, a
     checkpoint directory (``.../checkpoints/step_N``) or a run directory (each of its complete
@@ -127,6 +160,9 @@ def resolve_players(specs: Sequence[str], policy: str | None = None, role: str |
     is not part of the name."""
     players: list[Player] = []
     for full in specs:
+        if isinstance(full, dict) or full.startswith(ENDPOINT_PREFIX):
+            players.append(endpoint_player(full, role))
+            continue
         spec, bind = split_binding(full, role)
         if twin_name(spec) is not None:
             if not twin_name(spec):

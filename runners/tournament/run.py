@@ -62,8 +62,10 @@ from cogym.runners.tournament.transcripts import append_transcripts, split_trans
 
 def _player_info(p: Player, seats: Sequence[str]) -> dict:
     """What tournament.json records of a player: what it is, its seats, prompts and limit, and their sources."""
-    kind = "scripted" if p.twin is not None else "checkpoint" if p.run_config else NO_RUN_CONFIG
+    kind = "scripted" if p.twin is not None else "endpoint" if p.endpoint else "checkpoint" if p.run_config else NO_RUN_CONFIG
     info = {"kind": kind, "path": str(p.path) if p.path else None, "seats": list(seats)}
+    if p.endpoint is not None:  # the variable's name only: the key is read when a request is made
+        info["endpoint"] = {"base_url": p.endpoint.base_url, "model": p.endpoint.model, "api_key_env": p.endpoint.api_key_env}
     if p.twin is None:
         roles = list((p.sources or {}).get("prompts", {}))
         info |= {"prompts": {r: (p.prompts or {}).get(r, "") for r in roles}, "max_new_tokens": p.max_new_tokens,
@@ -78,7 +80,10 @@ def _notes(players: Sequence[Player]) -> list[str]:
     notes = []
     said = {"checkpoints": "the checkpoints' shared"}
     for p in models:
-        if not p.run_config:
+        if p.endpoint is not None:
+            notes.append(f"{p.name}: endpoint {p.endpoint.model} at {p.endpoint.base_url}; its replies are not "
+                         "reproducible, and a failed request is an invalid move (results.jsonl: agent_errors)")
+        elif not p.run_config:
             roles = ", ".join(f"{r} with {p.prompts.get(r, '')!r} ({said.get(src, src)})"
                               for r, src in p.sources["prompts"].items())
             limit = p.sources["max_new_tokens"]
@@ -158,7 +163,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
     log, agents, schedule = ResultsLog(out_dir / RESULTS_FILE), Agents(spec), Schedule(spec, out_dir)
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
-    names, models = [p.name for p in spec.players], {p.name for p in spec.players if p.twin is None}
+    names = [p.name for p in spec.players]
+    models = {p.name for p in spec.players if p.twin is None and p.endpoint is None}  # what max_loaded counts
     swiss = spec.schedule == "swiss"
     rounds = 1 if not swiss else (spec.swiss_rounds or min(math.ceil(math.log2(len(names))) + 1, len(names) - 1))
     envs: list = []

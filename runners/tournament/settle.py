@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
+from cogym.agents.endpoint import DEFAULT_MAX_TOKENS
 from cogym.core.errors import ConfigError
 from cogym.envs import scripted_strategies
 from cogym.runners.rollout.agents import twin_name
@@ -137,6 +138,8 @@ def _settle_player(p: Player, roles: Sequence[str], spec: TournamentSpec, checkp
     the policy the run seated in the role); else a ConfigError naming the option to give."""
     if p.twin is not None:
         return p
+    if p.endpoint is not None:
+        return _settle_endpoint(p, roles, spec, checkpoints, where)
     prompts, sources = dict(p.prompts or {}), {}
 
     def shared(values: dict[str, object]) -> tuple[bool, str]:
@@ -177,6 +180,30 @@ def _settle_player(p: Player, roles: Sequence[str], spec: TournamentSpec, checkp
         limit, limit_source = next(iter(values.values())), "checkpoints"
     return replace(p, prompts=prompts, max_new_tokens=limit,
                    sources={"prompts": sources, "max_new_tokens": limit_source})
+
+
+def _settle_endpoint(p: Player, roles: Sequence[str], spec: TournamentSpec, checkpoints: Sequence[Player],
+                     where: str) -> Player:
+    """An endpoint player: its API key variable set, and per role the ``--system`` prompt, else the one the
+    tournament's checkpoints share, else none; its reply limit is its own ``max_tokens``, else
+    ``--max-new-tokens``, else :data:`~cogym.agents.endpoint.DEFAULT_MAX_TOKENS`."""
+    p.endpoint.require_key(where)
+    prompts, sources = {}, {}
+    for role in roles:
+        values = {json.dumps(c.prompts[role]) for c in checkpoints if role in (c.prompts or {})}
+        if role in spec.prompts:
+            prompts[role], sources[role] = spec.prompts[role], "--system"
+        elif len(values) == 1:
+            prompts[role], sources[role] = json.loads(values.pop()), "checkpoints"
+        else:
+            prompts[role], sources[role] = "", "none"
+    if p.endpoint.max_tokens:
+        limit, limit_source = p.endpoint.max_tokens, "endpoint.max_tokens"
+    elif spec.max_new_tokens:
+        limit, limit_source = spec.max_new_tokens, "--max-new-tokens"
+    else:
+        limit, limit_source = DEFAULT_MAX_TOKENS, "endpoint default"
+    return replace(p, prompts=prompts, max_new_tokens=limit, sources={"prompts": sources, "max_new_tokens": limit_source})
 
 
 def settle(spec: TournamentSpec, probe) -> tuple[TournamentSpec, list[list[str]], dict[str, str]]:

@@ -19,7 +19,8 @@ directory::
                                    # absent from transcripts written before the rollout recorded it
                 "text": str,
                 "chars": int,      # only on a message cut at max_chars: its full length
-                "shown_chars": int}],  # only on a "shown" cut at max_chars: its full length
+                "shown_chars": int,  # only on a "shown" cut at max_chars: its full length
+                "error": str}],    # only when the agent made no move (an endpoint that failed): why
      "returns": {seat: float}}     # each seat's total reward in the game
 
 ``shown`` is there so a reader can judge a move: a message means little without what the seat saw
@@ -72,6 +73,8 @@ def bound_moves(moves: Sequence[dict], max_chars: int = MAX_CHARS) -> list[dict]
             row["chars"] = len(text)
         if shown is not None and len(shown) > max_chars:
             row["shown_chars"] = len(shown)
+        if m.get("error") is not None:  # the agent made no move (an endpoint that failed): why
+            row["error"] = str(m["error"])[:max_chars]
         out.append(row)
     return out
 
@@ -338,6 +341,8 @@ def _body(row: dict, width: int, full: bool) -> list[str]:
         out.extend("       " + line for line in message_lines(m["text"], width - 7, full))
         if "chars" in m:
             out.append(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]")
+        if m.get("error"):  # the agent made no move: the game was stepped with the empty message
+            out.extend("       " + line for line in message_lines(f"[no move: {m['error']}]", width - 7, full))
     returns = row.get("returns") or {}
     if returns:
         text = printable("rewards: " + ", ".join(f"{seat} {_number(r)}" for seat, r in returns.items()))

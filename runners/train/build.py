@@ -249,8 +249,8 @@ def _load_policies(cfg: Config, used: set[str], policy_dirs: dict[str, Path], lo
                                           if o.lora.enabled and o.model == pc.model)
 
     for pid, pc in cfg.policies.items():
-        if pid not in used:
-            continue  # e.g. its seats were given to a scripted twin by an override: nothing to load or train
+        if pid not in used or pc.endpoint is not None:
+            continue  # its seats were given to a scripted twin by an override, or an endpoint plays them: nothing to load
         path = policy_dirs.get(pid, pc.model)
         device = "cpu" if on_host(pid) else "auto"
         if pc.lora.enabled:
@@ -323,7 +323,8 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
                                                           lora_bases)
     games = _make_games(cfg, policies, used)
     sampling = {pid: pc.sampling for pid, pc in cfg.policies.items()}
-    seats = {seat: (pid, factory.seat(pid, role, policies, sampling)) for seat, (pid, role) in assignment.items()}
+    endpoints = {pid: pc.endpoint for pid, pc in cfg.policies.items() if pc.endpoint is not None}
+    seats = {seat: (pid, factory.seat(pid, role, policies, sampling, endpoints)) for seat, (pid, role) in assignment.items()}
     league = None
     if league_seats is not None:  # its members are added when training starts (League.start)
         pid = league_policy(cfg)
