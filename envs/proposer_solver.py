@@ -3,7 +3,9 @@
 The self-play curriculum of Absolute Zero (proposer rewarded for problems of learnable
 difficulty) and SeRL (few-shot seeded self-instruction, a novelty filter, difficulty band,
 majority-vote labels), on the arithmetic domain of ``cogym.envs.arithmetic``; or, with
-``source="dataset"``, plain RL on a problem file.
+``source="dataset"``, plain RL on a problem file; or, with ``source="reasoning_gym"``, reasoning-gym
+items: the proposer picks a task family and level from a menu (or, with ``task_choice="random"``, each
+reset draws one), solvers are paid their score; ``cogym.envs.reasoning_gym`` documents that mode.
 
 Roles and seats
     ``"proposer"`` (role ``proposer``), then ``"solver_0"`` ... ``"solver_{k-1}"`` (role
@@ -97,7 +99,7 @@ Before the end only ``"role"``.
 
 Arguments (all validated at construction; a bad dataset raises ``DatasetError`` there)
     num_solvers=8       number of solver seats k, >= 1.
-    source="proposer"   "proposer" (a seat writes problems) or "dataset" (drawn from a file).
+    source="proposer"   "proposer" (a seat writes problems), "dataset" (drawn from a file) or "reasoning_gym".
     dataset=None        JSONL path of {"question": str, "answer": str}, or the name of a file shipped in
                         cogym/envs/data (``arithmetic_train.jsonl``: 1000 uniform problems of the default
                         domain, none in the held-out set); required for "dataset".
@@ -118,6 +120,9 @@ Arguments (all validated at construction; a bad dataset raises ``DatasetError`` 
     novelty=None        None (no filter) or a cosine-similarity threshold in (0, 1]; source="proposer" only.
     novelty_pool=None   name of the shared pool ("default" when None); only with novelty.
     novelty_size=None   most accepted problems the pool holds (1024 when None), 1..10**6; only with novelty.
+    tasks=None          source="reasoning_gym" only (required): reasoning-gym dataset names.
+    levels=None         source="reasoning_gym" only: curriculum levels offered for every task ([0] when None).
+    task_choice="proposer"  source="reasoning_gym" only: "proposer" (a seat picks) or "random" (no proposer).
     render_mode=None    None or "ansi" (``render()`` returns a text summary).
 
 Version history
@@ -140,13 +145,14 @@ from cogym.envs.arithmetic import (answer_of, ANY_PROBLEM, Domain, HELDOUT_EVALU
 from cogym.envs.base import CogymEnv, finite_arg, GameSpec, int_arg, penalty_arg, seat_names, text_space
 from cogym.envs.datasets import check_source, load_problems
 from cogym.envs.novelty import NoveltyFilter, shared_pool
+from cogym.envs.reasoning_gym import known_answer, MAX_QUESTION_CHARS, QUESTION_CHARS, random_choice, rg_source, SEED_RANGE
 from cogym.envs.seeds import load_seeds, shipped_or_path
 from cogym.envs.verifiers import MajorityVote, make_verifier, Verifier, VERIFIER_NAMES
 
 GAME_ID = "proposer_solver-v0"
 PHASE_PROPOSE, PHASE_SOLVE, PHASE_OVER = 1, 2, 3
 MAX_MESSAGE_CHARS = 2048  # bound of the action space (random sampling); replies are read bounded anyway
-SOURCES = ("proposer", "dataset")
+SOURCES = ("proposer", "dataset", "reasoning_gym")
 PROPOSER_REWARDS = ("learnability", "band")
 _EDGE_DENOMINATOR = 10**6  # far above any group size, so only float noise is rounded away
 MAX_FEW_SHOT = 16  # examples a proposer prompt may show
@@ -229,8 +235,9 @@ _GARBAGE_CHARS = string.ascii_letters + string.digits + string.punctuation + " "
 
 
 def _random_proposal(observation: str, rng: np.random.Generator) -> str:
-    # The default domain: with a narrower max_operand/ops some proposals are invalid on purpose.
-    return Domain().sample(rng).text
+    # A reasoning-gym menu: a uniform entry. Else the default domain: with a narrower max_operand/ops some
+    # proposals are invalid on purpose.
+    return random_choice(observation, rng) or Domain().sample(rng).text
 
 
 def _garbage_proposal(observation: str, rng: np.random.Generator) -> str:
@@ -239,12 +246,14 @@ def _garbage_proposal(observation: str, rng: np.random.Generator) -> str:
 
 
 def _oracle_answer(observation: str, rng: np.random.Generator) -> str:
+    if (known := known_answer(observation)) is not None:  # a reasoning-gym item this process posed
+        return known
     answer = answer_of(observation)
     return str(answer) if answer is not None else "0"
 
 
 def _wrong_answer(observation: str, rng: np.random.Generator) -> str:
-    return str(int(_oracle_answer(observation, rng)) + 1)
+    return "no answer" if known_answer(observation) is not None else str(int(_oracle_answer(observation, rng)) + 1)
 
 
 def _random_answer(observation: str, rng: np.random.Generator) -> str:
@@ -281,6 +290,9 @@ class ProposerSolverEnv(CogymEnv):
         novelty: float | None = None,
         novelty_pool: str | None = None,
         novelty_size: int | None = None,
+        tasks: Sequence[str] | None = None,
+        levels: Sequence[int] | None = None,
+        task_choice: str = "proposer",
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -315,13 +327,17 @@ class ProposerSolverEnv(CogymEnv):
         # Label-free: the truth is never rewarded, only reported (the guard metrics in infos "metrics").
         self._truth = make_verifier("exact") if verifier == "majority" else None
         self._init_self_instruction(source, seeds, few_shot, novelty, novelty_pool, novelty_size)
+        self._rg = rg_source(source, tasks, levels, task_choice, verifier, self.format_bonus)  # None for other sources
+        self._item = None  # the posed reasoning-gym item
 
         self.solvers = list(seat_names("solver", num_solvers))
-        has_proposer = source == "proposer"
+        has_proposer = source == "proposer" or (self._rg is not None and self._rg.has_proposer)
         self.possible_agents = (["proposer"] if has_proposer else []) + self.solvers
         self._seat_roles = {a: ("proposer" if a == "proposer" else "solver") for a in self.possible_agents}
         self._seat_index = {a: i for i, a in enumerate(self.possible_agents)}
-        if has_proposer:
+        if self._rg is not None:  # the menu is far shorter than a question
+            max_text, extra_chars = MAX_QUESTION_CHARS, QUESTION_CHARS
+        elif has_proposer:
             max_text, extra_chars = max(len(PROPOSER_REQUEST), MAX_PROBLEM_CHARS), frozenset()
             if self.few_shot:  # the longest prompt the draws can make
                 longest = sorted(self._seeds, key=len)[-self.few_shot:]
@@ -342,21 +358,23 @@ class ProposerSolverEnv(CogymEnv):
         self.action_spaces = {a: text_space(MAX_MESSAGE_CHARS) for a in self.possible_agents}
         lowest = min(0.0, self.invalid_penalty) if has_proposer else 0.0
         solver_outcomes = ("correct", "invalid", "reference") + (("metrics",) if self._truth is not None else ())
+        solver_outcomes += ("task", "metrics") if self._rg is not None else ()
         self.spec = GameSpec(
             id=GAME_ID,
             roles=("proposer", "solver") if has_proposer else ("solver",),
             reward_range=(lowest, 1.0 + self.format_bonus),
             zero_sum=False,
             max_turns=n_seats,
-            description="A proposer writes an arithmetic problem; k solvers answer it independently.",
-            outcomes={"proposer": ("invalid", "metrics") if self.novelty is not None else ("invalid",),
+            description="A proposer writes an arithmetic problem; k solvers answer it independently." if self._rg is None else
+                        "reasoning-gym items (a proposer picks the task and level); k solvers answer, paid their score.",
+            outcomes={"proposer": ("invalid", "metrics") if self.novelty is not None or self._rg is not None else ("invalid",),
                       "solver": solver_outcomes} if has_proposer else {"solver": solver_outcomes},
-            evaluators=HELDOUT_EVALUATORS)
+            evaluators=HELDOUT_EVALUATORS if self._rg is None else {})
         self._phase = PHASE_OVER
         self._problem: str | None = None
         self._reference: str | None = None
         self._answers: dict[str, str] = {}
-        self._proposer_text = PROPOSER_REQUEST
+        self._proposer_text = PROPOSER_REQUEST if self._rg is None else self._rg.menu
         self._proposer_metrics: dict[str, Any] | None = None
         self._episode_seed: int | None = None  # the last explicit reset seed, and resets without one since
         self._resets_since_seed = 0
@@ -425,6 +443,9 @@ class ProposerSolverEnv(CogymEnv):
         if self.source == "dataset":
             record = self._records[int(self.np_random.integers(len(self._records)))]
             self._problem, self._reference, self._phase = record.question, record.answer, PHASE_SOLVE
+        elif self._rg is not None and not self._rg.has_proposer:
+            self._item = self._rg.draw(self.np_random)
+            self._problem, self._reference, self._phase = self._item.question, self._item.answer, PHASE_SOLVE
         else:
             self._problem, self._reference, self._phase = None, None, PHASE_PROPOSE
         self._start_episode({a: {"role": self._seat_roles[a]} for a in self.possible_agents})
@@ -459,6 +480,8 @@ class ProposerSolverEnv(CogymEnv):
 
     # ------------------------------------------------------------------ rules
     def _propose(self, proposal: str) -> None:
+        if self._rg is not None:
+            return self._choose(proposal)
         problem = self.domain.parse(proposal)
         novelty = self.novelty_filter() if problem is not None else None
         if problem is None:
@@ -478,26 +501,45 @@ class ProposerSolverEnv(CogymEnv):
         self.agent_selection = self.solvers[0]
         self._accumulate_rewards()
 
-    def _end_invalid(self, reason: str) -> None:
+    def _choose(self, reply: str) -> None:
+        """source="reasoning_gym": the proposer's menu choice poses an item (its seed from the game's RNG)."""
+        index, reason = self._rg.parse(reply)
+        self._proposer_metrics = {"level": None if index is None else self._rg.entries[index][1]}
+        if index is None:
+            return self._end_invalid(reason)
+        self._item, reason = self._rg.pose(index, int(self.np_random.integers(SEED_RANGE)))
+        if self._item is None:  # the item cannot be posed: nobody's fault, every reward 0
+            return self._end_invalid(reason, void=True)
+        self._problem, self._reference, self._phase = self._item.question, self._item.answer, PHASE_SOLVE
+        self.agent_selection = self.solvers[0]
+        self._accumulate_rewards()
+
+    def _end_invalid(self, reason: str, void: bool = False) -> None:
         self._phase = PHASE_OVER
+        why = f"game over: no item could be posed ({reason})" if void else f"game over: the proposer's move was invalid ({reason})"
         for a in self.agents:
             self.infos[a] = {"role": self._seat_roles[a], "problem": None, "success_rate": None,
-                             "invalid": a == "proposer", "reason": reason if a == "proposer" else f"game over: the proposer's move was invalid ({reason})"}
+                             "invalid": a == "proposer" and not void, "reason": reason if a == "proposer" else why}
             if a != "proposer":
                 self.infos[a]["correct"] = None
                 self.infos[a]["reference"] = None
+                if self._rg is not None:
+                    self.infos[a].update(task=None, metrics={"scorer_failed": None})
                 if self._truth is not None:
                     self.infos[a]["metrics"] = {"majority_correct": None, "true_correct": None}
                     if isinstance(self.verifier, MajorityVote) and self.verifier.min_share > 0:
                         self.infos[a]["metrics"]["label_kept"] = None
         if self._proposer_metrics is not None:
             self.infos["proposer"]["metrics"] = dict(self._proposer_metrics)
-        self._end_game({"proposer": self.invalid_penalty})
+        self._end_game({"proposer": 0.0 if void else self.invalid_penalty})
 
     def _score(self) -> None:
         assert self._problem is not None
         replies = [self._answers[s] for s in self.solvers]
-        if isinstance(self.verifier, MajorityVote):
+        if self._rg is not None:  # the dataset's own scores, in [0, 1]; correct is a full score
+            scored = self._rg.scores(self._item, replies)
+            correct = votes = [s >= 1.0 for s, _ in scored]
+        elif isinstance(self.verifier, MajorityVote):
             # Label-free: the proposer is paid by, and success_rate reports, the agreement with the majority
             # before majority_min, which withholds the solvers' label, not the problem's difficulty.
             votes = self.verifier.votes(replies)
@@ -506,6 +548,8 @@ class ProposerSolverEnv(CogymEnv):
             correct = votes = self.verifier.judge(self._problem, self._reference, replies)
         successes, k = sum(votes), self.num_solvers
         rewards = {s: solver_reward(c, r, self.format_bonus) for s, c, r in zip(self.solvers, correct, replies)}
+        if self._rg is not None:
+            rewards = {s: score for s, (score, _) in zip(self.solvers, scored)}
         if "proposer" in self.possible_agents:
             if self.proposer_reward == "learnability":
                 rewards["proposer"] = learnability_reward(successes, k)
@@ -514,10 +558,12 @@ class ProposerSolverEnv(CogymEnv):
         self._phase = PHASE_OVER
         for a in self.agents:
             self.infos[a] = {"role": self._seat_roles[a], "problem": self._problem, "success_rate": successes / k, "invalid": False}
-        reference = reference_text(self._reference)
+        reference = reference_text(self._reference) if self._rg is None else self._reference
         for s, c in zip(self.solvers, correct):
             self.infos[s]["correct"] = bool(c)
             self.infos[s]["reference"] = reference
+        for s, (_, error) in zip(self.solvers, scored if self._rg is not None else ()):
+            self.infos[s].update(task=self._item.task, metrics={"scorer_failed": error is not None})
         if self._truth is not None:
             self._guard_metrics(replies, votes)
         if self._proposer_metrics is not None:

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Hashable, Mapping, Protocol, Sequence, runtime_checkable
 
 from cogym.envs.arithmetic import MAX_ANSWER_CHARS, Domain, extract_answer, is_strict_answer
 
@@ -148,10 +148,21 @@ _STARTUP_TIMEOUT_S = 120.0
 _KILL_MARGIN_S = 0.25
 
 
-class _MathVerifyWorker:
-    """One child process per Python process, shared by every MathVerify; calls are serialized."""
+class WorkerProcess:
+    """A child process that answers one JSON line per JSON request line, started on first use and
+    shared by every caller in this Python process (calls are serialized by a lock).
 
-    def __init__(self) -> None:
+    ``request(message, deadline_s)`` returns the child's reply, or None when no reply came within
+    ``deadline_s`` seconds (or the child died): the child is then killed, ``kills`` counts it, and the
+    next request starts a fresh one. The child bounds its own work with a timer; the deadline is the
+    parent's last resort for work no timer can interrupt (a long call inside C). A forked copy of this
+    process never touches its parent's child. ``script`` runs with this interpreter; it writes
+    ``{"ready": true}`` once it can answer, and ``hint`` says what to check when it does not.
+    """
+
+    def __init__(self, script: Path, name: str, hint: str, env: Mapping[str, str] | None = None) -> None:
+        self.script, self.name, self.hint = Path(script), name, hint
+        self._env = dict(env) if env is not None else None
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner_pid = os.getpid()
@@ -162,27 +173,28 @@ class _MathVerifyWorker:
         with self._lock:
             self._ensure_started()
 
-    def check(self, gold: str, response: str, timeout_s: float) -> bool:
+    def request(self, message: Mapping[str, object], deadline_s: float) -> dict | None:
+        """The child's reply to ``message``, or None (child killed) if none came within ``deadline_s``."""
         with self._lock:
             proc = self._ensure_started()
-            request = json.dumps({"gold": gold, "response": response, "timeout_s": timeout_s}) + "\n"
+            request = (json.dumps(message) + "\n").encode()
             assert proc.stdin is not None
             try:
-                proc.stdin.write(request.encode())
+                proc.stdin.write(request)
             except BrokenPipeError:
                 # The child died between calls (killed from outside); one fresh start, then retry.
                 self._kill()
                 proc = self._ensure_started()
                 assert proc.stdin is not None
-                proc.stdin.write(request.encode())
-            line = self._read_line(time.monotonic() + timeout_s + _KILL_MARGIN_S)
+                proc.stdin.write(request)
+            line = self._read_line(time.monotonic() + deadline_s)
             if line is None:
-                # The timer could not interrupt it (a long call inside C): not correct, and the
-                # child is replaced so the next answer starts from a clean process.
+                # The timer could not interrupt it (a long call inside C): the child is replaced so
+                # the next request starts from a clean process.
                 self._kill()
                 self.kills += 1
-                return False
-            return bool(json.loads(line)["ok"])
+                return None
+            return json.loads(line)
 
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self._owner_pid != os.getpid():
@@ -192,9 +204,10 @@ class _MathVerifyWorker:
             return self._proc
         self._proc = None
         stderr = tempfile.TemporaryFile()
+        env = {**os.environ, **self._env} if self._env is not None else None
         proc = subprocess.Popen(
-            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=stderr, bufsize=0,
+            [sys.executable, str(self.script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=stderr, bufsize=0, env=env,
         )
         self._proc, self._buffer = proc, b""
         line = self._read_line(time.monotonic() + _STARTUP_TIMEOUT_S)
@@ -202,7 +215,7 @@ class _MathVerifyWorker:
             self._kill()
             stderr.seek(0)
             tail = stderr.read()[-2000:].decode(errors="replace").strip().replace("\n", " | ")
-            raise RuntimeError(f"the math_verify worker ({_WORKER_SCRIPT}) did not start; is math-verify installed in {sys.executable}? stderr: {tail}")
+            raise RuntimeError(f"the {self.name} worker ({self.script}) did not start; {self.hint} stderr: {tail}")
         return proc
 
     def _read_line(self, deadline: float) -> bytes | None:
@@ -233,6 +246,18 @@ class _MathVerifyWorker:
         with self._lock:
             if self._owner_pid == os.getpid():
                 self._kill()
+
+
+class _MathVerifyWorker(WorkerProcess):
+    """One child process per Python process, shared by every MathVerify; calls are serialized."""
+
+    def __init__(self) -> None:
+        super().__init__(_WORKER_SCRIPT, "math_verify", f"is math-verify installed in {sys.executable}?")
+
+    def check(self, gold: str, response: str, timeout_s: float) -> bool:
+        reply = self.request({"gold": gold, "response": response, "timeout_s": timeout_s}, timeout_s + _KILL_MARGIN_S)
+        # No reply: the timer could not interrupt it; not correct (the child was replaced).
+        return reply is not None and bool(reply["ok"])
 
 
 _WORKER = _MathVerifyWorker()
