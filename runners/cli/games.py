@@ -7,20 +7,24 @@ import argparse
 from cogym.envs import make, registered, scripted_strategies
 from cogym.envs.errors import GameError
 from cogym.envs.openspiel import catalog, describe
+from cogym.envs.reasoning_gym import catalog as rg_catalog
+from cogym.envs.reasoning_gym import EXCLUDED as RG_EXCLUDED
 from cogym.envs.textarena import ALLOWED, REFUSED
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.display import fill, format_catalog, format_games, terminal_width
 
 DESCRIPTION = ("List registered games: roles, scripted twins, zero-sum, reward range, versions. "
-               "--source openspiel / textarena lists the OpenSpiel / TextArena games cogym plays (their extras).")
-SOURCES = ("openspiel", "textarena")
+               "--source openspiel / textarena lists the OpenSpiel / TextArena games cogym plays, reasoning_gym the "
+               "reasoning-gym tasks proposer_solver-v0 poses (their extras).")
+SOURCES = ("openspiel", "textarena", "reasoning_gym")
 
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--module", action="append", metavar="MODULE_OR_FILE",
                    help="import a module or .py file that registers games first (repeatable)")
     g.add_argument("--source", choices=SOURCES, default=None,
-                   help="list a catalog of games from another library instead (openspiel:<game>, textarena:<id> ids)")
+                   help="list a catalog from another library instead (openspiel:<game>, textarena:<id> ids; reasoning_gym: "
+                        "the tasks of proposer_solver-v0's source=reasoning_gym)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         return _openspiel()
     if args.source == "textarena":
         return _textarena()
+    if args.source == "reasoning_gym":
+        return _reasoning_gym()
     import_game_modules(args.module or [])
     versions: dict[str, list[str]] = {}
     for gid in sorted(registered()):
@@ -78,3 +84,27 @@ def _textarena() -> int:
                       width)]
     print("\n".join(out))
     return 0
+
+
+def _reasoning_gym() -> int:
+    try:
+        tasks = rg_catalog()
+    except GameError as exc:
+        raise SystemExit(f"cogym games: {exc}") from None
+    width = terminal_width()
+    graded = [t for t in tasks.values() if t.curriculum]
+    out = fill(f"reasoning-gym tasks ({len(tasks)}, {len(graded)} with curriculum levels; reasoning-gym 0.1.25), posed "
+               "by proposer_solver-v0 with source=reasoning_gym, tasks=[...], levels=[...]:", width)
+    out += fill(", ".join(t.name + (f" ({_levels(t.usable)})" if t.curriculum else "") for t in tasks.values()), width, "  ")
+    out += ["", *fill(f"{len(RG_EXCLUDED)} datasets are excluded ({', '.join(sorted(RG_EXCLUDED))}): a scorer that pays "
+                      "an unrelated answer, no reference answer, or items that do not generate; make(...) names the "
+                      "reason. docs/games.md, reasoning-gym tasks.", width)]
+    print("\n".join(out))
+    return 0
+
+
+def _levels(usable: tuple[int, ...]) -> str:
+    """``levels 0-3`` for a contiguous run, else ``levels 1,3``."""
+    if len(usable) > 2 and list(usable) == list(range(usable[0], usable[-1] + 1)):
+        return f"levels {usable[0]}-{usable[-1]}"
+    return "levels " + ",".join(map(str, usable))

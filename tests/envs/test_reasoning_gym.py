@@ -189,3 +189,13 @@ def test_the_game_passes_api_test_seed_test_and_check_game(task_choice: str) -> 
 
 def test_the_game_passes_check_game_at_token_level() -> None:
     check_game(GAME, {**EASY, "num_solvers": 2, "tasks": ["spell_backward"], "levels": [0]}, episodes=2, granularity="token")
+
+
+def test_cogym_games_lists_the_tasks_within_80_columns(monkeypatch, capsys) -> None:
+    from cogym.runners.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["games", "--source", "reasoning_gym"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"reasoning-gym tasks ({len(rg.catalog())},") and all(len(line) <= 80 for line in out.splitlines())
+    assert "basic_arithmetic (levels 0-4)" in out and "game_of_life_halting" in out.split("excluded")[1]
