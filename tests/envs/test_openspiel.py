@@ -5,6 +5,8 @@ make, and cogym's Kuhn exploitability against OpenSpiel's own on random strategi
 
 from __future__ import annotations
 
+import socket
+
 import numpy as np
 import pytest
 
@@ -20,6 +22,16 @@ from cogym.envs.testing import drain, step_as  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 CATALOG = catalog()
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Every test here runs with sockets refused: a game that reaches for the network fails loudly."""
+    def refuse(*args, **kwargs):
+        raise OSError("the network is refused in cogym's OpenSpiel tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 def test_the_catalog_holds_the_sequential_text_games_that_load() -> None:
