@@ -117,7 +117,11 @@ class _Deadline(BaseException):
     """Raised by the timer. A BaseException on purpose: scorers catch ``Exception`` and would carry on."""
 
 
+_FIRED = [False]  # the timer went off during this request (a scorer's bare ``except:`` may swallow _Deadline)
+
+
 def _on_alarm(signum: int, frame: object) -> None:
+    _FIRED[0] = True
     raise _Deadline()
 
 
@@ -164,12 +168,15 @@ def main() -> None:
         reply: dict[str, Any]
         # Nested so that an alarm firing inside the inner ``finally`` (before the timer is cleared) is
         # still caught here rather than killing the process.
+        _FIRED[0] = False
         try:
             signal.setitimer(signal.ITIMER_REAL, float(request["timeout_s"]))
             try:
                 reply = _serve(request, cache)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0.0)
+            if _FIRED[0]:  # the scorer caught the deadline (``except:``) and returned a score it never finished
+                raise _Deadline()
         except _Deadline:
             reply = {"score": 0.0, "timeout": True, "error": f"no result within {float(request['timeout_s']):g} s"}
         except BaseException as exc:  # noqa: BLE001 - model output is adversarial: a crashing scorer scores 0
