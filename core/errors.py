@@ -48,3 +48,8 @@ class GameContractError(GameStepError, GameError):
     ``spec.reward_range``, an observation outside the game's observation space, or an ``infos`` outcome
     of the wrong type. One block like :class:`GameStepError`'s, naming the value and the rule; it is a
     :class:`GameError` too (what ``check_game`` says of the same fault)."""
+
+
+class LearnerDied(CogymError, RuntimeError):
+    """A learner actor on Ray died (its optimizer state with it): :func:`cogym.runners.train.loop.train`
+    resumes the run from its last checkpoint with new actors, at most ``ray.max_restarts`` times."""

@@ -34,7 +34,8 @@ torch.set_num_threads(1)
 # first (longest processing time first); every other file keeps its collection order after them.
 LONG_FILES = (
     "runners/test_ray_learners.py", "agents/test_vllm_on_ray.py", "runners/test_ray_backend.py",
-    "runners/test_ray_cluster.py", "runners/test_runners_identity_learning.py", "golden/test_golden_metrics.py",
+    "runners/test_ray_cluster.py", "runners/test_ray_faults.py", "runners/test_runners_identity_learning.py",
+    "golden/test_golden_metrics.py",
     "runners/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
     "runners/test_league.py", "runners/test_repeatability.py", "runners/test_tournament.py",
     "runners/test_evaluation.py", "runners/test_build_reasoner.py", "runners/test_runners_kill_resume.py",

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from cogym.core.errors import LearnerDied
 from cogym.runners.config.schema import Config
 from cogym.runners.ray.pool import enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
@@ -56,8 +57,9 @@ class RemoteLearner:
     """The driver's handle on a :class:`LearnerWorker`, with the surface of
     :class:`~cogym.learners.learner.Learner` the training loop uses (``steps``, ``cfg``, ``engine.name``,
     ``save``, ``load``, ``group_decisions``), and ``start_update``/``finish_update`` in place of
-    ``update`` (:class:`RemoteUpdates`), so that several learner actors update at once. A learner actor is not restarted (its optimizer state
-    would be lost): one that dies stops the run, which ``--resume`` continues from its checkpoint."""
+    ``update`` (:class:`RemoteUpdates`), so that several learner actors update at once. A learner actor is
+    not restarted in place (its optimizer state is lost with it): one that dies raises :class:`LearnerDied`,
+    and the run resumes from its last checkpoint with new actors."""
 
     def __init__(self, ray, handle, pid: str, cfg, info: dict, bundle: int = 0) -> None:
         self.ray, self.handle, self.pid, self.cfg, self.info = ray, handle, pid, cfg, info
@@ -70,9 +72,8 @@ class RemoteLearner:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayActorError as exc:
-            raise RuntimeError(f"the learner actor of policy {self.pid!r} (pid {self.info.get('pid')}) died during "
-                               f"{what}; learner actors are not restarted (their optimizer state is lost with "
-                               "them): `cogym train --resume` continues from the last checkpoint") from exc
+            raise LearnerDied(f"the learner actor of policy {self.pid!r} (pid {self.info.get('pid')}) died during "
+                              f"{what}") from exc
 
     def start_update(self, turns: list):
         return self.handle.update.remote(list(turns))

@@ -107,6 +107,22 @@ def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
     return ray, True
 
 
+class StaleWorker(RuntimeError):
+    """A rollout worker was asked to play or load with state it does not hold: weight versions other
+    than the call's, league members it lacks, or a shared-memory segment it cannot open. Its cause is
+    usually a restart the driver did not see (Ray restarts a killed actor on its own, between two calls),
+    so the driver repairs it (``RayRollout._repair``: the weights and members sent again, the
+    call made again) rather than stop the run. ``held``: what the worker holds
+    (:meth:`~cogym.runners.ray.rollout.RolloutWorker.ping`'s answer)."""
+
+    def __init__(self, message: str, held: dict, shm: bool = True) -> None:
+        super().__init__(message)
+        self.held, self.shm = held, shm  # shm False: the worker cannot read the driver's shared memory
+
+    def __reduce__(self):  # through Ray's pickling with its fields
+        return (type(self), (str(self), self.held, self.shm))
+
+
 @dataclass
 class Plan:
     """Where a pool's actors go: the placement group (or None) and each actor's Ray options."""
@@ -170,8 +186,8 @@ class ActorPool:
                 self.ray.get(self.pg.ready(), timeout=rc.start_timeout_s)
             self.workers = [actor.options(**base, **self.plan.workers[i]).remote(*args_of(i)) for i in range(w)]
             self._placed()
-            self.info = self.ray.get([x.ping.remote() for x in self.workers], timeout=rc.start_timeout_s)
             self.restarts = [0] * len(self.workers)
+            self.info = self._first_pings(t0)
             where = f"cluster at {rc.address}" if rc.address else "local cluster"
             say(f"{len(self.workers)} {kind}s ready in {time.perf_counter() - t0:.1f} s ({where}; "
                  f"{rc.num_cpus:g} CPU{'s' if rc.num_cpus != 1 else ''}"
@@ -190,6 +206,24 @@ class ActorPool:
         except BaseException:  # a constructor that raised, an interrupt: leave no actor or group behind
             self.close()
             raise
+
+    def _first_pings(self, t0: float) -> list[dict]:
+        """Every worker's first answer; one that died while it started (Ray restarts it) counts a restart."""
+        refs = [x.ping.remote() for x in self.workers]
+        info: list[dict] = []
+        for r, ref in enumerate(refs):
+            left = max(self.rc.start_timeout_s - (time.perf_counter() - t0), 1.0)
+            try:
+                info.append(self.ray.get(ref, timeout=left))
+            except self.ray.exceptions.RayActorError as exc:
+                self.restarts[r] += 1
+                if self.restarts[r] > self.rc.max_restarts:
+                    raise RuntimeError(f"{self.kind} {r} died while starting and has no restarts left "
+                                       f"(ray.max_restarts = {self.rc.max_restarts}): {type(exc).__name__}") from exc
+                say(f"{self.kind} {r} died while starting; restarting it (restart {self.restarts[r]} of at most "
+                     f"{self.rc.max_restarts})")
+                info.append(self._wait_alive(r))
+        return info
 
     def _placed(self) -> None:
         """The workers are starting (their constructors run): start other actors of ``self.plan`` here."""
@@ -214,6 +248,11 @@ class ActorPool:
     def _restarted(self, r: int) -> None:
         """Worker ``r`` is a fresh process (its state is what its constructor made)."""
 
+    def _repair(self, r: int, exc: StaleWorker, what: str) -> None:
+        """Worker ``r`` answered ``what`` with :class:`StaleWorker`: make it hold what the call needs (a pool
+        whose workers keep no state between calls has nothing to repair: the error stands)."""
+        raise exc
+
     def _wait_alive(self, r: int) -> dict:
         deadline = time.monotonic() + self.rc.start_timeout_s
         while True:
@@ -236,6 +275,9 @@ class ActorPool:
                 results[r] = self.ray.get(done[0])
             except self.ray.exceptions.RayActorError as exc:
                 self._recover(r, exc, what)
+                refs[replay(r)] = r
+            except StaleWorker as exc:  # Ray raises the worker's exception as an instance of its class
+                self._repair(r, exc, what)
                 refs[replay(r)] = r
         return results
 

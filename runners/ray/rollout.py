@@ -56,7 +56,7 @@ from cogym.agents.policy import Policy
 from cogym.runners.config.schema import Config
 from cogym.runners.config.validate import league_policy
 from cogym.runners.ray.learners import LearnerWorker, RemoteLearner
-from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say
+from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say, StaleWorker
 from cogym.runners.ray.weights import attach, check, read, ShmWeights, WeightSlots
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
 from cogym.runners.rollout.agents import model_agent
@@ -81,10 +81,13 @@ class RolloutWorker:
         self.system = {role: p.system for role, p in cfg.prompts.items()}
         self.members: dict = {}  # league member name -> its agent (a frozen copy of the league policy)
         self.segments: dict = {}  # the driver's shared-memory segments this worker has attached
+        self.boot = os.urandom(8).hex()  # this process's start: a restart (seen or not by the driver) has another
 
     def ping(self) -> dict:
-        """Alive: the process id and the weight version of every policy."""
-        return {"pid": os.getpid(), "versions": self.versions(), "node": node_ip()}
+        """Alive: the process id, this start's token, the weight version of every policy and the league
+        members held."""
+        return {"pid": os.getpid(), "boot": self.boot, "versions": self.versions(), "node": node_ip(),
+                "members": sorted(self.members)}
 
     def sees(self, segment: str, token: bytes) -> bool:
         """Whether the driver's shared-memory segment ``segment`` is here and holds ``token`` (this
@@ -107,7 +110,12 @@ class RolloutWorker:
         for pid, w in zip(pids, weights):
             backend = self.run.policies[pid].backend
             if isinstance(w, ShmWeights):
-                backend.load_weights(read(w, self.segments), versions[pid])
+                try:
+                    state = read(w, self.segments)
+                except FileNotFoundError:  # e.g. restarted on another machine since the driver last looked
+                    raise StaleWorker(f"rollout worker {self.index} cannot open the driver's shared memory "
+                                      f"{w.segment}", self.ping(), shm=False) from None
+                backend.load_weights(state, versions[pid])
                 check(w, self.segments)
             else:
                 backend.load_weights(from_wire(w), versions[pid])
@@ -136,8 +144,10 @@ class RolloutWorker:
         (each game's league opponent or None, the league's seats)."""
         mine = self.versions()
         wrong = {pid: (mine.get(pid), v) for pid, v in versions.items() if mine.get(pid) != v}
-        if wrong:
-            raise RuntimeError(f"rollout worker {self.index} holds weight versions {mine}, the rollout needs {versions}")
+        lacking = sorted({o for o in league[0] if o is not None} - set(self.members)) if league is not None else []
+        if wrong or lacking:
+            raise StaleWorker(f"rollout worker {self.index} holds weight versions {mine}, the rollout needs {versions}"
+                              + (f"; it lacks league members {lacking}" if lacking else ""), self.ping())
         torch.manual_seed(sampling_seed(self.cfg.run.seed, iteration))
         self.run.reseed_scripted(iteration, self.index)
         games = [self.run.games[g] for g in indices]
@@ -168,6 +178,7 @@ class RayRollout(ActorPool):
         super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
                          n_learners=len(self._trained))
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
+        self.stale = [0] * len(self.workers)  # per worker: repairs in a row without a restart (StaleWorker)
         # policy -> version -> Sent (the newest max_staleness + 1): an object ref and/or shared memory
         self._weights: dict[str, dict[int, Sent]] = {}
         self.local: set[int] = set()  # the workers that load the driver's weights from shared memory
@@ -342,6 +353,8 @@ class RayRollout(ActorPool):
                 self.held[r] = dict(self.ray.get(ref))
             except self.ray.exceptions.RayActorError as exc:
                 self._recover(r, exc, f"a weight sync to {versions}")
+            except StaleWorker as exc:
+                self._repair(r, exc, f"a weight sync to {versions}")
 
     def _finish_loads(self) -> None:
         """Wait for the loads :meth:`sync` queued; a worker that died meanwhile is restarted and loaded."""
@@ -352,15 +365,46 @@ class RayRollout(ActorPool):
             except self.ray.exceptions.RayActorError as exc:
                 self._recover(r, exc, f"a weight sync to {versions}")
                 self._load_into(r, versions)
+            except StaleWorker as exc:
+                self._repair(r, exc, f"a weight sync to {versions}")
+                self._load_into(r, versions)
 
     def _restarted(self, r: int) -> None:
         self.held[r] = dict(self.info[r]["versions"])
-        self.members_held[r] = set()
+        self.members_held[r] = set(self.info[r].get("members", ()))
+        self.stale[r] = 0
         self._loading.pop(r, None)
         if self._shm_ok:  # the new process may be on another machine
             self.local.discard(r)
             if self._sees_shm(r):
                 self.local.add(r)
+
+    def _repair(self, r: int, exc: StaleWorker, what: str) -> None:
+        """Worker ``r`` answered with state other than the driver's record (:class:`StaleWorker`). A new
+        process (Ray restarted it between two calls, before the driver saw it die) counts as a restart;
+        either way the driver takes what the worker says it holds, and the caller loads what it lacks and
+        calls again. The same worker stale again without a restart, more than ``ray.max_restarts`` times
+        in a row, stops the run (something other than a restart keeps it stale)."""
+        held, old = exc.held, self.info[r]
+        if held.get("boot") != old.get("boot"):
+            self.restarts[r] += 1
+            if self.restarts[r] > self.rc.max_restarts:
+                raise RuntimeError(f"{self.kind} {r} was restarted during {what} and has no restarts left "
+                                   f"(ray.max_restarts = {self.rc.max_restarts})") from exc
+            say(f"{self.kind} {r} (pid {old.get('pid')}) was restarted by Ray before the driver saw it die "
+                 f"(now pid {held.get('pid')}; restart {self.restarts[r]} of at most {self.rc.max_restarts}); "
+                 f"sending it the weights of {what} again")
+            self.info[r] = held
+            self._restarted(r)
+        else:
+            self.stale[r] += 1
+            if self.stale[r] > self.rc.max_restarts:
+                raise RuntimeError(f"{self.kind} {r} is still stale after {self.rc.max_restarts} repairs: {exc}") from exc
+            say(f"{exc}; sending it what it lacks for {what} again")
+            self.held[r] = dict(held["versions"])
+            self.members_held[r] = set(held.get("members", ()))
+        if not exc.shm:
+            self.local.discard(r)
 
     def _members_into(self, r: int, plan: LeaguePlan | None, share: list[int], versions: dict[str, int]) -> None:
         """Worker ``r`` holds the league members its ``share`` of games plays against (each member's weights
@@ -416,6 +460,7 @@ class RayRollout(ActorPool):
             return self.workers[r].rollout.remote(*pending.calls[r])
 
         results = self.gather(pending.refs, replay, pending.what)
+        self.stale = [0] * len(self.workers)
         order = [r for r in range(len(self.workers)) if pending.shares[r]]
         return gather_rollouts([results[r] for r in order], [pending.shares[r] for r in order])
 

@@ -47,7 +47,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cogym.agents.conversation import continuity_breaks
-from cogym.core.errors import GameStepError
+from cogym.core.errors import GameStepError, LearnerDied
 from cogym.learners import torch_dist as dist
 
 from cogym.runners.train.build import Run, build
@@ -113,7 +113,21 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(cfg, run_path, start_it, ckpt, t_start, progress)
+        restarts = 0
+        while True:
+            try:
+                return _train(cfg, run_path, start_it, ckpt, t_start, progress, restarts)
+            except LearnerDied as exc:  # Ray only: a learner actor died with its optimizer state
+                ckpt = last_checkpoint(run_path)
+                if ckpt is None or restarts >= cfg.ray.max_restarts:
+                    why = ("no checkpoint to resume from yet (run.checkpoint_every)" if ckpt is None else
+                           f"ray.max_restarts = {cfg.ray.max_restarts} resumes were used")
+                    raise LearnerDied(f"{exc}; {why}: the run stops (`cogym train --resume {run_path}` continues "
+                                      "from its last checkpoint)") from exc
+                restarts += 1
+                start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
+                print(f"[ray] {exc}: resuming from checkpoint {ckpt.name} with new actors (resume {restarts} of at "
+                      f"most {cfg.ray.max_restarts})", file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -181,21 +195,22 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
     return rec
 
 
-def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool) -> dict:
+def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
+           restarts: int = 0) -> dict:
     pool = None
     if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray/rollout.py)
         from cogym.runners.ray.rollout import RayRollout
 
         pool = RayRollout(cfg, ckpt)
     try:
-        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool)
+        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool, restarts)
     finally:
         if pool is not None:
             pool.close()
 
 
 def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
-          pool) -> dict:
+          pool, learner_restarts: int = 0) -> dict:
     run = _restore(cfg, ckpt, pool.learners if pool is not None and pool.learners else None)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg, run.roles, start_it, main)
@@ -274,6 +289,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
             summary.update(hook.summary())
         if pool is not None:
             summary.update(pool.summary())
+            if pool.learners:
+                summary["ray_learner_restarts"] = learner_restarts
     finally:
         summary["wall_s"] = round(time.time() - t_start, 1)
         sinks.close()

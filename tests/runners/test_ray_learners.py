@@ -1,6 +1,7 @@
 """Learners on Ray (ray.learners: colocated | separate): each trained policy's learner in an actor of the
 rollout workers' placement group trains as the driver would, through a killed driver and --resume, with
-LoRA adapters, ZeRO-3 and one-step off-policy; a dead learner actor stops the run with a resume hint.
+LoRA adapters, ZeRO-3 and one-step off-policy; a learner actor killed mid-update resumes the run from its
+checkpoint by itself.
 On a local 2-CPU cluster with the tiny model (tests/runners/ray_runs.py: the shrunken config)."""
 
 from __future__ import annotations
@@ -32,41 +33,48 @@ def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cl
                                                   bundles, kill, monkeypatch, capsys) -> None:
     """ray.learners colocated/separate: each trained policy's learner in an actor of the workers'
     placement group (sharing a worker's bundle, or in one of its own). The same updates and evaluations
-    (the driver's copies take the actors' weights) as in-process learners; colocated, also after a driver
-    killed in iteration 3 and --resume (the actors load the checkpoint's learner state). Separate actors
-    killed and resumed: the LoRA test below."""
+    (the driver's copies take the actors' weights) as in-process learners. Colocated, the solver's actor
+    is also SIGKILLed as its second update starts (its optimizer state dies with it): the run resumes by
+    itself from the checkpoint of iteration 1 with new actors (which load the checkpoint's learner state)
+    and ends as the uninterrupted run. A driver killed and --resume: the LoRA test below."""
     from ray.util import placement_group_table
 
     from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.ray.learners import RemoteLearner
 
-    submit = ray_rollout.RayRollout.submit
+    submit, start_update = ray_rollout.RayRollout.submit, RemoteLearner.start_update
     seen: dict = {}
+    killed: list[int] = []
 
     def look_in_iteration_3(self, *args, **kwargs):
         if kwargs.get("iteration") == 3 and not seen:
             groups = [g for g in placement_group_table().values() if g["state"] == "CREATED"]
             seen.update(bundles=[len(g["bundles"]) for g in groups], learners=dict(self.learners))
-            if kill:
-                raise KeyboardInterrupt  # as a kill would, mid-run
         return submit(self, *args, **kwargs)
 
+    def kill_then_update(self, turns):
+        if kill and self.pid == "solver" and self.steps == 1 and not killed:
+            killed.append(self.info["pid"])
+            os.kill(self.info["pid"], signal.SIGKILL)
+        return start_update(self, turns)
+
     cfg = small_config(tmp_path, "run.backend=ray", f"ray.learners={where}", "eval.declared=true", "run.eval_every=2",
-               "run.checkpoint_every=1", *ONE_THREAD)
+                       "run.checkpoint_every=1", *ONE_THREAD)
     monkeypatch.setattr(ray_rollout.RayRollout, "submit", look_in_iteration_3)
-    if kill:
-        with pytest.raises(KeyboardInterrupt):
-            train(cfg, tmp_path / "run", progress=False)
-    else:
-        summary = train(cfg, tmp_path / "run", progress=False)
+    monkeypatch.setattr(RemoteLearner, "start_update", kill_then_update)
+    summary = train(cfg, tmp_path / "run", progress=False)
+    err = capsys.readouterr().err
     assert seen["bundles"] == [bundles]  # the workers and the learner actors in one group
     assert sorted(seen["learners"]) == ["proposer", "solver"]
     assert {lr.info["pid"] for lr in seen["learners"].values()}.isdisjoint({os.getpid()})
-    assert f"2 learner actors ({where}) ready" in capsys.readouterr().err
+    assert f"2 learner actors ({where}) ready" in err
     saved = tmp_path / "run" / "checkpoints" / "step_000002" / "learners" / "solver"
     assert json.loads((saved / "state.json").read_text())["steps"] == 2  # written by the actor
     if kill:
-        monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
-        summary = train(cfg, tmp_path / "run", resume=True, progress=False)
+        assert killed
+        assert (f"the learner actor of policy 'solver' (pid {killed[0]}) died during update 2: resuming from "
+                "checkpoint step_000001 with new actors (resume 1 of at most 3)") in err
+    assert summary["ray_learner_restarts"] == (1 if kill else 0)
     assert summary["iterations"] == 3 and summary["engines"] == ["torch"]
     assert metric_rows(tmp_path / "run") == one_thread_reference
 
@@ -124,19 +132,28 @@ def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver
     assert [r["ray/sync_bytes"] for r in runs["actors"]] == [r["ray/sync_bytes"] for r in runs["driver"]]
 
 
-def test_a_dead_learner_actor_stops_the_run_with_a_resume_hint(local_cluster, tmp_path: Path, monkeypatch) -> None:
-    from cogym.runners.ray.learners import RemoteLearner
+def test_a_learner_death_without_a_checkpoint_or_resumes_left_stops_with_the_resume_hint(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """The loop around the training (no Ray needed: the run is a stand-in that loses a learner actor)."""
+    from cogym.core.errors import LearnerDied
+    from cogym.runners.train import loop
 
-    start_update = RemoteLearner.start_update
+    calls: list[int] = []
 
-    def kill_then_update(self, turns):
-        if self.pid == "solver" and self.steps == 1:
-            os.kill(self.info["pid"], signal.SIGKILL)
-        return start_update(self, turns)
+    def dies(cfg, run_path, start_it, ckpt, t_start, progress, restarts):
+        calls.append(start_it)
+        raise LearnerDied("the learner actor of policy 'solver' (pid 1) died during update 2")
 
-    monkeypatch.setattr(RemoteLearner, "start_update", kill_then_update)
-    with pytest.raises(RuntimeError, match=r"learner actor of policy 'solver' \(pid \d+\) died during update 2;.*"
-                                           r"cogym train --resume"):
-        train(small_config(tmp_path, "run.backend=ray", "ray.learners=colocated", *ONE_THREAD), tmp_path / "run",
-              progress=False)
-
+    monkeypatch.setattr(loop, "_train", dies)
+    cfg = small_config(tmp_path, "ray.max_restarts=2")
+    with pytest.raises(LearnerDied, match=r"died during update 2; no checkpoint to resume from yet.*cogym train --resume"):
+        train(cfg, tmp_path / "a", progress=False)
+    assert calls == [1]
+    ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 4}))
+    monkeypatch.setattr(loop, "last_checkpoint", lambda run_path: ckpt)
+    calls.clear()
+    with pytest.raises(LearnerDied, match=r"ray.max_restarts = 2 resumes were used: the run stops"):
+        train(cfg, tmp_path / "b", progress=False)
+    assert calls == [1, 5, 5]  # the run, then two resumes from iteration 4's checkpoint
