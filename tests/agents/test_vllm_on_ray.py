@@ -56,6 +56,7 @@ def local(tmp_path_factory) -> list[dict]:
     return _rows(out / "run")
 
 
+@pytest.mark.extended  # ~6 min of a 2-core suite: four vLLM engines start; docs/testing.md
 def test_vllm_in_two_ray_workers_plays_the_games_of_one_process_though_one_is_killed(local, local_cluster, tmp_path: Path,
                                                                                      monkeypatch, capsys) -> None:
     """Two workers, each with its own engine; worker 1 is SIGKILLed mid-rollout in iteration 2. It is

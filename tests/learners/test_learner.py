@@ -355,6 +355,7 @@ def test_deepspeed_reports_grad_norm_like_torch(ds_cpu, policy):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the first use builds DeepSpeed's CPU Adam (C++, ~100 s on 2 cores); docs/testing.md
 @pytest.mark.parametrize("zero_stage, offload_optimizer, offload_params", [
     (1, True, False), (2, True, False), (3, True, True), (3, False, True),
 ])
@@ -385,6 +386,19 @@ def test_cpu_offload_from_config_takes_the_torch_step(ds_cpu, tiny_model_dir, ze
             after[key] = _snapshot(p.model)
     for n, v in after["offload"].items():
         torch.testing.assert_close(v, after["torch"][n], atol=1e-5, rtol=0, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("offload_optimizer, offload_params", [(True, False), (False, True), (True, True)])
+def test_offload_settings_reach_the_deepspeed_config(offload_optimizer: bool, offload_params: bool) -> None:
+    """The learner config's offload switches as DeepSpeed reads them (the offloaded step itself, which
+    builds DeepSpeed's CPU Adam: the extended test above)."""
+    from cogym.learners.engines import deepspeed_config
+
+    cfg = LearnerConfig.from_flat(engine="deepspeed", zero_stage=3, offload_optimizer=offload_optimizer,
+                                  offload_params=offload_params)
+    zero = deepspeed_config(cfg)["zero_optimization"]
+    assert zero.get("offload_optimizer") == ({"device": "cpu"} if offload_optimizer else None)
+    assert zero.get("offload_param") == ({"device": "cpu"} if offload_params else None)
 
 
 @pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])

@@ -241,6 +241,7 @@ def test_resume_replays_the_league_exactly(league_run, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # four `cogym train` processes; docs/testing.md
 def test_nproc_2_plays_the_league_and_resumes_exactly(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}

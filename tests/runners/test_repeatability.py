@@ -20,6 +20,7 @@ import pytest
 
 from tests.processes import sigkill_once_written
 
+pytestmark = pytest.mark.extended  # four `cogym train` processes of the full default config; docs/testing.md
 COGYM = Path(sys.executable).with_name("cogym")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements
 ITERATIONS = 5  # the drift this guards against showed from iteration 4
