@@ -139,20 +139,23 @@ class Killer(threading.Thread):
         self.trial.kills.append(f"{what}: {title or '?'} pid {p.pid} at {time.monotonic() - self.t0:.1f} s")
         return True
 
-    def wait_for(self, title: str, exact: bool = False, deadline: float = 60.0) -> psutil.Process | None:
-        """A worker whose title is (or starts with) ``title``, polled every millisecond or so."""
+    def wait_for(self, title: str, exact: bool = False, deadline: float = 60.0, least: int = 1) -> psutil.Process | None:
+        """A worker whose title is (or starts with) ``title``, polled every millisecond or so; ``least``: only
+        once that many workers are up (past their constructors)."""
         end = time.monotonic() + deadline
         while self.alive() and time.monotonic() < end:
-            for p in actors(self.proc.pid, "ray::RolloutWorker"):
-                s = state(p)
-                if (s == title) if exact else s.startswith(title):
-                    return p
+            ws = [(p, state(p)) for p in actors(self.proc.pid, "ray::RolloutWorker")]
+            if sum(not s.endswith("__init__") for _, s in ws) >= least:
+                for p, s in ws:
+                    if (s == title) if exact else s.startswith(title):
+                        return p
             time.sleep(0.001)
         return None
 
     def run(self) -> None:
-        time.sleep(self.rng.uniform(0.0, 2.0))
         for kind in self.trial.kinds:
+            # a moment anywhere in the run: the kinds that wait for a state meet it in a later iteration too
+            time.sleep(self.rng.uniform(0.0, self.budget_s * 0.6 / len(self.trial.kinds)))
             if not self.alive():
                 self.trial.missed.append(f"{kind} (the run had ended)")
                 continue
@@ -168,11 +171,12 @@ class Killer(threading.Thread):
                 p = self.wait_for("ray::RolloutWorker", exact=True)
                 done = p is not None and self.kill(p, kind)
             elif kind == "restarting":
-                first = self.wait_for("ray::RolloutWorker")
-                if first is not None and self.kill(first, "restarting (first)"):
-                    time.sleep(self.rng.uniform(0.0, 0.5))  # the first is being restarted
+                first = self.wait_for("ray::RolloutWorker", least=2)  # both up: one can die while the other restarts
+                if first is not None:
                     others = [p for p in actors(self.proc.pid, "ray::RolloutWorker") if p.pid != first.pid]
-                    done = bool(others) and self.kill(self.rng.choice(others), "restarting (second)")
+                    if self.kill(first, "restarting (first)") and others:
+                        time.sleep(self.rng.uniform(0.0, 0.5))  # the first is being restarted
+                        done = self.kill(self.rng.choice(others), "restarting (second)")
             elif kind == "any":
                 time.sleep(self.rng.uniform(0.0, self.budget_s / 2))
                 ws = actors(self.proc.pid, "ray::RolloutWorker")
