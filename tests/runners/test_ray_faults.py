@@ -135,6 +135,6 @@ def test_the_fault_script_kills_from_outside_and_every_trial_ends_as_the_uninter
                           "--seed", "5", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     report = json.loads((tmp_path / "report.json").read_text())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert report["trials"] == 1 and report["crashes"] == 0 and report["different"] == 0
-    assert report["kills"] >= 1, out.stdout  # at least one kill landed (a moment can pass before it comes)
-    assert "1 trials, " in out.stdout
+    assert report["faulted"] == 1 and report["crashes"] == 0 and report["different"] == 0
+    assert report["kills"] >= 1 and report["trials"] <= 3, out.stdout
+    assert "with a kill that landed" in out.stdout
