@@ -216,6 +216,8 @@ class ActorPool:
             try:
                 info.append(self.ray.get(ref, timeout=left))
             except self.ray.exceptions.RayActorError as exc:
+                if getattr(exc, "actor_init_failed", False):  # its constructor raised: a restart would too
+                    raise
                 self.restarts[r] += 1
                 if self.restarts[r] > self.rc.max_restarts:
                     raise RuntimeError(f"{self.kind} {r} died while starting and has no restarts left "

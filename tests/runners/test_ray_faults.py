@@ -138,3 +138,25 @@ def test_the_fault_script_kills_from_outside_and_every_trial_ends_as_the_uninter
     assert report["faulted"] == 1 and report["crashes"] == 0 and report["different"] == 0
     assert report["kills"] >= 1 and report["trials"] <= 3, out.stdout
     assert "with a kill that landed" in out.stdout
+
+
+class _Broken:
+    """A worker whose constructor raises (a game or a config that fails inside the worker)."""
+
+    def __init__(self, index: int) -> None:
+        raise ValueError(f"worker {index}: the game could not be built")
+
+    def ping(self) -> dict:
+        return {"pid": os.getpid()}
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_whose_constructor_raises_stops_the_pool_at_once(local_cluster, tmp_path: Path) -> None:
+    """Not mistaken for a worker that died while starting (which is waited for, up to ray.start_timeout_s):
+    a constructor that raised would raise again, so its error stops the pool at once."""
+    from cogym.runners.ray.pool import ActorPool
+
+    rc = small_config(tmp_path, "run.backend=ray", "ray.start_timeout_s=600").ray
+    # (the workers cannot import this test module by name, which fails their constructors the same way)
+    with pytest.raises(ray.exceptions.RayActorError, match="error raised in its creation task"):
+        ActorPool(rc, _Broken, lambda i: (i,), kind="broken worker")
