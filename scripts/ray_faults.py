@@ -184,9 +184,9 @@ class Killer(threading.Thread):
                     if self.kill(first, "restarting (first)") and others:
                         time.sleep(self.rng.uniform(0.0, 0.5))  # the first is being restarted
                         done = self.kill(self.rng.choice(others), "restarting (second)")
-            elif kind == "any":
-                ws = actors(self.proc.pid, "ray::RolloutWorker")
-                done = bool(ws) and self.kill(self.rng.choice(ws), kind)
+            elif kind == "any":  # the first worker seen (in whatever state) after the moment
+                p = self.wait_for("ray::RolloutWorker")
+                done = p is not None and self.kill(p, kind)
             elif kind == "learner":
                 end = time.monotonic() + 60
                 p = None
