@@ -220,7 +220,7 @@ def run_once(run_dir: Path, a, trial: Trial | None, rng: random.Random | None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                  epilog="Kinds of moment: " + ", ".join(KINDS) + " (and learner, with --learners).")
     ap.add_argument("--trials", type=int, default=20,
                     help="fault runs in which at least one kill landed (default 20; at most 3x as many runs in all)")
