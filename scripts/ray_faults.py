@@ -101,15 +101,7 @@ def actors(root: int, title: str) -> list[psutil.Process]:
         kids = psutil.Process(root).children(recursive=True)
     except psutil.Error:
         return []
-    out = []
-    for p in kids:
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if cmd and cmd[0].startswith(title):
-            out.append(p)
-    return out
+    return [p for p in kids if state(p).startswith(title)]
 
 
 def state(p: psutil.Process) -> str:
@@ -141,16 +133,17 @@ class Killer(threading.Thread):
         self.trial.kills.append(f"{what}: {title or '?'} pid {p.pid} at {time.monotonic() - self.t0:.1f} s")
         return True
 
-    def wait_for(self, title: str, exact: bool = False, deadline: float = 60.0, least: int = 1) -> psutil.Process | None:
-        """A worker whose title is (or starts with) ``title``, polled every millisecond or so; ``least``: only
-        once that many workers are up (past their constructors)."""
+    def wait_for(self, title: str, exact: bool = False, deadline: float = 60.0, least: int = 1,
+                 among: str = "ray::RolloutWorker") -> psutil.Process | None:
+        """An actor of class ``among`` whose title is (or starts with) ``title``, polled every millisecond or
+        so; ``least``: only once that many of them are up (past their constructors)."""
         end = time.monotonic() + deadline
         procs, listed = [], 0.0
         while self.alive() and time.monotonic() < end:
             if time.monotonic() - listed > 0.05:  # the process list is slow to walk; the titles are not
-                procs, listed = actors(self.proc.pid, "ray::RolloutWorker"), time.monotonic()
+                procs, listed = actors(self.proc.pid, among), time.monotonic()
             ws = [(p, state(p)) for p in procs]
-            if sum(s.startswith("ray::RolloutWorker") and not s.endswith("__init__") for _, s in ws) >= least:
+            if sum(s.startswith(among) and not s.endswith("__init__") for _, s in ws) >= least:
                 for p, s in ws:
                     if (s == title) if exact else s.startswith(title):
                         return p
@@ -188,11 +181,7 @@ class Killer(threading.Thread):
                 p = self.wait_for("ray::RolloutWorker")
                 done = p is not None and self.kill(p, kind)
             elif kind == "learner":
-                end = time.monotonic() + 60
-                p = None
-                while p is None and self.alive() and time.monotonic() < end:
-                    p = next((q for q in actors(self.proc.pid, "ray::LearnerWorker.update")), None)
-                    time.sleep(0.001)
+                p = self.wait_for("ray::LearnerWorker.update", among="ray::LearnerWorker")
                 done = p is not None and self.kill(p, kind)
             if not done:
                 self.trial.missed.append(kind)

@@ -218,10 +218,7 @@ class ActorPool:
             except self.ray.exceptions.RayActorError as exc:
                 if getattr(exc, "actor_init_failed", False):  # its constructor raised: a restart would too
                     raise
-                self.restarts[r] += 1
-                if self.restarts[r] > self.rc.max_restarts:
-                    raise RuntimeError(f"{self.kind} {r} died while starting and has no restarts left "
-                                       f"(ray.max_restarts = {self.rc.max_restarts}): {type(exc).__name__}") from exc
+                self._count_restart(r, exc, "died while starting")
                 say(f"{self.kind} {r} died while starting; restarting it (restart {self.restarts[r]} of at most "
                      f"{self.rc.max_restarts})")
                 info.append(self._wait_alive(r))
@@ -233,13 +230,17 @@ class ActorPool:
     def _started(self) -> None:
         """The workers are up: wait for the actors :meth:`_placed` started (GetTimeoutError past the timeout)."""
 
+    def _count_restart(self, r: int, exc: Exception, how: str) -> None:
+        """One more restart of worker ``r`` (``how``: what happened to it); past ``ray.max_restarts``, the run stops."""
+        self.restarts[r] += 1
+        if self.restarts[r] > self.rc.max_restarts:
+            raise RuntimeError(f"{self.kind} {r} {how} and has no restarts left "
+                               f"(ray.max_restarts = {self.rc.max_restarts}): {type(exc).__name__}") from exc
+
     def _recover(self, r: int, exc: Exception, what: str) -> None:
         """Worker ``r`` died: wait for Ray to restart it, or fail when it has used its restarts."""
-        self.restarts[r] += 1
         pid = self.info[r].get("pid")
-        if self.restarts[r] > self.rc.max_restarts:
-            raise RuntimeError(f"{self.kind} {r} (pid {pid}) died during {what} and has no restarts left "
-                               f"(ray.max_restarts = {self.rc.max_restarts}): {type(exc).__name__}") from exc
+        self._count_restart(r, exc, f"(pid {pid}) died during {what}")
         say(f"{self.kind} {r} (pid {pid}) died during {what}; restarting it "
              f"(restart {self.restarts[r]} of at most {self.rc.max_restarts})")
         t0 = time.perf_counter()

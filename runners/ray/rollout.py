@@ -387,10 +387,7 @@ class RayRollout(ActorPool):
         in a row, stops the run (something other than a restart keeps it stale)."""
         held, old = exc.held, self.info[r]
         if held.get("boot") != old.get("boot"):
-            self.restarts[r] += 1
-            if self.restarts[r] > self.rc.max_restarts:
-                raise RuntimeError(f"{self.kind} {r} was restarted during {what} and has no restarts left "
-                                   f"(ray.max_restarts = {self.rc.max_restarts})") from exc
+            self._count_restart(r, exc, f"was restarted during {what}")
             say(f"{self.kind} {r} (pid {old.get('pid')}) was restarted by Ray before the driver saw it die "
                  f"(now pid {held.get('pid')}; restart {self.restarts[r]} of at most {self.rc.max_restarts}); "
                  f"sending it the weights of {what} again")
