@@ -45,6 +45,7 @@ class Server:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     server.attempts += 1
                     server.times.append(time.monotonic())
+                self.counted = True
                 try:
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                     with server.lock:
@@ -52,8 +53,7 @@ class Server:
                         server.auth.append(self.headers.get("Authorization"))
                     server.answer(self, body)
                 finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    server.done(self)
 
             def log_message(self, *args):
                 pass
@@ -62,6 +62,14 @@ class Server:
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def done(self, handler: BaseHTTPRequestHandler) -> None:
+        """A request stops counting as in flight once its reply is ready: the client may send its next
+        request as soon as it has read the reply, before this handler's thread runs again."""
+        with self.lock:
+            if handler.counted:
+                handler.counted = False
+                self.in_flight -= 1
 
     def answer(self, handler: BaseHTTPRequestHandler, body: dict) -> None:
         if self.delay:
@@ -87,6 +95,7 @@ class Server:
             data, status = json.dumps({"choices": []}).encode(), 200
         else:
             data, status = json.dumps({"choices": [{"message": {"role": "assistant", "content": self.reply}}]}).encode(), 200
+        self.done(handler)
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
