@@ -21,6 +21,9 @@ in a process of its own:
   (``ray.learners``), sharing the worker's bundle of all the cores (they take turns: sync mode's
   layout) or in bundles of their own, one core for the worker and one for each learner actor
   (one-step's layout).
+* ``..., learner group 1`` / ``learner group 2`` (1 worker, learners separate, one torch thread a
+  process): each trained policy's learner as one actor, and as a data-parallel group of two
+  (``ray.learner_workers``), each policy's update spread over two processes.
 
 A mode's figure is the median of its ``iteration_s`` (an iteration's wall time: rollout or the wait
 for it, update, weight sync) over iterations 2.. (the first one compiles and warms caches). The
@@ -31,8 +34,9 @@ Part 2, weight sync. For each ``--sync-models`` model (``tiny``; ``qwen-100m``: 
 of 100.6M parameters with Qwen2.5's tokenizer, built as ``benchmarks/memory.py`` builds it), two
 rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a new version
 ``--sync-repeats`` times, through shared memory (``ray.weight_sync: auto``: the workers are on the
-driver's machine) and through the object store: the median wall time of one sync (the weights written
-or put once, every worker loads), the bytes of one copy and the rate.
+driver's machine), through the object store, and through a collective group (``collective``: one
+broadcast from the driver, gloo on CPU): the median wall time of one sync (the weights written, put
+or broadcast once, every worker loads), the bytes of one copy and the rate.
 
     python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
                                       [--gpu] [--match REGEX] [--set KEY=VALUE ...] [--repeats R]
@@ -121,6 +125,12 @@ def modes(workers: list[int], cores: int) -> list[tuple[str, list[str]]]:
         out.append(("ray one_step, 1w, learners separate", ["run.backend=ray", "ray.num_rollout_workers=1",
                                                              "ray.num_cpus=1", "ray.learners=separate",
                                                              "ray.learner_num_cpus=1", "run.async=one_step"]))
+        # learner groups (ray.learner_workers): each policy's learner as 1 actor, then as 2 in one
+        # torch.distributed group, each actor one torch thread, in bundles of their own
+        group = ["run.backend=ray", "ray.num_rollout_workers=1", f"ray.num_cpus={cores}", "ray.learners=separate",
+                 "run.threads=1"]
+        out.append(("ray sync, 1w, learner group 1", [*group, "ray.learner_workers=1", "ray.learner_num_cpus=1"]))
+        out.append(("ray sync, 1w, learner group 2", [*group, "ray.learner_workers=2", "ray.learner_num_cpus=0.5"]))
     return out
 
 
@@ -176,6 +186,11 @@ def iteration_table(iterations: int, workers: list[int], out: Path, gpu: bool = 
         col, sep = by["ray sync, 1w, learners colocated"]["iter_s"], by["ray one_step, 1w, learners separate"]["iter_s"]
         print(f"learner actors: sync colocated {100 * (col / base - 1):+.1f}% over in-process; "
               f"one_step separate {col / sep:.2f}x the iterations/s of sync colocated")
+    if "ray sync, 1w, learner group 1" in by and "ray sync, 1w, learner group 2" in by:
+        one, two = by["ray sync, 1w, learner group 1"], by["ray sync, 1w, learner group 2"]
+        print(f"learner groups: 2 actors a policy take {two['update_s'] / one['update_s']:.2f}x the update time of 1 "
+              f"({two['update_s']:.2f} s against {one['update_s']:.2f} s), {two['iter_s'] / one['iter_s']:.2f}x its "
+              "iteration time" + spread("ray sync, 1w, learner group 2"))
     return results
 
 
@@ -206,7 +221,7 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
     print(f"{'model':<14}{'params':>10}{'MB':>9}{'via':>15}{'sync s':>9}{'MB/s':>9}")
     for name in models:
         model = _model_dir(name, out)
-        for via in ("auto", "object_store"):
+        for via in ("auto", "object_store", "collective"):
             print(f"[bench] sync {name}, {via}", file=sys.stderr, flush=True)
             cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
                               [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
@@ -219,10 +234,11 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
             try:
                 times, sent = [], 0.0
                 for version in range(1, repeats + 1):
+                    policy.backend.load_weights(None, version)  # the driver's copy is now this version
                     m = pool.sync(run.policies, {"solver": version})
                     times.append(m["ray/sync_s"])
                     sent = m["ray/sync_bytes"]
-                shown = "shared memory" if pool.local else "object store"
+                shown = "collective" if via == "collective" else "shared memory" if pool.local else "object store"
             finally:
                 pool.close()
                 ray.shutdown()

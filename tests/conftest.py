@@ -39,7 +39,8 @@ LONG_FILES = (
     "runners/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
     "runners/test_league.py", "runners/test_repeatability.py", "runners/test_tournament.py",
     "runners/test_evaluation.py", "runners/test_build_reasoner.py", "runners/test_runners_kill_resume.py",
-    "envs/test_openspiel.py", "envs/test_textarena.py",
+    "envs/test_openspiel.py", "envs/test_textarena.py", "runners/test_ray_learner_groups.py",
+    "runners/test_ray_collective.py",
 )
 
 
@@ -60,6 +61,11 @@ def pytest_collection_modifyitems(session, config, items) -> None:
             return len(LONG_FILES)
 
     items.sort(key=key)  # stable: within a file, and among the other files, the order stays
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (scripts/gpu_check.sh runs these on a GPU machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

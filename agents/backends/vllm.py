@@ -105,6 +105,33 @@ def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: 
     return args
 
 
+class Sleeper:
+    """vLLM's sleep mode for an engine that shares its GPU with a learner (Ray, ``ray.learners:
+    colocated``): :meth:`sleep` moves the weights to CPU memory and drops the KV cache (level 1), which
+    frees most of the engine's GPU memory for the update; :meth:`wake` takes it back. Only on CUDA (vLLM
+    supports it there, and the engine must have started with ``enable_sleep_mode``); elsewhere both do
+    nothing. Generating or loading weights wakes a sleeping engine first."""
+
+    asleep = False
+
+    def _sleepy_llm(self):  # the started engine, or None
+        return None
+
+    def sleep(self) -> bool:
+        """Release the engine's GPU memory; whether it did (False: no engine yet, no CUDA, or asleep)."""
+        llm = self._sleepy_llm()
+        if llm is None or self.asleep or not torch.cuda.is_available():
+            return False
+        llm.sleep(level=1)
+        self.asleep = True
+        return True
+
+    def wake(self) -> None:
+        if self.asleep:
+            self._sleepy_llm().wake_up()
+            self.asleep = False
+
+
 def shutdown(llm) -> None:
     """Stop a ``vllm.LLM`` engine's processes (best effort)."""
     engine = getattr(llm, "llm_engine", None)
@@ -177,7 +204,7 @@ def checkpoint_tensors(weights: Mapping[str, torch.Tensor], aliases: Mapping[str
     return out
 
 
-class VLLMBackend:
+class VLLMBackend(Sleeper):
     """Generation with a vLLM engine (see the module docstring).
 
     ``engine_args`` go to ``vllm.LLM`` over :func:`engine_arguments`' defaults. The engine starts on
@@ -212,6 +239,9 @@ class VLLMBackend:
     @property
     def started(self) -> bool:
         return self._llm is not None
+
+    def _sleepy_llm(self):
+        return self._llm
 
     @property
     def engine(self):
@@ -253,6 +283,7 @@ class VLLMBackend:
                 load_into(self.policy, weights)
             self._version = version  # the engine will start from the policy's model as it is then
             return
+        self.wake()
         aliases = self._aliases()
         if weights is None:  # the policy's model as the learner left it (gathered from ZeRO-3 partitions)
             with self.policy.gather():
@@ -271,4 +302,5 @@ class VLLMBackend:
                  keys: Sequence[int] | None = None) -> list["Generation"]:
         if not prompts:
             return []
+        self.wake()
         return sample(self.engine, self.policy, prompts, sampling, keys, self._version)

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence, TYPE_CHECKING
 import torch
 
 from cogym.agents.backends.checks import check_update
-from cogym.agents.backends.vllm import LLM, engine_arguments, load_into, require_vllm, sample, shutdown
+from cogym.agents.backends.vllm import LLM, engine_arguments, load_into, require_vllm, sample, shutdown, Sleeper
 from cogym.agents.loading import resolve_model_dir
 from cogym.core.types import Generation, SamplingParams
 
@@ -51,7 +51,7 @@ def lora_rank(rank: int) -> int:
     raise ValueError(f"a LoRA rank of {rank} is above vLLM's largest max_lora_rank ({LORA_RANKS[-1]})")
 
 
-class LoraEngine:
+class LoraEngine(Sleeper):
     """One vLLM engine serving every registered adapter of one base model (see the module docstring).
 
     Adapters are registered (:meth:`register`) as their backends are made; the engine starts at the
@@ -95,6 +95,7 @@ class LoraEngine:
     def publish(self, name: str) -> Any:
         """Write adapter ``name`` as its policy's model holds it now, give it a new id on the engine (the
         previous one removed) and return its ``LoRARequest``."""
+        self.wake()
         llm = self.llm
         policy = self.adapters[name]
         lora_id = next(self._ids)
@@ -113,7 +114,11 @@ class LoraEngine:
 
     def request(self, name: str) -> Any:
         """Adapter ``name``'s ``LoRARequest`` (published now if it has none yet)."""
+        self.wake()
         return self.current.get(name) or self.publish(name)
+
+    def _sleepy_llm(self):
+        return self._llm
 
     def close(self) -> None:
         if self._llm is not None:
@@ -151,6 +156,13 @@ class VLLMLoraBackend:
     @property
     def engine(self) -> LoraEngine:
         return self.shared
+
+    def sleep(self) -> bool:
+        """The shared engine's :meth:`~cogym.agents.backends.vllm.Sleeper.sleep` (once for all its adapters)."""
+        return self.shared.sleep()
+
+    def wake(self) -> None:
+        self.shared.wake()
 
     def load_weights(self, weights: Mapping[str, torch.Tensor] | None, version: int) -> None:
         """Take the adapter's new weights (a state dict of its parameters, or None: the policy's model as

@@ -34,7 +34,7 @@ OnError = Literal["stop", "skip"]
 GroupBy = Literal["seed", "prompt"]
 Placement = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]  # Ray placement group strategies
 LearnerPlace = Literal["driver", "colocated", "separate"]
-WeightSync = Literal["auto", "object_store"]
+WeightSync = Literal["auto", "object_store", "collective"]
 LeagueSampling = Literal["uniform", "pfsp"]
 Schedule = Literal["round_robin", "gauntlet", "swiss"]
 Scoring = Literal["competitive", "paired"]
@@ -169,8 +169,12 @@ class RayConfig:
     learners: LearnerPlace = "driver"
     learner_num_cpus: float = 1.0  # per learner actor, learners: separate
     learner_num_gpus: float = 0.0  # per learner actor, learners: separate
+    # Actors per trained policy's learner (learners: colocated or separate): N > 1 makes a data-parallel
+    # group (torch.distributed: gloo on CPU, NCCL on GPU), each actor training on its share of the rows.
+    learner_workers: int = 1
     # How the driver's weights reach the workers: "auto": through shared memory for workers on the
-    # driver's machine, the object store for the others; "object_store": the object store for all.
+    # driver's machine, the object store for the others; "object_store": the object store for all;
+    # "collective": one broadcast from the driver or learner actor to the workers (gloo on CPU, NCCL on GPUs).
     weight_sync: WeightSync = "auto"
 
 

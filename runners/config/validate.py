@@ -13,9 +13,11 @@ from cogym.agents.lora import peft_available
 from cogym.agents.loading import attention_implementations, DTYPES
 from cogym.core.errors import ConfigError
 from cogym.envs.token_level import GRANULARITIES
+from cogym.learners import registry
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import DYNAMIC_SAMPLING
 from cogym.learners.losses import LOSS_AGG_MODES
+from cogym.learners.registry import FROZEN
 from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, WEIGHT_SYNCS
 from cogym.runners.rollout.agents import twin_name
 
@@ -332,6 +334,27 @@ def _check_ray(cfg: Config) -> None:
     if rc.learner_num_cpus <= 0 or rc.learner_num_gpus < 0:
         raise ConfigError(f"ray.learner_num_cpus must be > 0 and ray.learner_num_gpus >= 0 (per learner actor), "
                           f"got {rc.learner_num_cpus} and {rc.learner_num_gpus}")
+    _check_learner_groups(cfg)
+    if rc.weight_sync == "collective" and cfg.run.async_ != "off":
+        raise ConfigError("ray.weight_sync: collective sends each policy's newest weights only, and run.async: "
+                          f"{cfg.run.async_} samples with older ones; use ray.weight_sync: auto with run.async")
     if rc.max_staleness < 1:
         raise ConfigError(f"ray.max_staleness must be >= 1 (one_step rollouts use weights one update old), "
                           f"got {rc.max_staleness}")
+
+
+def _check_learner_groups(cfg: Config) -> None:
+    """ray.learner_workers: a positive count; above 1, learner actors whose algorithms train data-parallel."""
+    rc = cfg.ray
+    n = rc.learner_workers
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"ray.learner_workers must be an integer >= 1 (learner actors per trained policy), got {n!r}")
+    if n == 1:
+        return
+    if rc.learners == "driver":
+        raise ConfigError(f"ray.learner_workers: {n} makes each trained policy's learner a group of {n} Ray actors; "
+                          "set ray.learners to colocated or separate (the learners now run in the driver)")
+    for pid, lc in cfg.learners.items():
+        if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
+            raise ConfigError(f"ray.learner_workers: {n}: learners.{pid} uses algorithm {lc.algorithm}, which trains in "
+                              "one process only; set ray.learner_workers: 1")

@@ -1,52 +1,143 @@
 """Learners in Ray actors (``ray.learners: colocated | separate``): the actor, the driver's handle on
-it (used by the training loop as it uses a learner), and one batch's updates across actors."""
+a policy's learner (one actor, or a data-parallel group of ``ray.learner_workers`` actors), and one
+batch's updates across learners.
+
+A group of N actors is one ``torch.distributed`` process group (gloo on CPU, NCCL on GPU; rank 0's
+node holds the rendezvous). Every rank gets the whole batch and trains on its rows (rows ``rank::N``
+of each micro-step, :func:`~cogym.learners.batch.micro_batches`), gradients averaged over the group
+by the engine: the update of one process up to float rounding, as with ``cogym train --nproc``.
+Every call that may gather (weights at ZeRO-3, checkpoints) goes to all ranks; rank 0 answers."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import torch
+
 from cogym.core.errors import LearnerDied
+from cogym.learners import torch_dist as dist
+from cogym.learners.engines import ZERO_FILE
 from cogym.runners.config.schema import Config
+from cogym.runners.ray.collective import gpu_id, Groups, Meet, spec
 from cogym.runners.ray.pool import enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
+from cogym.runners.train.launch import free_port
+
+GROUP_TIMEOUT_S = 1800.0  # a collective waits this long for a silent rank (a dead one is noticed by the driver first)
+
+
+def first_error_first(ray, refs: list, timeout: float | None = None) -> list:
+    """The results of ``refs`` in their order, as each is ready; the first that failed raises its error
+    at once (``ray.get`` of a list would wait on a rank that waits in a collective for the failed one).
+    ``timeout``: GetTimeoutError when they are not all ready by then."""
+    index = {ref: k for k, ref in enumerate(refs)}
+    out: list = [None] * len(refs)
+    pending = list(refs)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pending:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        done, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not done:
+            raise ray.exceptions.GetTimeoutError(f"{len(pending)} of {len(refs)} calls not done in {timeout:g} s")
+        out[index[done[0]]] = ray.get(done[0])
+    return out
 
 
 class LearnerWorker:
-    """A Ray actor (``ray.learners``: colocated or separate): one trained policy and its learner. After
-    each update it puts the new weights in the object store itself, so they go from here to the rollout
-    workers without passing through the driver."""
+    """A Ray actor (``ray.learners``: colocated or separate): rank ``rank`` of a trained policy's learner
+    group of ``world`` actors (one, by default). :meth:`join` starts the group, :meth:`build` the policy
+    and its learner. After each update, rank 0 puts the new weights in the object store itself, so they
+    go from here to the rollout workers without passing through the driver."""
 
-    def __init__(self, cfg: Config, pid: str, cwd: str, env: dict[str, str], threads: int,
-                 policy_dir: str | None, critic_dir: str | None) -> None:
+    def __init__(self, cwd: str, env: dict[str, str], threads: int, rank: int = 0, world: int = 1) -> None:
         enter(cwd, env, threads)
+        self.rank, self.world = rank, world
+        self.pid, self.policy, self.learner = None, None, None
+        self.groups = Groups()  # weight groups with rollout workers (ray.weight_sync: collective)
 
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: its node's address and a free port there, for the group's rendezvous."""
+        ip = node_ip()
+        return ("127.0.0.1" if ip == "?" else ip), free_port()
+
+    def join(self, addr: str, port: int) -> int:
+        """Start this actor's process group with the others of its learner (a collective call: every rank
+        at once). Returns the rank."""
+        if self.world > 1 and not dist.initialized():
+            os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank), LOCAL_RANK="0",
+                              WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1")
+            if torch.cuda.is_available():
+                torch.cuda.set_device(0)  # Ray shows each actor the GPU it was given as device 0
+            torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo", init_method="env://",
+                                                 rank=self.rank, world_size=self.world,
+                                                 timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+        return dist.rank()
+
+    def build(self, cfg: Config, pid: str, policy_dir: str | None, critic_dir: str | None,
+              rendezvous: tuple[str, int] | None = None) -> dict:
+        """Policy ``pid`` and its learner (from a checkpoint's directories when resuming), after joining
+        the group at ``rendezvous`` (rank 0's :meth:`rendezvous`; a collective call: every rank at once);
+        :meth:`ping`."""
+        if self.world > 1:
+            self.join(*rendezvous)
         self.pid = pid
         self.policy, self.learner = build_learner(cfg, pid, Path(policy_dir) if policy_dir else None,
                                                   Path(critic_dir) if critic_dir else None)
+        return self.ping()
 
     def ping(self) -> dict:
-        return {"pid": os.getpid(), "node": node_ip(), "steps": self.learner.steps,
-                "engine": self.learner.engine.name}
+        return {"pid": os.getpid(), "node": node_ip(), "rank": self.rank, "world": self.world, "gpu": gpu_id(),
+                "steps": self.learner.steps if self.learner else 0,
+                "engine": self.learner.engine.name if self.learner else None}
 
-    def update(self, turns: list) -> tuple[dict, int, list]:
-        """The learner's step on ``turns``: its metrics, its step count and :meth:`weights`."""
+    def update(self, turns: list, put: bool = True) -> tuple[dict, int, list]:
+        """The learner's step on ``turns``: its metrics, its step count and :meth:`weights` (``put``: else
+        ``[None, 0]``, when the weights go to the workers by :meth:`send_weights`)."""
         rec = self.learner.update(turns)
-        return rec, self.learner.steps, self.weights()
+        return rec, self.learner.steps, (self.weights() if put else [None, 0])
+
+    def weight_layout(self) -> list:
+        """The weights' :func:`~cogym.runners.ray.collective.spec` (every rank gathers at ZeRO-3)."""
+        return spec(state_of(self.policy))
+
+    def send_weights(self, meet: Meet) -> int:
+        """Broadcast the newest weights to the workers of group ``meet`` (rank 0 sends; at ZeRO-3 every
+        rank gathers); the bytes sent."""
+        state = state_of(self.policy)
+        return self.groups.send(meet, state) if not self.rank else 0
 
     def weights(self) -> list:
-        """``[object ref of the weights (to_wire form), their bytes]`` (a list, so the caller gets the ref)."""
+        """``[object ref of the weights (to_wire form), their bytes]`` on rank 0 (a list, so the caller
+        gets the ref); ``[None, 0]`` on the others, which take part in gathering ZeRO-3 partitions."""
         state = state_of(self.policy)
+        if self.rank:
+            return [None, 0]
         return [ray.put(to_wire(state)), nbytes(state)]
 
     def group_decisions(self, turns: list) -> dict:
         return self.learner.group_decisions(turns)
 
     def save(self, directory: str) -> None:
-        self.learner.save(Path(directory))
+        """Rank 0 writes the learner's state to ``directory``; rank r > 0 writes into a scratch directory
+        and moves in only what it alone holds (its ZeRO optimizer partition)."""
+        if not self.rank:
+            self.learner.save(Path(directory))
+            return
+        scratch = Path(f"{directory}.rank{self.rank}")
+        shutil.rmtree(scratch, ignore_errors=True)
+        self.learner.save(scratch)
+        for part in scratch.rglob(ZERO_FILE.format(rank=self.rank)):
+            dest = Path(directory) / part.relative_to(scratch)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(part, dest)
+        shutil.rmtree(scratch)
 
     def load(self, directory: str) -> int:
         self.learner.load(Path(directory))
@@ -54,73 +145,134 @@ class LearnerWorker:
 
 
 class RemoteLearner:
-    """The driver's handle on a :class:`LearnerWorker`, with the surface of
-    :class:`~cogym.learners.learner.Learner` the training loop uses (``steps``, ``cfg``, ``engine.name``,
-    ``save``, ``load``, ``group_decisions``), and ``start_update``/``finish_update`` in place of
-    ``update`` (:class:`RemoteUpdates`), so that several learner actors update at once. A learner actor is
-    not restarted in place (its optimizer state is lost with it): one that dies raises :class:`LearnerDied`,
-    and the run resumes from its last checkpoint with new actors."""
+    """The driver's handle on a policy's learner actors (:class:`LearnerWorker`, rank 0 first), with the
+    surface of :class:`~cogym.learners.learner.Learner` the training loop uses (``steps``, ``cfg``,
+    ``engine.name``, ``save``, ``load``, ``group_decisions``), and ``start_update``/``finish_update`` in
+    place of ``update`` (:class:`RemoteUpdates`), so that several learners update at once. A learner
+    actor is not restarted in place (its optimizer state is lost with it): one that dies raises
+    :class:`LearnerDied` (at once, also while the others wait for it in a collective), and the run
+    resumes from its last checkpoint with new actors."""
 
-    def __init__(self, ray, handle, pid: str, cfg, info: dict, bundle: int = 0) -> None:
-        self.ray, self.handle, self.pid, self.cfg, self.info = ray, handle, pid, cfg, info
-        self.bundle = bundle  # its placement bundle: learners that share one update one after another
-        self.steps = int(info["steps"])
-        self.engine = SimpleNamespace(name=info["engine"])
+    def __init__(self, ray, handles: list, pid: str, cfg, infos: list[dict], bundles: list[int] | None = None) -> None:
+        self.ray, self.handles, self.pid, self.cfg, self.infos = ray, list(handles), pid, cfg, infos
+        self.info = infos[0]
+        # its placement bundles: learners whose bundles overlap update one after another
+        self.bundles = tuple(bundles or [0])
+        self.steps = int(self.info["steps"])
+        self.engine = SimpleNamespace(name=self.info["engine"])
         self._weights: tuple[int, Any, int] | None = None  # (version, object ref, bytes) of the newest weights
+        self.put = True  # whether an update puts its weights in the object store (not with collective sync)
 
-    def _get(self, ref, what: str):
+    @property
+    def handle(self):
+        """Rank 0's actor."""
+        return self.handles[0]
+
+    def pids(self) -> list[int]:
+        return [int(i["pid"]) for i in self.infos]
+
+    def _died(self, what: str, exc: Exception) -> LearnerDied:
+        n = len(self.handles)
+        who = f"the learner actor of policy {self.pid!r} (pid {self.info.get('pid')})" if n == 1 else \
+            f"a learner actor of policy {self.pid!r} (group of {n}, pids {', '.join(map(str, self.pids()))})"
+        return LearnerDied(f"{who} died during {what}")
+
+    def _get_all(self, refs: list, what: str) -> list:
+        """Every rank's result, in rank order; the first actor death raises :class:`LearnerDied` at once
+        (not after the others' collectives time out waiting for it)."""
         try:
-            return self.ray.get(ref)
+            return first_error_first(self.ray, refs)
         except self.ray.exceptions.RayActorError as exc:
-            raise LearnerDied(f"the learner actor of policy {self.pid!r} (pid {self.info.get('pid')}) died during "
-                              f"{what}") from exc
+            raise self._died(what, exc) from exc
 
-    def start_update(self, turns: list):
-        return self.handle.update.remote(list(turns))
+    def _call(self, method: str, what: str, *args, everyone: bool = True) -> Any:
+        """Rank 0's answer to ``method(*args)``, called on every rank (``everyone``) or rank 0 alone."""
+        handles = self.handles if everyone else self.handles[:1]
+        return self._get_all([getattr(h, method).remote(*args) for h in handles], what)[0]
 
-    def finish_update(self, ref) -> dict[str, float]:
-        rec, self.steps, (wref, size) = self._get(ref, f"update {self.steps + 1}")
-        self._weights = (self.steps, wref, size)
+    def start_update(self, turns: list) -> list:
+        turns = list(turns)
+        return [h.update.remote(turns, self.put) for h in self.handles]
+
+    def finish_update(self, refs: list) -> dict[str, float]:
+        rec, self.steps, (wref, size) = self._get_all(refs, f"update {self.steps + 1}")[0]
+        self._weights = (self.steps, wref, size) if wref is not None else None
         return rec
+
+    def layout(self) -> list:
+        return self._call("weight_layout", "a weight layout")
+
+    def start_send(self, meet: Meet) -> list:
+        return [h.send_weights.remote(meet) for h in self.handles]
 
     def weights(self) -> tuple[Any, int]:
         """The object ref and bytes of the weights of version ``steps``."""
         if self._weights is None or self._weights[0] != self.steps:
-            wref, size = self._get(self.handle.weights.remote(), "a weight fetch")
+            wref, size = self._call("weights", "a weight fetch")
             self._weights = (self.steps, wref, size)
         return self._weights[1], self._weights[2]
 
     def group_decisions(self, turns: list) -> dict:
-        return self._get(self.handle.group_decisions.remote(list(turns)), "dynamic sampling")
+        return self._call("group_decisions", "dynamic sampling", list(turns), everyone=False)
 
-    def save(self, directory: Path) -> None:  # a path the actor's node sees: one machine, or a shared file system
-        self._get(self.handle.save.remote(str(directory)), "a checkpoint")
+    def save(self, directory: Path) -> None:  # a path the actors' nodes see: one machine, or a shared file system
+        self._call("save", "a checkpoint", str(directory))
 
     def load(self, directory: Path) -> None:
-        self.steps = self._get(self.handle.load.remote(str(directory)), "a resume")
+        self.steps = self._call("load", "a resume", str(directory))
+
+
+def start_learners(ray, cfg: Config, trained: list[str], options: list[dict], args: tuple, ckpt: Path | None
+                   ) -> dict[str, tuple[list, list]]:
+    """Each trained policy's learner actors (``options[k]``: actor k's Ray options, policies in order,
+    ``ray.learner_workers`` each), joining their groups and building their learners; returns
+    ``{policy: (handles in rank order, their build calls)}``: each call's answer is the actor's ping."""
+    n = cfg.ray.learner_workers
+    actor = ray.remote(LearnerWorker)
+    handles = {pid: [actor.options(max_restarts=0, **options[i * n + r]).remote(*args, r, n) for r in range(n)]
+               for i, pid in enumerate(trained)}
+    meet = dict.fromkeys(trained)
+    if n > 1:  # every group's rank 0 is up (all start at once) and names its rendezvous
+        meet = dict(zip(trained, ray.get([hs[0].rendezvous.remote() for hs in handles.values()],
+                                         timeout=cfg.ray.start_timeout_s)))
+    out: dict[str, tuple[list, list]] = {}
+    for pid, hs in handles.items():
+        pdir = str(ckpt / "policies" / pid) if ckpt else None
+        cdir = str(ckpt / "learners" / pid / "critic") if ckpt else None
+        if cdir and not os.path.isdir(cdir):
+            cdir = None
+        out[pid] = (hs, [h.build.remote(cfg, pid, pdir, cdir, meet[pid]) for h in hs])  # all at once: they join
+    return out
 
 
 class RemoteUpdates:
-    """One batch's updates on learner actors: every actor starts at once, except actors that share a
-    placement bundle (``colocated``: one worker's CPUs or GPU), which take turns, since two updates at
-    once on the same cores or GPU only slow each other down. :meth:`finish` must be called in the
-    learners' order."""
+    """One batch's updates on learner actors: every learner starts at once, except learners whose
+    placement bundles overlap (``colocated``: a worker's CPUs or GPU), which take turns, since two
+    updates at once on the same cores or GPU only slow each other down. :meth:`finish` must be called
+    in the learners' order."""
 
     def __init__(self, learners: dict, batches: dict[str, list]) -> None:
         self.remote = {pid: lr for pid, lr in learners.items() if isinstance(lr, RemoteLearner)}
-        self.batches, self.turns, self.refs = batches, {}, {}
+        self.batches, self.refs = batches, {}
+        order = list(self.remote)
+        queues: list[tuple[set, list[str]]] = []  # (bundles, learners in order): overlapping bundle sets merged
         for pid, lr in self.remote.items():
-            self.turns.setdefault(lr.bundle, []).append(pid)
-        for pids in self.turns.values():
+            mine = set(lr.bundles)
+            joined = [q for q in queues if q[0] & mine]
+            queues = [q for q in queues if not q[0] & mine]
+            queues.append((mine.union(*(q[0] for q in joined)),
+                           sorted([p for q in joined for p in q[1]] + [pid], key=order.index)))
+        self.queue_of = {pid: q[1] for q in queues for pid in q[1]}
+        for _, pids in queues:
             self.refs[pids[0]] = self.remote[pids[0]].start_update(batches[pids[0]])
 
     def __contains__(self, pid: str) -> bool:
         return pid in self.remote
 
     def finish(self, pid: str) -> dict[str, float]:
-        """``pid``'s update metrics (waiting for it); starts the next update in its bundle."""
+        """``pid``'s update metrics (waiting for it); starts the next update in its queue."""
         rec = self.remote[pid].finish_update(self.refs.pop(pid))
-        queue = self.turns[self.remote[pid].bundle]
+        queue = self.queue_of[pid]
         nxt = queue.index(pid) + 1
         if nxt < len(queue):
             self.refs[queue[nxt]] = self.remote[queue[nxt]].start_update(self.batches[queue[nxt]])

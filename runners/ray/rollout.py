@@ -11,15 +11,18 @@ the gathered result is the one-process result (:mod:`cogym.agents.sampling`). Wi
 the workers form one placement group (a bundle each) with that strategy; workers that cannot start
 within ``ray.start_timeout_s`` stop the run with one line naming the cluster's resources.
 
-Learners (``ray.learners``): in the driver, or a :class:`LearnerWorker` actor per trained policy in
-the workers' placement group, sharing a worker's bundle (``colocated``) or in one of its own
-(``separate``); the driver reaches it through a :class:`RemoteLearner`, which the training loop
-uses as it uses a learner.
+Learners (``ray.learners``): in the driver, or learner actors (:mod:`cogym.runners.ray.learners`:
+one per trained policy, or a data-parallel group of ``ray.learner_workers``) in the workers' placement
+group, sharing a worker's bundle (``colocated``) or in one of its own (``separate``); the driver
+reaches them through a :class:`RemoteLearner`, which the training loop uses as it uses a learner.
+Colocated on GPUs, the workers' vLLM engines sleep during the update (:mod:`cogym.runners.ray.colocate`).
 
 Weights: after every update the driver writes each trained policy's weights once, into shared memory
 for the workers on its machine (:mod:`cogym.runners.ray.weights`, ``ray.weight_sync: auto``) and into
 the object store (``ray.put``) for the others (a learner actor puts its own), and every worker loads
-them with their version before its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration);
+them with their version before its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration;
+``ray.weight_sync: collective``: one broadcast from the driver or the learner actor instead,
+:mod:`cogym.runners.ray.collective`);
 every Turn records the version it was sampled with, and a worker refuses a rollout whose versions it
 does not hold.
 
@@ -55,7 +58,10 @@ from cogym.agents.backends.checks import bind_cpu_threads
 from cogym.agents.policy import Policy
 from cogym.runners.config.schema import Config
 from cogym.runners.config.validate import league_policy
-from cogym.runners.ray.learners import LearnerWorker, RemoteLearner
+from cogym.core.errors import LearnerDied
+from cogym.runners.ray.collective import COLLECTIVE_TIMEOUT_S, gpu_id, Groups, Meet, Sending, spec
+from cogym.runners.ray.colocate import engines_sleep, sleep_all, Sleepers, wake_all, with_sleep_mode
+from cogym.runners.ray.learners import first_error_first, RemoteLearner, start_learners
 from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say, StaleWorker
 from cogym.runners.ray.weights import attach, check, read, ShmWeights, WeightSlots
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
@@ -65,6 +71,7 @@ from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.build import build, trained_policies
 from cogym.runners.train.iteration import gather_rollouts, sampling_seed
+from cogym.runners.train.launch import free_port
 from cogym.runners.train.league import freeze, LeagueSeating, PREFIX
 
 
@@ -82,12 +89,13 @@ class RolloutWorker:
         self.members: dict = {}  # league member name -> its agent (a frozen copy of the league policy)
         self.segments: dict = {}  # the driver's shared-memory segments this worker has attached
         self.boot = os.urandom(8).hex()  # this process's start: a restart (seen or not by the driver) has another
+        self.groups = Groups()  # weight groups (ray.weight_sync: collective)
 
     def ping(self) -> dict:
         """Alive: the process id, this start's token, the weight version of every policy and the league
         members held."""
         return {"pid": os.getpid(), "boot": self.boot, "versions": self.versions(), "node": node_ip(),
-                "members": sorted(self.members)}
+                "members": sorted(self.members), "gpu": gpu_id()}
 
     def sees(self, segment: str, token: bytes) -> bool:
         """Whether the driver's shared-memory segment ``segment`` is here and holds ``token`` (this
@@ -119,6 +127,27 @@ class RolloutWorker:
                 check(w, self.segments)
             else:
                 backend.load_weights(from_wire(w), versions[pid])
+        return self.versions()
+
+    def sleep(self) -> list[str]:
+        """Engines beside a colocated learner release their GPU memory for its update (:mod:`colocate`)."""
+        return sleep_all(self.run.policies)
+
+    def wake(self) -> None:
+        wake_all(self.run.policies)
+
+    def state(self, pid: str) -> dict:
+        """The weights this worker's policy ``pid`` generates with (:func:`to_wire` form): for checks."""
+        return to_wire(state_of(self.run.policies[pid]))
+
+    def receive_weights(self, pid: str, version: int, meet: Meet, rank: int, layout: list) -> dict[str, int]:
+        """Load ``pid``'s weights of ``version`` from the broadcast of group ``meet`` (rank ``rank``)."""
+        try:
+            state = self.groups.receive(meet, rank, layout)
+        except RuntimeError as exc:  # the sender or another member died: the driver sends them again
+            raise StaleWorker(f"rollout worker {self.index} did not receive {pid!r} version {version} "
+                              f"({str(exc).splitlines()[0][:200]})", self.ping()) from None
+        self.run.policies[pid].backend.load_weights(state, version)
         return self.versions()
 
     def set_members(self, add: list[str], drop: list[str], *weights) -> list[str]:
@@ -175,8 +204,11 @@ class RayRollout(ActorPool):
         threads = cfg.run.threads or actor_threads(rc.num_cpus)
         self._env = driver_env()
         self._trained = trained_policies(cfg) if rc.learners != "driver" else []
-        super().__init__(rc, RolloutWorker, lambda i: (cfg, i, os.getcwd(), self._env, threads),
-                         n_learners=len(self._trained))
+        sleeps = engines_sleep(cfg)
+        wcfg = with_sleep_mode(cfg) if sleeps else cfg
+        super().__init__(rc, RolloutWorker, lambda i: (wcfg, i, os.getcwd(), self._env, threads),
+                         n_learners=len(self._trained) * rc.learner_workers)
+        self._sleepers = Sleepers(self, sleeps)  # vLLM engines asleep during colocated updates (GPU)
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
         self.stale = [0] * len(self.workers)  # per worker: repairs in a row without a restart (StaleWorker)
         # policy -> version -> Sent (the newest max_staleness + 1): an object ref and/or shared memory
@@ -194,6 +226,13 @@ class RayRollout(ActorPool):
         self._member_refs: dict[str, Any] = {}  # league member -> object ref of its weights
         self.members_held: list[set[str]] = [set() for _ in self.workers]  # per worker: league members it holds
         self.versions: dict[str, int] = dict(self.held[0])  # the versions rollouts sample with
+        # ray.weight_sync: collective: the driver's ends of its weight groups, each group's Meet by
+        # (policy, its receivers and their starts), each policy's weight layout, the driver's policies
+        self.collective = rc.weight_sync == "collective"
+        self._groups, self._meets, self._layouts, self._policies = Groups(), {}, {}, {}
+        self._sending: list[tuple] = []  # broadcasts under way: (group key, learner or None, its call)
+        for lr in self.learners.values():
+            lr.put = not self.collective
 
     # ------------------------------------------------------------------ learner actors
     def _placed(self) -> None:
@@ -202,27 +241,25 @@ class RayRollout(ActorPool):
         rc, cfg = self.rc, self.cfg
         cpus = rc.num_cpus if rc.learners == "colocated" else rc.learner_num_cpus
         threads = cfg.run.threads or actor_threads(cpus)
-        actor = self.ray.remote(LearnerWorker)
         self._t_learners = time.perf_counter()
-        for k, pid in enumerate(self._trained):
-            pdir = str(self.ckpt / "policies" / pid) if self.ckpt else None
-            cdir = str(self.ckpt / "learners" / pid / "critic") if self.ckpt else None
-            if cdir and not os.path.isdir(cdir):
-                cdir = None
-            self._learner_handles[pid] = actor.options(max_restarts=0, **self.plan.learners[k]).remote(
-                cfg, pid, os.getcwd(), self._env, threads, pdir, cdir)
+        self._learner_handles = start_learners(self.ray, cfg, self._trained, self.plan.learners,
+                                               (os.getcwd(), self._env, threads), self.ckpt)
 
     def _started(self) -> None:
         if not self._trained:
             return
-        handles = self._learner_handles
-        infos = self.ray.get([h.ping.remote() for h in handles.values()], timeout=self.rc.start_timeout_s)
-        self.learners = {pid: RemoteLearner(self.ray, h, pid, self.cfg.learners[pid], info,
-                                            bundle=self.plan.learner_bundles[k])
-                         for k, ((pid, h), info) in enumerate(zip(handles.items(), infos))}
-        say(f"{len(handles)} learner actors ({self.rc.learners}) ready in "
+        n = self.rc.learner_workers
+        started = self._learner_handles
+        infos = first_error_first(self.ray, [ref for _, builds in started.values() for ref in builds],
+                                  timeout=self.rc.start_timeout_s)
+        self.learners = {pid: RemoteLearner(self.ray, hs, pid, self.cfg.learners[pid], infos[k * n:(k + 1) * n],
+                                            bundles=self.plan.learner_bundles[k * n:(k + 1) * n])
+                         for k, (pid, (hs, _)) in enumerate(started.items())}
+        groups = f" (groups of {n})" if n > 1 else ""
+        say(f"{len(infos)} learner actors ({self.rc.learners}){groups} ready in "
              f"{time.perf_counter() - self._t_learners:.1f} s: "
-             + ", ".join(f"{pid} (pid {info['pid']})" for pid, info in zip(handles, infos)))
+             + ", ".join(f"{pid} (pid{'s' if n > 1 else ''} {', '.join(map(str, lr.pids()))})"
+                         for pid, lr in self.learners.items()))
 
     def refresh(self, policies: dict) -> None:
         """Load the learner actors' newest weights into the driver's copies of their policies (for the
@@ -255,12 +292,13 @@ class RayRollout(ActorPool):
         for slots in self._shm.values():
             slots.close()
         self._shm = {}
-        for h in self._learner_handles.values():
+        for h in (h for hs, _ in self._learner_handles.values() for h in hs):
             try:
                 self.ray.kill(h)
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self._learner_handles, self.learners = {}, {}
+        self._groups, self._meets = Groups(), {}
         super().close()
 
     # ------------------------------------------------------------------ weights
@@ -273,6 +311,10 @@ class RayRollout(ActorPool):
         ``ray/sync_s`` and ``ray/sync_bytes`` (one copy)."""
         t0 = time.perf_counter()
         sent = 0
+        self._policies = policies
+        self._sleepers.wake()
+        if self.collective:
+            return self._sync_collective(versions, t0)
         for pid, version in versions.items():
             kept = self._weights.setdefault(pid, {})
             lacking = [r for r, h in enumerate(self.held) if h.get(pid) != version]
@@ -342,9 +384,77 @@ class RayRollout(ActorPool):
         need = [pid for pid, v in versions.items() if self.held[r].get(pid) != v]
         if not need:
             return None
+        if self.collective:  # a broadcast to this worker alone, per policy; the last call returns its versions
+            return [self._broadcast(pid, versions[pid], [r])[r] for pid in need][-1]
         weights = [self._weights_for(r, pid, versions[pid]) for pid in need]
         self.held[r] = {**self.held[r], **{pid: None for pid in need}}  # unknown until the call returns
         return self.workers[r].load_weights.remote(need, dict(versions), *weights)
+
+    def _sync_collective(self, versions: dict[str, int], t0: float) -> dict[str, float]:
+        """:meth:`sync` through weight groups: per policy, one broadcast to every worker that lacks it."""
+        self._finish_loads()
+        self.versions = dict(versions)
+        for pid, version in versions.items():
+            lacking = [r for r, h in enumerate(self.held) if h.get(pid) != version]
+            if lacking:
+                for r, ref in self._broadcast(pid, version, lacking).items():
+                    self._loading[r] = (ref, dict(versions))  # a worker's calls run in order: its last one
+        sent = self._finish_loads()
+        if not sent:
+            return {}
+        return {"ray/sync_s": time.perf_counter() - t0, "ray/sync_bytes": float(sent)}
+
+    def _broadcast(self, pid: str, version: int, receivers: list[int]) -> dict[int, Any]:
+        """Start sending ``pid``'s newest weights (``version``) to workers ``receivers`` in one broadcast
+        from the driver (in a thread) or the policy's learner actor; returns each worker's receive call.
+        :meth:`_finish_loads` waits for the sender."""
+        learner = self.learners.get(pid)
+        have = learner.steps if learner is not None else self._policies[pid].backend.version
+        if have != version:
+            raise RuntimeError(f"collective weight sync: {pid!r} version {version} is asked for, the sender holds "
+                               f"{have} (it keeps only its newest weights)")
+        if pid not in self._layouts:
+            self._layouts[pid] = learner.layout() if learner is not None else spec(state_of(self._policies[pid]))
+        for r in receivers:
+            self.held[r] = {**self.held[r], pid: None}  # unknown until its call returns
+        key = (pid, tuple((r, self.info[r].get("boot")) for r in receivers))
+        meet = self._meets.get(key)
+        if meet is None:
+            if learner is not None:
+                addr, port = learner._get_all([learner.handle.rendezvous.remote()], "a weight group's start")[0]
+            else:
+                addr, port = node_ip(), free_port()
+                addr = "127.0.0.1" if addr == "?" else addr
+            meet = self._meets[key] = Meet(f"{pid}/{len(self._meets)}", addr, port, len(receivers) + 1,
+                                           self._backend(pid, receivers), COLLECTIVE_TIMEOUT_S)
+        refs = {r: self.workers[r].receive_weights.remote(pid, version, meet, k + 1, self._layouts[pid])
+                for k, r in enumerate(receivers)}
+        if learner is not None:
+            self._sending.append((key, learner, learner.start_send(meet)))
+        else:
+            self._sending.append((key, None, Sending(self._groups, meet, state_of(self._policies[pid]))))
+        return refs
+
+    def _senders_done(self) -> int:
+        """Wait for the broadcasts under way; the bytes they sent. One that failed (a receiver died: its
+        receive call says so) is forgotten; a learner actor that died raises :class:`LearnerDied`."""
+        sent, sending, self._sending = 0, self._sending, []
+        for key, learner, call in sending:
+            try:
+                sent += learner._get_all(call, "a weight broadcast")[0] if learner is not None else call.result()
+            except LearnerDied:
+                raise
+            except RuntimeError as exc:
+                log.warning("weight broadcast %s failed: %s", self._meets.get(key, key), str(exc).splitlines()[0])
+                self._meets.pop(key, None)
+        return sent
+
+    def _backend(self, pid: str, receivers: list[int]) -> str:
+        """``nccl`` where the sender and the receivers each have a GPU of their own, else ``gloo`` (which
+        also serves processes that share one GPU: NCCL refuses two members on one device)."""
+        learner = self.learners.get(pid)
+        gpus = [learner.info.get("gpu") if learner is not None else None] + [self.info[r].get("gpu") for r in receivers]
+        return "nccl" if None not in gpus and len(set(gpus)) == len(gpus) else "gloo"
 
     def _load_into(self, r: int, versions: dict[str, int]) -> None:
         """Worker ``r`` holds ``versions`` when this returns (restarting it as often as it dies)."""
@@ -355,9 +465,13 @@ class RayRollout(ActorPool):
                 self._recover(r, exc, f"a weight sync to {versions}")
             except StaleWorker as exc:
                 self._repair(r, exc, f"a weight sync to {versions}")
+            finally:
+                if self.collective:
+                    self._senders_done()
 
-    def _finish_loads(self) -> None:
-        """Wait for the loads :meth:`sync` queued; a worker that died meanwhile is restarted and loaded."""
+    def _finish_loads(self) -> int:
+        """Wait for the loads :meth:`sync` queued; a worker that died meanwhile is restarted and loaded.
+        Returns the bytes the broadcasts among them sent (``ray.weight_sync: collective``)."""
         loading, self._loading = self._loading, {}
         for r, (ref, versions) in loading.items():
             try:
@@ -368,6 +482,7 @@ class RayRollout(ActorPool):
             except StaleWorker as exc:
                 self._repair(r, exc, f"a weight sync to {versions}")
                 self._load_into(r, versions)
+        return self._senders_done()
 
     def _restarted(self, r: int) -> None:
         self.held[r] = dict(self.info[r]["versions"])
@@ -432,6 +547,7 @@ class RayRollout(ActorPool):
         """Start a rollout of ``len(games)`` games (the workers hold their own copies) and return at once;
         it samples with the versions of the last :meth:`sync` (or ``versions``)."""
         n, w = len(games), len(self.workers)
+        self._sleepers.wake()
         plan = LeaguePlan.of(seat_map, n)  # league games: each worker plays its own copies of the members
         self._finish_loads()
         versions = dict(self.versions if versions is None else versions)
@@ -457,9 +573,13 @@ class RayRollout(ActorPool):
             return self.workers[r].rollout.remote(*pending.calls[r])
 
         results = self.gather(pending.refs, replay, pending.what)
+        self._sleepers.sleep()  # the update comes next
         self.stale = [0] * len(self.workers)
         order = [r for r in range(len(self.workers)) if pending.shares[r]]
         return gather_rollouts([results[r] for r in order], [pending.shares[r] for r in order])
+
+    def summary(self) -> dict:
+        return {**super().summary(), **({"ray_engine_sleeps": self._sleepers.slept} if self._sleepers.on else {})}
 
     def play(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
              group_size: int = 1, sampling_key: int | None = None, iteration: int = 0) -> RolloutResult:

@@ -54,6 +54,8 @@ def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence
     dist.barrier()
     if rank == 0:
         state = {"iteration": iteration, "seed": run.cfg.run.seed, "world_size": dist.world_size()}
+        if run.cfg.run.backend == "ray" and run.cfg.ray.learner_workers > 1:
+            state["learner_workers"] = run.cfg.ray.learner_workers
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         if final.exists():
             shutil.rmtree(final)
@@ -62,17 +64,29 @@ def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence
     return final
 
 
-def check_resume_world(ckpt: Path, world: int) -> None:
+def check_resume_world(ckpt: Path, world: int, learner_workers: int = 1) -> None:
     """Resume with as many processes as wrote the checkpoint: ZeRO optimizer state is one file per
-    rank, and each rank's sampling stream depends on the process count (a replay needs the same)."""
-    ranks = {p.name for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
+    rank, and each rank's sampling stream depends on the process count (a replay needs the same).
+    ``learner_workers``: the learner actors of each policy on Ray (``ray.learner_workers``), whose ZeRO
+    state is one file per actor of its group."""
     prefix, suffix = ZERO_FILE.split("{rank}")
-    count = len({int(name[len(prefix):-len(suffix)]) for name in ranks})
-    count = count or int(json.loads((ckpt / "trainer_state.json").read_text()).get("world_size", 1))
+    ranks = {int(p.name[len(prefix):-len(suffix)]) for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
+    if learner_workers > 1 or (world == 1 and len(ranks) > 1 and _ray_groups(ckpt)):
+        if ranks and len(ranks) != learner_workers:
+            raise ConfigError(f"--resume: {ckpt} holds the ZeRO optimizer state of learner groups of {len(ranks)} "
+                              f"actors, and this run has ray.learner_workers = {learner_workers}; resume it with "
+                              f"ray.learner_workers={len(ranks)}")
+        ranks = set()
+    count = len(ranks) or int(json.loads((ckpt / "trainer_state.json").read_text()).get("world_size", 1))
     if count != world:
         how = f"--nproc {count}" if count > 1 else "no --nproc"
         raise ConfigError(f"--resume: {ckpt} was written by {count} process(es), and this run has {world}; resume it "
                           f"with {how} (ZeRO partitions and each rank's sampling stream depend on the count)")
+
+
+def _ray_groups(ckpt: Path) -> bool:
+    """Whether the checkpoint was written by Ray learner groups (trainer_state's ``learner_workers``)."""
+    return int(json.loads((ckpt / "trainer_state.json").read_text()).get("learner_workers", 1)) > 1
 
 
 def last_checkpoint(run_path: Path) -> Path | None:

@@ -106,7 +106,7 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         ckpt = last_checkpoint(run_path)
         if ckpt is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
-        check_resume_world(ckpt, dist.world_size())
+        check_resume_world(ckpt, dist.world_size(), cfg.ray.learner_workers if cfg.run.backend == "ray" else 1)
         start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
     threads_before = torch.get_num_threads()
     threads = driver_threads(cfg, os.cpu_count() or 1, threads_before)

@@ -109,12 +109,16 @@ def test_one_step_async_samples_one_version_behind(local_cluster, tmp_path: Path
     assert all("solver/loss" in r for r in raw)
 
 
-def test_weights_through_the_object_store_train_as_through_shared_memory(reference, local_cluster,
-                                                                        tmp_path: Path) -> None:
-    """ray.weight_sync: object_store (every worker, as for workers on other machines): the one-process
-    run's metrics, as the default's shared memory gives them (the tests above)."""
-    train(small_config(tmp_path, "run.backend=ray", "ray.weight_sync=object_store"), tmp_path / "run", progress=False)
+@pytest.mark.parametrize("via", ["object_store", "collective"])
+def test_weights_through_the_object_store_train_as_through_shared_memory(reference, local_cluster, tmp_path: Path,
+                                                                        via) -> None:
+    """ray.weight_sync: object_store (every worker, as for workers on other machines) and collective (a
+    gloo broadcast from the driver): the one-process run's metrics, as the default's shared memory gives
+    them (the tests above)."""
+    train(small_config(tmp_path, "run.backend=ray", f"ray.weight_sync={via}"), tmp_path / "run", progress=False)
+    rows = raw_rows(tmp_path / "run")
     assert same(metric_rows(tmp_path / "run"), reference)
+    assert all(r["ray/sync_bytes"] > 0 for r in rows[:-1])  # every update's weights went out
 
 
 def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(local_cluster, tmp_path: Path,
@@ -280,8 +284,17 @@ def test_learner_actors_sharing_a_bundle_update_in_turn() -> None:
             return {"loss": float(len(ref))}
 
     info = {"steps": 0, "engine": "torch", "pid": 1}
-    learners = {pid: Fake(None, None, pid, None, info, bundle=b) for pid, b in (("a", 0), ("bb", 0), ("c", 1))}
+    learners = {pid: Fake(None, [None], pid, None, [info], bundles=b) for pid, b in (("a", [0]), ("bb", [0]), ("c", [1]))}
     updates = RemoteUpdates(learners, {"a": [], "bb": [], "c": []})
     assert events == ["start a", "start c"] and "bb" in updates and "x" not in updates
     assert [updates.finish(pid) for pid in learners] == [{"loss": 1.0}, {"loss": 2.0}, {"loss": 1.0}]
     assert events == ["start a", "start c", "finish a", "start bb", "finish bb", "finish c"]
+    # Learner groups (ray.learner_workers): a learner whose actors span bundles 1 and 2 joins both queues
+    # into one, in the learners' order; a learner on a bundle of its own starts at once.
+    events.clear()
+    spans = (("a", [0]), ("b", [1]), ("c", [3]), ("d", [1, 2]), ("e", [2, 0]))
+    learners = {pid: Fake(None, [None] * len(b), pid, None, [info] * len(b), bundles=b) for pid, b in spans}
+    updates = RemoteUpdates(learners, dict.fromkeys(learners, []))
+    assert events == ["start a", "start c"] or events == ["start c", "start a"]
+    assert [updates.finish(pid) for pid in learners] == [{"loss": 1.0}] * 5
+    assert events[2:] == ["finish a", "start b", "finish b", "start d", "finish c", "finish d", "start e", "finish e"]

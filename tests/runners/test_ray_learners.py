@@ -1,7 +1,7 @@
 """Learners on Ray (ray.learners: colocated | separate): each trained policy's learner in an actor of the
 rollout workers' placement group trains as the driver would, through a killed driver and --resume, with
-LoRA adapters, ZeRO-3 and one-step off-policy; a learner actor killed mid-update resumes the run from its
-checkpoint by itself.
+LoRA adapters and one-step off-policy; a learner actor killed mid-update resumes the run from its
+checkpoint by itself. ZeRO-3 in learner actors (a group of 2): test_ray_learner_groups.py.
 On a local 2-CPU cluster with the tiny model (tests/runners/ray_runs.py: the shrunken config)."""
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ def one_thread_reference(tmp_path_factory) -> list[dict]:
     return metric_rows(out / "run")
 
 
-@pytest.mark.parametrize(("where", "bundles", "kill"), [("colocated", 2, True), ("separate", 4, False)])
+@pytest.mark.parametrize(("where", "bundles", "kill"), [("colocated", 2, True)])
 def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cluster, tmp_path: Path, where,
                                                   bundles, kill, monkeypatch, capsys) -> None:
-    """ray.learners colocated/separate: each trained policy's learner in an actor of the workers'
-    placement group (sharing a worker's bundle, or in one of its own). The same updates and evaluations
-    (the driver's copies take the actors' weights) as in-process learners. Colocated, the solver's actor
-    is also SIGKILLed as its second update starts (its optimizer state dies with it): the run resumes by
-    itself from the checkpoint of iteration 1 with new actors (which load the checkpoint's learner state)
-    and ends as the uninterrupted run. A driver killed and --resume: the LoRA test below."""
+    """ray.learners colocated: each trained policy's learner in an actor sharing a worker's bundle of the
+    workers' placement group. The same updates and evaluations (the driver's copies take the actors'
+    weights) as in-process learners. The solver's actor is also SIGKILLed as its second update starts
+    (its optimizer state dies with it): the run resumes by itself from the checkpoint of iteration 1
+    with new actors (which load the checkpoint's learner state) and ends as the uninterrupted run.
+    ``separate`` learner actors: the one-step test below, the LoRA test and the learner groups
+    (tests/runners/test_ray_learner_groups.py: separate bundles, ZeRO-3 weights gathered for each sync);
+    a driver killed and --resume: the LoRA test below."""
     from ray.util import placement_group_table
 
     from cogym.runners.ray import rollout as ray_rollout
@@ -106,18 +108,6 @@ def test_lora_policies_on_ray_sync_only_their_adapters(local_cluster, tmp_path: 
     raw = raw_rows(tmp_path / "ray")
     # Two rank-4 adapters (~32 KB each) a sync, not two whole models (~8.6 MB).
     assert all(r["ray/sync_bytes"] < 1e5 for r in raw)
-
-
-def test_a_zero3_learner_on_ray_syncs_its_gathered_weights(local_cluster, tmp_path: Path) -> None:
-    """A DeepSpeed ZeRO-3 solver (its parameters partitioned, and gathered for each sync) in a learner actor:
-    the same run as in-process, and whole weights sent (the driver's learners gather with the same call)."""
-    z3 = ["learners.solver.engine=deepspeed", "learners.solver.zero_stage=3", "run.threads=1"]
-    train(small_config(tmp_path, *z3), tmp_path / "local", progress=False)
-    for name, extra in (("actor", ["ray.learners=separate"]),):
-        train(small_config(tmp_path, *z3, "run.backend=ray", *ONE_THREAD, *extra), tmp_path / name, progress=False)
-        assert metric_rows(tmp_path / name) == metric_rows(tmp_path / "local"), name
-        raw = raw_rows(tmp_path / name)
-        assert all(8e6 < r["ray/sync_bytes"] < 9e6 for r in raw)  # both whole policies, not a partition
 
 
 def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver(local_cluster, tmp_path) -> None:

@@ -29,6 +29,10 @@ def test_the_modes_split_the_cores_and_the_one_thread_pair_leaves_the_driver_one
     assert "run.async=one_step" in modes["ray one_step, 2w"] and "run.async=one_step" not in modes["ray sync, 2w"]
     assert {"ray.num_cpus=3", "run.threads=1"} <= set(modes["ray sync, 1w, 1 thread"])
     assert "ray.learners=separate" in modes["ray one_step, 1w, learners separate"]
+    one, two = modes["ray sync, 1w, learner group 1"], modes["ray sync, 1w, learner group 2"]
+    assert "ray.learner_workers=1" in one and "ray.learner_workers=2" in two
+    assert set(one) - {"ray.learner_workers=1", "ray.learner_num_cpus=1"} == set(two) - {"ray.learner_workers=2",
+                                                                                        "ray.learner_num_cpus=0.5"}
     assert not any("1 thread" in name for name in dict(bench.modes([1], cores=1)))  # no core to leave
 
 
