@@ -42,7 +42,8 @@ def league_reference(tmp_path_factory) -> tuple[list[dict], list]:
     return metric_rows(out / "run"), summary["league"]
 
 
-@pytest.mark.parametrize("learners", ["driver", "separate"])
+# separate learner actors: the league members are snapshots of the actors' weights (extended: docs/testing.md)
+@pytest.mark.parametrize("learners", ["driver", pytest.param("separate", marks=pytest.mark.extended)])
 def test_a_league_on_ray_plays_and_rates_the_games_of_one_process(league_reference, local_cluster, tmp_path, learners,
                                                                   monkeypatch, capsys) -> None:
     """League opponents on Ray: each worker builds its own copies of the members its games meet (their
@@ -158,6 +159,13 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
     try:
         address = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 120
+        while True:  # the head's port takes connections (a socket, not `ray status`: each call is a Python start)
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None, head.stdout.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "ray start did not come up in 120 s"
+            time.sleep(0.5)
         while subprocess.run([exe, "status", f"--address={address}"], capture_output=True, env=env).returncode != 0:
             assert head.poll() is None, head.stdout.read().decode()[-2000:]
             assert time.monotonic() < deadline, "ray start did not come up in 120 s"
