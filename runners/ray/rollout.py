@@ -231,6 +231,7 @@ class RayRollout(ActorPool):
         self.collective = rc.weight_sync == "collective"
         self._groups, self._meets, self._layouts, self._policies = Groups(), {}, {}, {}
         self._sending: list[tuple] = []  # broadcasts under way: (group key, learner or None, its call)
+        self._meet_count = 0
         for lr in self.learners.values():
             lr.put = not self.collective
 
@@ -425,7 +426,8 @@ class RayRollout(ActorPool):
             else:
                 addr, port = node_ip(), free_port()
                 addr = "127.0.0.1" if addr == "?" else addr
-            meet = self._meets[key] = Meet(f"{pid}/{len(self._meets)}", addr, port, len(receivers) + 1,
+            self._meet_count += 1  # a new name: a member never takes a group it left for this one
+            meet = self._meets[key] = Meet(f"{pid}/{self._meet_count}", addr, port, len(receivers) + 1,
                                            self._backend(pid, receivers), COLLECTIVE_TIMEOUT_S)
         refs = {r: self.workers[r].receive_weights.remote(pid, version, meet, k + 1, self._layouts[pid])
                 for k, r in enumerate(receivers)}
@@ -448,6 +450,10 @@ class RayRollout(ActorPool):
                 log.warning("weight broadcast %s failed: %s", self._meets.get(key, key), str(exc).splitlines()[0])
                 self._meets.pop(key, None)
         return sent
+
+    def _forget_meets(self, r: int) -> None:
+        for key in [k for k in self._meets if any(w == r for w, _ in k[1])]:
+            del self._meets[key]
 
     def _backend(self, pid: str, receivers: list[int]) -> str:
         """``nccl`` where the sender and the receivers each have a GPU of their own, else ``gloo`` (which
@@ -485,6 +491,7 @@ class RayRollout(ActorPool):
         return self._senders_done()
 
     def _restarted(self, r: int) -> None:
+        self._forget_meets(r)
         self.held[r] = dict(self.info[r]["versions"])
         self.members_held[r] = set(self.info[r].get("members", ()))
         self.stale[r] = 0
@@ -501,6 +508,7 @@ class RayRollout(ActorPool):
         calls again. The same worker stale again without a restart, more than ``ray.max_restarts`` times
         in a row, stops the run (something other than a restart keeps it stale)."""
         held, old = exc.held, self.info[r]
+        self._forget_meets(r)  # e.g. a broadcast it did not receive: the next one makes a new group
         if held.get("boot") != old.get("boot"):
             self._count_restart(r, exc, f"was restarted during {what}")
             say(f"{self.kind} {r} (pid {old.get('pid')}) was restarted by Ray before the driver saw it die "
