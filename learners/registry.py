@@ -78,3 +78,12 @@ def get(name: str) -> type[Algorithm]:
 def unregister(name: str) -> None:
     """Remove a registration (tests; a module reloaded in one process)."""
     _REGISTRY.pop(name, None)
+
+
+def one_process_only(learners: dict) -> tuple[str, str] | None:
+    """The first ``(policy, algorithm)`` of ``learners`` (policy -> LearnerConfig) whose algorithm trains
+    in one process only (``data_parallel`` False), or None: what data-parallel training refuses."""
+    for pid, lc in learners.items():
+        if lc.algorithm != FROZEN and not get(lc.algorithm).data_parallel:
+            return pid, lc.algorithm
+    return None

@@ -17,7 +17,6 @@ from cogym.learners import registry
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import DYNAMIC_SAMPLING
 from cogym.learners.losses import LOSS_AGG_MODES
-from cogym.learners.registry import FROZEN
 from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, WEIGHT_SYNCS
 from cogym.runners.rollout.agents import twin_name
 
@@ -354,7 +353,7 @@ def _check_learner_groups(cfg: Config) -> None:
     if rc.learners == "driver":
         raise ConfigError(f"ray.learner_workers: {n} makes each trained policy's learner a group of {n} Ray actors; "
                           "set ray.learners to colocated or separate (the learners now run in the driver)")
-    for pid, lc in cfg.learners.items():
-        if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
-            raise ConfigError(f"ray.learner_workers: {n}: learners.{pid} uses algorithm {lc.algorithm}, which trains in "
-                              "one process only; set ray.learner_workers: 1")
+    alone = registry.one_process_only(cfg.learners)
+    if alone:
+        raise ConfigError(f"ray.learner_workers: {n}: learners.{alone[0]} uses algorithm {alone[1]}, which trains in "
+                          "one process only; set ray.learner_workers: 1")

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from cogym.learners import registry
-from cogym.learners.registry import FROZEN
 
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config
@@ -57,10 +56,11 @@ def check_data_parallel(cfg: Config, world: int) -> None:
         if pc.generation.backend == "vllm":
             raise ConfigError(f"--nproc {world}: policies.{pid}.generation.backend: vllm runs one engine for one "
                               "process (it batches the whole rollout itself); run it without --nproc")
+    alone = registry.one_process_only(cfg.learners)
+    if alone:
+        raise ConfigError(f"--nproc {world}: learners.{alone[0]} uses algorithm {alone[1]}, which trains in one process "
+                          "only; run it without --nproc")
     for pid, lc in cfg.learners.items():
-        if lc.algorithm != FROZEN and not registry.get(lc.algorithm).data_parallel:
-            raise ConfigError(f"--nproc {world}: learners.{pid} uses algorithm {lc.algorithm}, which trains in one process "
-                              "only; run it without --nproc")
         if lc.engine == "deepspeed" and lc.zero_stage == 3:
             raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
                               "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "

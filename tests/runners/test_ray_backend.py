@@ -214,7 +214,12 @@ def test_async_needs_the_ray_backend(tmp_path: Path) -> None:
     (["run.backend=ray", "ray.placement=spread"], "ray.placement must be one of PACK, SPREAD"),
     (["run.backend=ray", "ray.learners=remote"], "ray.learners must be one of driver, colocated, separate"),
     (["run.backend=ray", "ray.learner_num_cpus=0"], "ray.learner_num_cpus must be > 0"),
-    (["run.backend=ray", "ray.weight_sync=nccl"], "ray.weight_sync must be one of auto, object_store"),
+    (["run.backend=ray", "ray.weight_sync=nccl"], "ray.weight_sync must be one of auto, object_store, collective"),
+    (["run.backend=ray", "ray.weight_sync=collective", "run.async=one_step"], "sends each policy's newest weights only"),
+    (["run.backend=ray", "ray.learner_workers=0"], "ray.learner_workers must be an integer >= 1"),
+    (["run.backend=ray", "ray.learner_workers=2"], "set ray.learners to colocated or separate"),
+    (["run.backend=ray", "ray.learners=separate", "ray.learner_workers=2", "learners.solver.algorithm=spin"],
+     "learners.solver uses algorithm spin, which trains in one process only; set ray.learner_workers: 1"),
 ])
 def test_bad_ray_settings_are_refused(tmp_path: Path, extra, match) -> None:
     with pytest.raises(ConfigError, match=match):
