@@ -75,7 +75,8 @@ def train_args(run_dir: Path, a) -> list[str]:
             "run.tensorboard=false", "run.plot=false", "learners.solver.engine=torch", "learners.proposer.engine=torch",
             f"run.checkpoint_every={1 if a.learners != 'driver' else 0}", "ray.num_rollout_workers=2",
             f"ray.learners={a.learners}", "ray.max_restarts=8", "run.threads=1", "ray.num_cpus=0.5",
-            "ray.learner_num_cpus=0.5", f"run.seed={a.run_seed}", "--run-dir", str(run_dir), "--no-progress", "--ray"]
+            "ray.learner_num_cpus=0.5", f"run.seed={a.run_seed}", *a.set, "--run-dir", str(run_dir), "--no-progress",
+            "--ray"]
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -221,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--learners", choices=("driver", "colocated", "separate"), default="driver",
                     help="ray.learners; with actors, 'learner' kills are drawn too and runs checkpoint every iteration")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="per run (default 600)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run, e.g. ray.weight_sync=collective (repeatable)")
     ap.add_argument("--out", type=Path, default=None, help="keep the runs and a report.json here (default: a temp dir)")
     a = ap.parse_args(argv)
     kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]

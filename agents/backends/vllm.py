@@ -127,9 +127,10 @@ class Sleeper:
         return True
 
     def wake(self) -> None:
-        if self.asleep:
-            self._sleepy_llm().wake_up()
-            self.asleep = False
+        llm = self._sleepy_llm()
+        if self.asleep and llm is not None:  # (an engine closed while asleep has nothing to wake)
+            llm.wake_up()
+        self.asleep = False
 
 
 def shutdown(llm) -> None:

@@ -140,11 +140,6 @@ class Groups:
     def drop(self, name: str) -> None:
         self.groups.pop(name, None)
 
-    def keep_only(self, names: set[str]) -> None:
-        """Forget every group not in ``names`` (a member set that will not meet again)."""
-        for name in [n for n in self.groups if n not in names]:
-            del self.groups[name]
-
 
 class Sending:
     """:meth:`Groups.send` in a thread of its own (the driver sends while it waits for the receivers'
