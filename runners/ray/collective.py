@@ -135,7 +135,7 @@ class Groups:
         except RuntimeError:
             self.drop(meet.name)
             raise
-        return unflatten(buf.cpu() if buf.is_cuda else buf, layout)
+        return unflatten(buf.cpu(), layout)
 
     def drop(self, name: str) -> None:
         self.groups.pop(name, None)

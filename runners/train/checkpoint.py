@@ -71,22 +71,18 @@ def check_resume_world(ckpt: Path, world: int, learner_workers: int = 1) -> None
     state is one file per actor of its group."""
     prefix, suffix = ZERO_FILE.split("{rank}")
     ranks = {int(p.name[len(prefix):-len(suffix)]) for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
-    if learner_workers > 1 or (world == 1 and len(ranks) > 1 and _ray_groups(ckpt)):
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    if learner_workers > 1 or int(state.get("learner_workers", 1)) > 1:  # Ray learner groups wrote or resume it
         if ranks and len(ranks) != learner_workers:
             raise ConfigError(f"--resume: {ckpt} holds the ZeRO optimizer state of learner groups of {len(ranks)} "
                               f"actors, and this run has ray.learner_workers = {learner_workers}; resume it with "
                               f"ray.learner_workers={len(ranks)}")
         ranks = set()
-    count = len(ranks) or int(json.loads((ckpt / "trainer_state.json").read_text()).get("world_size", 1))
+    count = len(ranks) or int(state.get("world_size", 1))
     if count != world:
         how = f"--nproc {count}" if count > 1 else "no --nproc"
         raise ConfigError(f"--resume: {ckpt} was written by {count} process(es), and this run has {world}; resume it "
                           f"with {how} (ZeRO partitions and each rank's sampling stream depend on the count)")
-
-
-def _ray_groups(ckpt: Path) -> bool:
-    """Whether the checkpoint was written by Ray learner groups (trainer_state's ``learner_workers``)."""
-    return int(json.loads((ckpt / "trainer_state.json").read_text()).get("learner_workers", 1)) > 1
 
 
 def last_checkpoint(run_path: Path) -> Path | None:
