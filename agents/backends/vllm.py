@@ -26,13 +26,17 @@ How it maps cogym's contract onto vLLM:
   go through the model's own ``load_weights`` and its post-load processing, e.g. the CPU backend's
   repacked GEMM weights); then the prefix cache, whose KV entries the old weights computed, is
   cleared. The engine is never restarted. The blob is a copy through host memory: right for the tiny
-  model and small ones; a large model on GPUs wants vLLM's NCCL or CUDA-IPC weight transfer instead.
+  model and small ones. **Or by broadcast**: with Ray's ``ray.weight_sync: collective`` a started
+  engine of one worker joins the sender's process group itself (:meth:`VLLMBackend.receive_broadcast`,
+  :mod:`cogym.agents.backends.broadcast`), so the weights land in the engine's worker process (in its
+  GPU memory under NCCL) without passing through the rollout worker's.
 * **Logs**: vLLM logs at ``ERROR`` unless ``VLLM_LOGGING_LEVEL`` is set (its start-up and per-reload
   warnings would bury cogym's own output).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -41,6 +45,7 @@ from typing import Any, Mapping, Sequence, TYPE_CHECKING
 import torch
 from safetensors.torch import load, save
 
+from cogym.agents.backends.broadcast import digest, Groups, Meet
 from cogym.agents.backends.checks import VLLM_EXTRA, check_keys, check_update, vllm_available
 from cogym.agents.sampling import random_keys
 from cogym.core.types import Generation, SamplingParams
@@ -72,14 +77,28 @@ def require_vllm() -> None:
 
 
 class WeightReceiver:
-    """Mixed into vLLM's workers (``worker_extension_cls``): takes new weights as one safetensors blob and
-    hands them to the worker's in-place reload. The blob is what crosses from this process to the
-    engine's; vLLM's RPC does not carry a list of tensors intact."""
+    """Mixed into vLLM's workers (``worker_extension_cls``): takes new weights as one safetensors blob, or
+    from a broadcast it joins, and hands them to the worker's in-place reload. vLLM's RPC carries the
+    control messages (and the blob, which it carries intact where it would not a list of tensors)."""
 
     def cogym_reload_weights(self, blob: bytes) -> int:
         weights = load(blob)
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
         return len(weights)
+
+    def cogym_receive_broadcast(self, meet: dict, rank: int, layout: list, aliases: dict,
+                                check: bool = False) -> tuple[int, str]:
+        """Join group ``meet`` as ``rank`` (this worker's groups are kept for the next sync), take the
+        broadcast, reload from it; the number of tensors loaded and, with ``check``, the digest of
+        what arrived (:func:`~cogym.agents.backends.broadcast.digest`)."""
+        groups = self.__dict__.setdefault("cogym_groups", Groups())
+        weights = groups.receive(Meet(**meet), rank, [(n, d, tuple(shape)) for n, d, shape in layout], on_device=True)
+        seen = digest(weights) if check else ""
+        for name in list(weights):  # a tied lm_head is not re-tied by the reload: it needs its own name
+            for alias in aliases.get(name, ()):
+                weights.setdefault(alias, weights[name])
+        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
+        return len(weights), seen
 
 
 def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
@@ -298,6 +317,39 @@ class VLLMBackend(Sleeper):
             raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(tensors)} weights")
         self._llm.reset_prefix_cache()  # its KV entries were computed by the old weights
         self._version = version
+
+    @property
+    def joins_broadcast(self) -> bool:
+        """Whether the engine takes a weight broadcast itself (:meth:`receive_broadcast`): when it has
+        started and runs in one worker (with tensor or pipeline parallelism the broadcast lands in the
+        rollout worker's process and :meth:`load_weights` takes it from there)."""
+        if self._llm is None:
+            return False
+        return self._llm.llm_engine.vllm_config.parallel_config.world_size == 1
+
+    def receive_broadcast(self, meet: Meet, rank: int, layout: list, version: int, check: bool = False) -> str:
+        """Weights of ``version`` from the broadcast of group ``meet``, taken by the engine's worker as
+        member ``rank``; with ``check``, the digest of what arrived (for tests). Raises RuntimeError
+        naming the cause when the broadcast or the reload fails (e.g. the sender died)."""
+        check_update(self.policy, self._version, version, None)
+        if not self.joins_broadcast:
+            raise RuntimeError(f"policy {self.policy.name!r}: its vLLM engine cannot join a broadcast "
+                               "(not started, or more than one worker)")
+        self.wake()
+        aliases = self._aliases()
+        try:
+            (loaded, seen), = self._llm.collective_rpc(
+                "cogym_receive_broadcast", timeout=meet.timeout_s + 60,
+                args=(dataclasses.asdict(meet), rank, layout, aliases, check))
+        except Exception as exc:  # noqa: BLE001 - vLLM hands a worker's failure back as a bare Exception
+            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM engine did not take the broadcast of "
+                               f"version {version}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+                               ) from None
+        if loaded < len(layout):
+            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM worker loaded {loaded} of {len(layout)} weights")
+        self._llm.reset_prefix_cache()  # its KV entries were computed by the old weights
+        self._version = version
+        return seen
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
                  keys: Sequence[int] | None = None) -> list["Generation"]:

@@ -24,7 +24,7 @@ from cogym.core.errors import LearnerDied
 from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 from cogym.runners.config.schema import Config
-from cogym.runners.ray.collective import gpu_id, Groups, Meet, spec
+from cogym.agents.backends.broadcast import gpu_id, Groups, Meet, spec
 from cogym.runners.ray.pool import enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
@@ -104,7 +104,7 @@ class LearnerWorker:
         return rec, self.learner.steps, (self.weights() if put else [None, 0])
 
     def weight_layout(self) -> list:
-        """The weights' :func:`~cogym.runners.ray.collective.spec` (every rank gathers at ZeRO-3)."""
+        """The weights' :func:`~cogym.agents.backends.broadcast.spec` (every rank gathers at ZeRO-3)."""
         return spec(state_of(self.policy))
 
     def send_weights(self, meet: Meet) -> int:

@@ -21,10 +21,9 @@ Weights: after every update the driver writes each trained policy's weights once
 for the workers on its machine (:mod:`cogym.runners.ray.weights`, ``ray.weight_sync: auto``) and into
 the object store (``ray.put``) for the others (a learner actor puts its own), and every worker loads
 them with their version before its next rollout (``ray/sync_s``, ``ray/sync_bytes`` per iteration;
-``ray.weight_sync: collective``: one broadcast from the driver or the learner actor instead,
-:mod:`cogym.runners.ray.collective`);
-every Turn records the version it was sampled with, and a worker refuses a rollout whose versions it
-does not hold.
+``ray.weight_sync: collective``: one broadcast from the driver or the learner actor instead, to the
+workers or their vLLM engines, :mod:`cogym.agents.backends.broadcast`); every Turn records the
+version it was sampled with, and a worker refuses a rollout whose versions it does not hold.
 
 Leagues: a rollout whose games meet league members (:class:`~cogym.runners.train.league.LeagueSeating`)
 sends each worker the members its share needs, once each (:meth:`RolloutWorker.set_members`), and
@@ -48,7 +47,6 @@ from __future__ import annotations
 import copy
 import os
 import time
-from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -59,11 +57,11 @@ from cogym.agents.policy import Policy
 from cogym.runners.config.schema import Config
 from cogym.runners.config.validate import league_policy
 from cogym.core.errors import LearnerDied
-from cogym.runners.ray.collective import COLLECTIVE_TIMEOUT_S, gpu_id, Groups, Meet, Sending, spec
+from cogym.agents.backends.broadcast import COLLECTIVE_TIMEOUT_S, gpu_id, Groups, Meet, Sending, spec
 from cogym.runners.ray.colocate import engines_sleep, sleep_all, Sleepers, wake_all, with_sleep_mode
 from cogym.runners.ray.learners import first_error_first, RemoteLearner, start_learners
 from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say, StaleWorker
-from cogym.runners.ray.weights import attach, check, read, ShmWeights, WeightSlots
+from cogym.runners.ray.weights import attach, check, read, sees_shm, ShmWeights, WeightSlots
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
 from cogym.runners.rollout.agents import model_agent
 from cogym.runners.rollout.loop import RolloutResult
@@ -137,17 +135,23 @@ class RolloutWorker:
         wake_all(self.run.policies)
 
     def state(self, pid: str) -> dict:
-        """The weights this worker's policy ``pid`` generates with (:func:`to_wire` form): for checks."""
+        """The weights of this worker's policy ``pid`` (:func:`to_wire` form), for checks (a vLLM engine that
+        took a broadcast itself holds newer ones than the policy's model: :meth:`receive_weights`)."""
         return to_wire(state_of(self.run.policies[pid]))
 
     def receive_weights(self, pid: str, version: int, meet: Meet, rank: int, layout: list) -> dict[str, int]:
-        """Load ``pid``'s weights of ``version`` from the broadcast of group ``meet`` (rank ``rank``)."""
+        """Load ``pid``'s weights of ``version`` from the broadcast of group ``meet`` (rank ``rank``); a
+        started vLLM engine of one worker joins the group itself (``joins_broadcast``)."""
+        backend = self.run.policies[pid].backend
+        engine = getattr(backend, "joins_broadcast", False)
         try:
-            state = self.groups.receive(meet, rank, layout)
+            state = backend.receive_broadcast(meet, rank, layout, version) if engine else self.groups.receive(
+                meet, rank, layout)
         except RuntimeError as exc:  # the sender or another member died: the driver sends them again
             raise StaleWorker(f"rollout worker {self.index} did not receive {pid!r} version {version} "
                               f"({str(exc).splitlines()[0][:200]})", self.ping()) from None
-        self.run.policies[pid].backend.load_weights(state, version)
+        if not engine:
+            backend.load_weights(state, version)
         return self.versions()
 
     def set_members(self, add: list[str], drop: list[str], *weights) -> list[str]:
@@ -216,7 +220,7 @@ class RayRollout(ActorPool):
         self.local: set[int] = set()  # the workers that load the driver's weights from shared memory
         self._shm_ok = rc.weight_sync == "auto"  # False also once shared memory had no room
         if self._shm_ok:
-            self.local = {r for r in range(len(self.workers)) if self._sees_shm(r)}
+            self.local = {r for r in range(len(self.workers)) if sees_shm(self.ray, self.workers[r])}
         if self.local:
             n, w = len(self.local), len(self.workers)
             say("weights reach " + (f"the {w} rollout workers" if n == w else f"{n} of {w} rollout workers")
@@ -270,24 +274,6 @@ class RayRollout(ActorPool):
             if backend.version != learner.steps:
                 ref, _ = learner.weights()
                 backend.load_weights(from_wire(self.ray.get(ref)), learner.steps)
-
-    def _sees_shm(self, r: int) -> bool:
-        """Whether worker ``r`` can read this process's shared memory (it runs on this machine)."""
-        token = os.urandom(16)
-        try:
-            probe = shared_memory.SharedMemory(name=f"cogym-probe-{token.hex()[:12]}", create=True, size=len(token))
-        except OSError as exc:  # no /dev/shm here: the object store for everyone
-            log.warning("no shared memory for weights (%s): they go through the object store", exc)
-            return False
-        try:
-            probe.buf[:len(token)] = token
-            try:
-                return bool(self.ray.get(self.workers[r].sees.remote(probe.name, token)))
-            except self.ray.exceptions.RayError:
-                return False  # died already (probed again when restarted), or could not look
-        finally:
-            probe.close()
-            probe.unlink()
 
     def close(self) -> None:
         for slots in self._shm.values():
@@ -498,7 +484,7 @@ class RayRollout(ActorPool):
         self._loading.pop(r, None)
         if self._shm_ok:  # the new process may be on another machine
             self.local.discard(r)
-            if self._sees_shm(r):
+            if sees_shm(self.ray, self.workers[r]):
                 self.local.add(r)
 
     def _repair(self, r: int, exc: StaleWorker, what: str) -> None:

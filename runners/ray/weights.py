@@ -30,6 +30,8 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import torch
 
+from cogym.runners.ray.pool import log
+
 HEADER = 64  # bytes before the first tensor: the version (int64), then padding to a cache line
 ALIGN = 64
 WRITING = -1
@@ -140,6 +142,26 @@ class WeightSlots:
             except FileNotFoundError:
                 pass
         self.segments = []
+
+
+def sees_shm(ray, worker) -> bool:
+    """Whether the Ray actor ``worker`` (a rollout worker, :meth:`sees`) can read this process's shared
+    memory: it runs on this machine."""
+    token = os.urandom(16)
+    try:
+        probe = shared_memory.SharedMemory(name=f"cogym-probe-{token.hex()[:12]}", create=True, size=len(token))
+    except OSError as exc:  # no /dev/shm here: the object store for everyone
+        log.warning("no shared memory for weights (%s): they go through the object store", exc)
+        return False
+    try:
+        probe.buf[:len(token)] = token
+        try:
+            return bool(ray.get(worker.sees.remote(probe.name, token)))
+        except ray.exceptions.RayError:
+            return False  # died already (probed again when restarted), or could not look
+    finally:
+        probe.close()
+        probe.unlink()
 
 
 def free_bytes() -> int | None:

@@ -22,10 +22,13 @@ weights (measured here: 2e-5 at most).
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 
 from cogym.agents.backends import HFBackend, make_backend
+from cogym.agents.backends.broadcast import digest, Groups, Meet, Sending, size_of, spec
 from cogym.agents.backends.checks import vllm_available
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
@@ -180,6 +183,52 @@ def test_lora_adapters_on_one_engine_generate_their_own_tokens(made) -> None:
     prompts = _prompts(cases[0][0])
     answers = [tuple(tuple(g.response_ids) for g in backend.generate(prompts, sampling)) for _, backend in cases]
     assert len(set(answers)) == len(ADAPTERS)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_vllm_engine_takes_a_broadcast_itself_bit_for_bit(made) -> None:
+    """``ray.weight_sync: collective`` with a vLLM engine: the engine's worker joins the sender's process
+    group and reloads from what arrived. It holds the bytes the sender sent (their digest), and samples
+    the tokens and log-probs the same weights give through ``load_weights``' host-memory blob. A sender
+    that never comes is a RuntimeError naming the cause, and the engine generates on."""
+    if not vllm_available():
+        pytest.skip(NO_VLLM)
+    policy, backend = made("vllm")
+    backend.start()
+    assert backend.joins_broadcast
+    sampling = SamplingParams(max_new_tokens=10, temperature=0.7)
+    prompts = _prompts(policy)
+    keys = list(range(len(prompts)))
+
+    def samples() -> list:
+        return [(g.response_ids, g.logprobs) for g in backend.generate(prompts, sampling, keys)]
+
+    old = {name: p.detach().clone() for name, p in policy.model.named_parameters()}
+    torch.manual_seed(1)
+    new = {name: p + torch.randn_like(p) * 0.05 for name, p in old.items()}
+    v = backend.version
+    try:
+        meet = Meet("contract/1", "127.0.0.1", _free_port(), 2, "gloo", 60.0)
+        sending = Sending(Groups(), meet, new)
+        seen = backend.receive_broadcast(meet, 1, spec(new), v + 1, check=True)
+        assert sending.result() == size_of(spec(new))
+        assert seen == digest(new) and backend.version == v + 1
+        by_broadcast = samples()
+        backend.load_weights({k: t.clone() for k, t in old.items()}, v + 2)
+        assert samples() != by_broadcast  # the broadcast did change the engine's weights
+        backend.load_weights({k: t.clone() for k, t in new.items()}, v + 3)
+        assert samples() == by_broadcast  # to the very weights the host-memory path gives
+        nobody = Meet("contract/2", "127.0.0.1", _free_port(), 2, "gloo", 2.0)
+        with pytest.raises(RuntimeError, match=f"did not take the broadcast of version {v + 4}"):
+            backend.receive_broadcast(nobody, 1, spec(new), v + 4)
+        assert backend.version == v + 3 and samples() == by_broadcast
+    finally:
+        backend.load_weights({k: t.clone() for k, t in old.items()}, backend.version + 1)
 
 
 def test_finished_means_an_end_token_closed_the_response(policy, backend):

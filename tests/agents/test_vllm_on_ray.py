@@ -98,6 +98,43 @@ def test_vllm_in_two_ray_workers_plays_the_games_of_one_process_though_one_is_ki
     assert not alive, f"engine processes {alive} of the killed worker are still running"
 
 
+@pytest.mark.extended  # ~3 min of a 2-core suite: the one-process vLLM run and a Ray run; docs/testing.md
+def test_a_collective_sync_lands_in_the_engine_and_the_run_is_the_one_process_run(local, local_cluster, tmp_path: Path,
+                                                                                 monkeypatch, capsys) -> None:
+    """``ray.weight_sync: collective``, one worker: once its engine has started, the engine's own worker
+    joins each broadcast of the solver's weights. The rollout worker is SIGKILLed during the broadcast of
+    version 2, restarted and sent the weights again (its new engine has not started yet, so the worker's
+    process takes them and the engine starts from them; the new engine joins the broadcasts after), and
+    the run is the one-process vLLM run."""
+    from cogym.runners.ray import rollout as ray_rollout
+
+    broadcast = ray_rollout.RayRollout._broadcast
+    joins: list[bool] = []
+    killed: list[int] = []
+
+    def look_then_broadcast(self, pid, version, receivers):
+        if pid == "solver":
+            joins.append(ray.get(self.workers[0].__ray_call__.remote(
+                lambda w: w.run.policies["solver"].backend.joins_broadcast)))
+        refs = broadcast(self, pid, version, receivers)
+        if pid == "solver" and version == 2 and not killed:  # the engine is taking the broadcast
+            killed.append(self.pids()[0])
+            os.kill(killed[0], signal.SIGKILL)
+        return refs
+
+    monkeypatch.setattr(ray_rollout.RayRollout, "_broadcast", look_then_broadcast)
+    monkeypatch.setattr(ray_rollout, "COLLECTIVE_TIMEOUT_S", 10.0)  # a group missing its dead member gives up soon
+    cfg = load_config(DEFAULT, [*SMALL, "run.backend=ray", "ray.num_rollout_workers=1", "ray.weight_sync=collective",
+                                f"run.out_dir={tmp_path}"])
+    summary = train(cfg, tmp_path / "run", progress=False)
+    err = capsys.readouterr().err
+    assert killed and f"rollout worker 0 (pid {killed[0]}) died" in err and summary["ray_worker_restarts"] == 1
+    # The engine joined (versions 1, 2); the restarted worker's process took version 2, its new engine the rest.
+    assert joins[:3] == [True, True, False] and len(joins) > 3 and all(joins[3:]), joins
+    rows = _rows(tmp_path / "run")
+    assert _exact(rows) == _exact(local) and same(rows, local)
+
+
 def test_three_lora_roles_share_one_engine_and_only_adapters_travel(local_cluster, tmp_path: Path, monkeypatch) -> None:
     """configs/proposer_solver_judge_lora.yaml on Ray: proposer, solver and judge are LoRA adapters on one base,
     and the rollout worker serves all three from ONE vLLM engine. The run trains, and each weight sync carries

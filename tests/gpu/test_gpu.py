@@ -46,7 +46,7 @@ def test_a_sleeping_vllm_engine_frees_its_gpu_memory_and_wakes_to_the_same_sampl
 def test_the_collective_buffer_lives_on_the_gpu_and_comes_back_bit_for_bit() -> None:
     """The collective sync's flat buffer on a CUDA device (what an NCCL broadcast sends): every tensor,
     bfloat16 included, comes back bit for bit. (An NCCL group needs a device per member: one GPU here.)"""
-    from cogym.runners.ray.collective import flatten, spec, unflatten
+    from cogym.agents.backends.broadcast import flatten, spec, unflatten
 
     g = torch.Generator().manual_seed(0)
     state = {"w": torch.randn(64, 64, generator=g).to(torch.bfloat16).cuda(), "b": torch.randn(64, generator=g).cuda()}

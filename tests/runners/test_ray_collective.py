@@ -1,4 +1,4 @@
-"""Weight sync through a collective group (ray.weight_sync: collective, runners/ray/collective.py).
+"""Weight sync through a collective group (ray.weight_sync: collective, agents/backends/broadcast.py).
 
 * The flat buffer: any dtype (bfloat16 too) comes back bit for bit; a short buffer is refused.
 * A gloo broadcast among three groups in one process (threads) delivers the sender's state exactly.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cogym.runners.ray.collective import flatten, Groups, Meet, size_of, spec, unflatten
+from cogym.agents.backends.broadcast import flatten, Groups, Meet, size_of, spec, unflatten
 from tests.runners.ray_runs import small_config
 
 

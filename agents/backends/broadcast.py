@@ -1,18 +1,22 @@
-"""Weight sync through a collective group (``ray.weight_sync: collective``): the process that holds a
-policy's new weights (the driver, or the learner actor of rank 0) and the rollout workers that lack
-them form a process group, and the weights go to all of them in one broadcast (gloo over TCP on CPU,
-NCCL between GPUs), without passing through shared memory or the object store.
+"""Weights through a process-group broadcast (``ray.weight_sync: collective``): the process that holds a
+policy's new weights (the Ray driver, or a learner actor of rank 0) and the processes that lack them
+(rollout workers, or the workers of their vLLM engines, :class:`~cogym.agents.backends.vllm.WeightReceiver`)
+form a process group, and the weights go to all of them in one broadcast (gloo over TCP on CPU, NCCL
+between GPUs), without passing through shared memory or the object store.
 
 The weights travel as one flat byte buffer (every tensor's bytes, in the sender's order), so any dtype
 (bfloat16 included) arrives bit for bit, and a receiver rebuilds the tensors from the sender's
-:func:`spec`. A group is made for one set of members (the sender and those workers, each as of its
-last start) and kept for the next sync with the same members; a worker that restarts joins a new
+:func:`spec`. A group is made for one set of members (the sender and those receivers, each as of its
+last start) and kept for the next sync with the same members; a receiver that restarts joins a new
 group. Groups are ``torch.distributed`` process groups made directly on a ``TCPStore`` that the
-sender hosts, outside the default group a learner group (``ray.learner_workers``) uses."""
+sender hosts, outside the default group a learner group (``ray.learner_workers``) uses. The module
+needs only torch: it lives with the backends because a vLLM engine's worker process joins groups
+too (the Ray runner, :mod:`cogym.runners.ray.rollout`, decides who meets whom)."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +97,14 @@ def unflatten(buf: torch.Tensor, layout: list[tuple[str, str, tuple[int, ...]]])
             for (name, dtype, shape), (offset, n) in zip(layout, places)}
 
 
+def digest(state: dict[str, torch.Tensor]) -> str:
+    """A hash of a state dict's names, dtypes, shapes and bytes: equal digests, equal tensors bit for bit
+    (tests compare what a receiver holds with what the sender sent)."""
+    h = hashlib.blake2b(repr(spec(state)).encode(), digest_size=16)
+    h.update(flatten(state).numpy())
+    return h.hexdigest()
+
+
 def size_of(layout: list[tuple[str, str, tuple[int, ...]]]) -> int:
     return _places(layout)[1]
 
@@ -127,15 +139,16 @@ class Groups:
             raise
         return int(buf.numel())
 
-    def receive(self, meet: Meet, rank: int, layout: list) -> dict[str, torch.Tensor]:
-        """The state dict the sender broadcast to this receiver (rank >= 1), on the CPU."""
+    def receive(self, meet: Meet, rank: int, layout: list, on_device: bool = False) -> dict[str, torch.Tensor]:
+        """The state dict the sender broadcast to this receiver (rank >= 1): on the CPU, or with
+        ``on_device`` where the broadcast landed (an engine's GPU under NCCL)."""
         buf = torch.empty(size_of(layout), dtype=torch.uint8, device=meet.device)
         try:
             self.join(meet, rank).broadcast(buf, 0).wait()
         except RuntimeError:
             self.drop(meet.name)
             raise
-        return unflatten(buf.cpu(), layout)
+        return unflatten(buf if on_device else buf.cpu(), layout)
 
     def drop(self, name: str) -> None:
         self.groups.pop(name, None)
