@@ -5,11 +5,11 @@ uninterrupted run.
 Each trial is a real `cogym train` process (the default config shrunk: --iterations iterations of
 --games games, two rollout workers) on a local Ray cluster of its own. A killer thread watches the
 run's Ray actor processes (their titles say what each one is doing: ``ray::RolloutWorker.rollout``,
-``ray::RolloutWorker.load_weights``, ``ray::RolloutWorker`` when idle) and SIGKILLs 1 to 3 of them, each
+``ray::RolloutWorker.load_weights`` or ``.receive_weights``, ``ray::RolloutWorker`` when idle) and SIGKILLs 1 to 3 of them, each
 at a moment of a randomly drawn kind:
 
   rollout     a worker while it plays its share of a rollout
-  sync        a worker while it loads new weights
+  sync        a worker while it loads new weights (or, ray.weight_sync=collective, takes a broadcast)
   idle        a worker between two calls (Ray restarts it before the driver calls it again)
   restarting  a worker, then at once another one while the first restarts
   any         whatever worker at a random time
@@ -134,10 +134,10 @@ class Killer(threading.Thread):
         self.trial.kills.append(f"{what}: {title or '?'} pid {p.pid} at {time.monotonic() - self.t0:.1f} s")
         return True
 
-    def wait_for(self, title: str, exact: bool = False, deadline: float = 60.0, least: int = 1,
+    def wait_for(self, title: str | tuple[str, ...], exact: bool = False, deadline: float = 60.0, least: int = 1,
                  among: str = "ray::RolloutWorker") -> psutil.Process | None:
-        """An actor of class ``among`` whose title is (or starts with) ``title``, polled every millisecond or
-        so; ``least``: only once that many of them are up (past their constructors)."""
+        """An actor of class ``among`` whose title is (or starts with) ``title`` (or one of them), polled every
+        millisecond or so; ``least``: only once that many of them are up (past their constructors)."""
         end = time.monotonic() + deadline
         procs, listed = [], 0.0
         while self.alive() and time.monotonic() < end:
@@ -146,7 +146,7 @@ class Killer(threading.Thread):
             ws = [(p, state(p)) for p in procs]
             if sum(s.startswith(among) and not s.endswith("__init__") for _, s in ws) >= least:
                 for p, s in ws:
-                    if (s == title) if exact else s.startswith(title):
+                    if (s in ((title,) if isinstance(title, str) else title)) if exact else s.startswith(title):
                         return p
             time.sleep(0.0005)
         return None
@@ -165,7 +165,7 @@ class Killer(threading.Thread):
                 p = self.wait_for("ray::RolloutWorker.rollout")
                 done = p is not None and self.kill(p, kind)
             elif kind == "sync":
-                p = self.wait_for("ray::RolloutWorker.load_weights")
+                p = self.wait_for(("ray::RolloutWorker.load_weights", "ray::RolloutWorker.receive_weights"))
                 done = p is not None and self.kill(p, kind)
             elif kind == "idle":
                 time.sleep(self.rng.uniform(0.0, 3.0))
