@@ -121,6 +121,7 @@ class Killer(threading.Thread):
         super().__init__(daemon=True)
         self.proc, self.trial, self.rng, self.budget_s = proc, trial, rng, budget_s
         self.t0 = time.monotonic()
+        self.dead: set[int] = set()  # the pids killed (a second kill of a dying process is no kill)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -131,6 +132,7 @@ class Killer(threading.Thread):
             p.send_signal(signal.SIGKILL)
         except psutil.Error:
             return False
+        self.dead.add(p.pid)
         self.trial.kills.append(f"{what}: {title or '?'} pid {p.pid} at {time.monotonic() - self.t0:.1f} s")
         return True
 
@@ -143,7 +145,7 @@ class Killer(threading.Thread):
         while self.alive() and time.monotonic() < end:
             if time.monotonic() - listed > 0.05:  # the process list is slow to walk; the titles are not
                 procs, listed = actors(self.proc.pid, among), time.monotonic()
-            ws = [(p, state(p)) for p in procs]
+            ws = [(p, state(p)) for p in procs if p.pid not in self.dead]
             if sum(s.startswith(among) and not s.endswith("__init__") for _, s in ws) >= least:
                 for p, s in ws:
                     if (s in ((title,) if isinstance(title, str) else title)) if exact else s.startswith(title):
@@ -174,7 +176,7 @@ class Killer(threading.Thread):
             elif kind == "restarting":
                 first = self.wait_for("ray::RolloutWorker", least=2)  # both up: one can die while the other restarts
                 if first is not None:
-                    others = [p for p in actors(self.proc.pid, "ray::RolloutWorker") if p.pid != first.pid]
+                    others = [p for p in actors(self.proc.pid, "ray::RolloutWorker") if p.pid != first.pid and p.pid not in self.dead]
                     if self.kill(first, "restarting (first)") and others:
                         time.sleep(self.rng.uniform(0.0, 0.5))  # the first is being restarted
                         done = self.kill(self.rng.choice(others), "restarting (second)")
