@@ -229,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="keep the runs and a report.json here (default: a temp dir)")
     a = ap.parse_args(argv)
     kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in KINDS]
+    bad = [k for k in kinds if k not in (*KINDS, "learner")]
     if bad:
-        ap.error(f"unknown kinds {bad}; choose from {', '.join(KINDS)}")
-    if a.learners != "driver":
+        ap.error(f"unknown kinds {bad}; choose from {', '.join(KINDS)} (and learner, with --learners)")
+    if "learner" in kinds and a.learners == "driver":
+        ap.error("the learner kind kills learner actors: it needs --learners colocated or separate")
+    if a.learners != "driver" and "learner" not in kinds:
         kinds.append("learner")
     root = a.out or Path(tempfile.mkdtemp(prefix="ray_faults-"))
     root.mkdir(parents=True, exist_ok=True)
