@@ -61,7 +61,7 @@ from cogym.runners.train.league import LeagueHook
 from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.iteration import Sampler, data_parallel, grouped, iteration_seeds, mixed_prompt_groups
-from cogym.runners.train.sinks import Sinks, open_sinks
+from cogym.runners.train.sinks import forget_attempt, Sinks, open_sinks
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.tournament.transcripts import train_rows, transcripts_due
 
@@ -119,14 +119,20 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                 return _train(cfg, run_path, start_it, ckpt, t_start, progress, restarts)
             except LearnerDied as exc:  # Ray only: a learner actor died with its optimizer state
                 ckpt = last_checkpoint(run_path)
-                if ckpt is None or restarts >= cfg.ray.max_restarts:
-                    why = ("no checkpoint to resume from yet (run.checkpoint_every)" if ckpt is None else
-                           f"ray.max_restarts = {cfg.ray.max_restarts} resumes were used")
-                    raise LearnerDied(f"{exc}; {why}: the run stops (`cogym train --resume {run_path}` continues "
-                                      "from its last checkpoint)") from exc
+                if restarts >= cfg.ray.max_restarts:
+                    then = (f"`cogym train --resume {run_path}` continues from its last checkpoint" if ckpt is not None
+                            else "it had no checkpoint yet: run it again")
+                    raise LearnerDied(f"{exc}; ray.max_restarts = {cfg.ray.max_restarts} resumes were used: the run "
+                                      f"stops ({then})") from exc
                 restarts += 1
-                start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
-                print(f"[ray] {exc}: resuming from checkpoint {ckpt.name} with new actors (resume {restarts} of at "
+                if ckpt is None:  # before the first checkpoint: the run starts again from its config
+                    start_it = 1
+                    forget_attempt(run_path)
+                    where = "the beginning (no checkpoint yet)"
+                else:
+                    start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
+                    where = f"checkpoint {ckpt.name}"
+                print(f"[ray] {exc}: resuming from {where} with new actors (resume {restarts} of at "
                       f"most {cfg.ray.max_restarts})", file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads_before)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -131,6 +132,14 @@ class Sinks:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def forget_attempt(path: Path) -> None:
+    """Remove what an attempt that is started again from the beginning wrote in run directory ``path``
+    (its rows, transcripts, TensorBoard events, game errors and plot), so the new attempt's appear once."""
+    for name in ("metrics.jsonl", TRANSCRIPTS_FILE, "game_errors.jsonl", "learning_curve.png"):
+        (path / name).unlink(missing_ok=True)
+    shutil.rmtree(path / "tb", ignore_errors=True)
 
 
 def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:

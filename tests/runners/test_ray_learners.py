@@ -122,28 +122,34 @@ def test_one_step_with_separate_learner_actors_is_the_one_step_run_of_the_driver
     assert [r["ray/sync_bytes"] for r in runs["actors"]] == [r["ray/sync_bytes"] for r in runs["driver"]]
 
 
-def test_a_learner_death_without_a_checkpoint_or_resumes_left_stops_with_the_resume_hint(tmp_path: Path,
-                                                                                         monkeypatch) -> None:
-    """The loop around the training (no Ray needed: the run is a stand-in that loses a learner actor)."""
+def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no_resumes_left_stops_it(
+        tmp_path: Path, monkeypatch) -> None:
+    """The loop around the training (no Ray needed: the run is a stand-in that loses a learner actor).
+    Before any checkpoint the run starts again from iteration 1, the attempt's rows gone; once
+    ``ray.max_restarts`` resumes are used it stops, with how to go on."""
     from cogym.core.errors import LearnerDied
     from cogym.runners.train import loop
 
-    calls: list[int] = []
+    calls: list[tuple[int, bool]] = []
 
     def dies(cfg, run_path, start_it, ckpt, t_start, progress, restarts):
-        calls.append(start_it)
-        raise LearnerDied("the learner actor of policy 'solver' (pid 1) died during update 2")
+        calls.append((start_it, (run_path / "metrics.jsonl").exists() or (run_path / "tb").exists()))
+        run_path.mkdir(parents=True, exist_ok=True)
+        (run_path / "metrics.jsonl").write_text('{"iteration": 0}\n')  # what an attempt logs before it dies
+        (run_path / "tb").mkdir(exist_ok=True)
+        raise LearnerDied("the learner actor of policy 'solver' (pid 1) died during update 1")
 
     monkeypatch.setattr(loop, "_train", dies)
     cfg = small_config(tmp_path, "ray.max_restarts=2")
-    with pytest.raises(LearnerDied, match=r"died during update 2; no checkpoint to resume from yet.*cogym train --resume"):
+    with pytest.raises(LearnerDied, match=r"died during update 1; ray.max_restarts = 2 resumes were used: the run "
+                                          r"stops \(it had no checkpoint yet: run it again\)"):
         train(cfg, tmp_path / "a", progress=False)
-    assert calls == [1]
+    assert calls == [(1, False), (1, False), (1, False)]  # the run, then twice from the beginning, each on a clean slate
     ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 4}))
     monkeypatch.setattr(loop, "last_checkpoint", lambda run_path: ckpt)
     calls.clear()
-    with pytest.raises(LearnerDied, match=r"ray.max_restarts = 2 resumes were used: the run stops"):
+    with pytest.raises(LearnerDied, match=r"ray.max_restarts = 2 resumes were used: the run stops.*cogym train --resume"):
         train(cfg, tmp_path / "b", progress=False)
-    assert calls == [1, 5, 5]  # the run, then two resumes from iteration 4's checkpoint
+    assert [c[0] for c in calls] == [1, 5, 5]  # the run, then two resumes from iteration 4's checkpoint
