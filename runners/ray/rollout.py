@@ -135,8 +135,8 @@ class RolloutWorker:
         wake_all(self.run.policies)
 
     def state(self, pid: str) -> dict:
-        """The weights of this worker's policy ``pid`` (:func:`to_wire` form), for checks (a vLLM engine that
-        took a broadcast itself holds newer ones than the policy's model: :meth:`receive_weights`)."""
+        """The weights of this worker's policy ``pid``'s model (:func:`to_wire` form), for checks (a started
+        vLLM engine holds a copy of its own, which new weights reach without passing through the model)."""
         return to_wire(state_of(self.run.policies[pid]))
 
     def receive_weights(self, pid: str, version: int, meet: Meet, rank: int, layout: list) -> dict[str, int]:
