@@ -140,6 +140,7 @@ class Killer(threading.Thread):
                  among: str = "ray::RolloutWorker") -> psutil.Process | None:
         """An actor of class ``among`` whose title is (or starts with) ``title`` (or one of them), polled every
         millisecond or so; ``least``: only once that many of them are up (past their constructors)."""
+        titles = (title,) if isinstance(title, str) else title
         end = time.monotonic() + deadline
         procs, listed = [], 0.0
         while self.alive() and time.monotonic() < end:
@@ -148,7 +149,7 @@ class Killer(threading.Thread):
             ws = [(p, state(p)) for p in procs if p.pid not in self.dead]
             if sum(s.startswith(among) and not s.endswith("__init__") for _, s in ws) >= least:
                 for p, s in ws:
-                    if (s in ((title,) if isinstance(title, str) else title)) if exact else s.startswith(title):
+                    if (s in titles) if exact else s.startswith(titles):
                         return p
             time.sleep(0.0005)
         return None

@@ -92,7 +92,7 @@ class WeightReceiver:
         broadcast, reload from it; the number of tensors loaded and, with ``check``, the digest of
         what arrived (:func:`~cogym.agents.backends.broadcast.digest`)."""
         groups = self.__dict__.setdefault("cogym_groups", Groups())
-        weights = groups.receive(Meet(**meet), rank, [(n, d, tuple(shape)) for n, d, shape in layout], on_device=True)
+        weights = groups.receive(Meet(**meet), rank, layout, on_device=True)  # (RPC makes tuples lists: all the same)
         seen = digest(weights) if check else ""
         for name in list(weights):  # a tied lm_head is not re-tied by the reload: it needs its own name
             for alias in aliases.get(name, ()):
