@@ -2,34 +2,41 @@
 
 :class:`EndpointAgent` answers each request with one ``POST {base_url}/chat/completions`` of the
 chat messages a model policy would be prompted with (``{model, messages, max_tokens, temperature,
-seed}``), with the standard library's HTTP client (a connection per try) and at most
-``max_concurrency`` requests in flight (one agent per endpoint policy or player, for the whole run).
-A try is cut at ``timeout_s`` in all: connecting, and each read waits at most what is left of it, so
-a server that trickles bytes is cut too. A request is tried again, ``retries`` times at most with
-exponential backoff (``backoff_s``, doubled each time), after a connection error, a time-out, HTTP
-429 or a 5xx.
+seed}``), a fresh connection per try, at most ``max_concurrency`` requests in flight (one agent per
+endpoint policy or player, for the whole run). A request is tried again, ``retries`` times at most
+with exponential backoff (``backoff_s``, doubled each time), after a connection error, a time-out,
+HTTP 429 or a 5xx.
 
-Every failure (time-out, HTTP error, malformed JSON, no ``choices[0].message.content``, a reply
-longer than ``max_reply_chars``) is an :class:`~cogym.core.types.Action` with empty text and its
-``error`` set to the reason ("endpoint http://127.0.0.1:8000/v1 timed out after 2 s (3 tries)"):
-the rollout steps the game with the empty message, which the game judges by its own rules (an
-invalid move), and records the reason in the move and the seat's outcome
-(:mod:`cogym.runners.rollout.loop`). An endpoint never crashes a run.
+A reply is untrusted input, read by :mod:`cogym.agents.http_bounded`: a try ends at ``timeout_s``
+in all whatever the server sends (a trickled status line, headers, endless ``100 Continue``,
+trickled chunk sizes or body); the body is capped at ``16 * max_reply_chars + 64 KiB`` bytes; redirects
+are never followed and any status but 200 is a failure; the JSON may nest at most
+:data:`MAX_JSON_DEPTH` deep and hold numbers of at most :data:`MAX_NUMBER_CHARS` characters.
+
+Every failure (time-out, HTTP error, malformed or oversized reply, no ``choices[0].message.content``,
+a reply longer than ``max_reply_chars``) is an :class:`~cogym.core.types.Action` with empty text and
+its ``error`` set to the reason ("endpoint http://127.0.0.1:8000/v1 timed out after 2 s (3 tries)");
+nothing a server sends raises out of :meth:`EndpointAgent.act`. The rollout steps the game with the
+empty message, which the game judges by its own rules (an invalid move), and records the reason in
+the move and the seat's outcome (:mod:`cogym.runners.rollout.loop`). A dead endpoint does not pass
+as a player: after ``max_consecutive_failures`` failed requests in a row, an agent built with
+``stop_when_dead`` (training) raises :class:`EndpointDead` (one line: the endpoint and the last
+reason); a tournament's agent goes on, and the leaderboard counts the player's failed games.
 
 The API key is read from the environment variable ``api_key_env`` names when each request is made,
-sent as ``Authorization: Bearer ...`` and kept nowhere: configs hold the variable's name, and a
-reason that would quote the key (a server echoing it) has it masked. Endpoint output is not
-reproducible: the request's sampling key is sent as ``seed`` (``send_seed``), which servers may
-ignore, and a server's model may change under the same name.
+sent as ``Authorization: Bearer ...`` and kept nowhere: configs hold the variable's name, and every
+reason and reply text has the key masked, and any run of :data:`KEY_RUN` or more of its characters
+(a server echoing part of it), before it is cut to :data:`MAX_REASON` characters. Endpoint output
+is not reproducible: the request's sampling key is sent as ``seed`` (``send_seed``), which servers
+may ignore, and a server's model may change under the same name.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
+import math
 import os
 import re
-import socket
 import ssl
 import threading
 import time
@@ -38,13 +45,20 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
-from cogym.core.errors import ConfigError
+from cogym.agents import http_bounded
+from cogym.core.errors import CogymError, ConfigError
 from cogym.core.types import Action, Request
 
 DEFAULT_MAX_TOKENS = 256  # an endpoint's reply limit when neither its config nor the run sets one
 MAX_BODY_FACTOR = 16  # a reply body is read up to this many bytes per allowed reply character (+ 64 KiB)
-SHOWN = 120  # characters of a server's body quoted in a reason
+SHOWN = 120  # characters of a server's body quoted in a reason (after the key is masked)
+MAX_REASON = 400  # characters of a whole reason (after the key is masked)
+KEY_RUN = 12  # this many consecutive characters of the key, anywhere in a reason or reply, are masked
+MAX_JSON_DEPTH = 64  # nesting of a reply's JSON ([ and {); OpenAI's replies nest about 5 deep
+MAX_NUMBER_CHARS = 100  # characters of one number in a reply's JSON (int("9" * 5000) raises, float() is slow)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A JSON string (unterminated too: it then runs to the end, so the scan never backtracks) or one bracket.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\[\s\S]?[^"\\]*)*"?|[\[\]{}]')
 
 
 @dataclass(frozen=True)
@@ -55,32 +69,38 @@ class EndpointConfig:
     base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (requests go to {base_url}/chat/completions)
     model: str = ""  # the model name the endpoint serves (the request's "model")
     api_key_env: Optional[str] = None  # the environment variable holding the API key (sent as a Bearer token); null: no key
-    max_concurrency: int = 4  # requests in flight at once, for the whole run
-    timeout_s: float = 30.0  # a try (connect, send, wait, read) is cut after this long in all, a trickling reply too
-    retries: int = 2  # tries after the first, on a connection error, a time-out, HTTP 429 or 5xx
-    backoff_s: float = 0.5  # wait before the first retry, doubled before each next one
+    max_concurrency: int = 4  # requests in flight at once, for the whole run (<= 256)
+    timeout_s: float = 30.0  # a try (connect, send, wait, read) is cut after this long in all, whatever the server sends (<= 3600)
+    retries: int = 2  # tries after the first, on a connection error, a time-out, HTTP 429 or 5xx (<= 100)
+    backoff_s: float = 0.5  # wait before the first retry, doubled before each next one (<= 600)
     max_tokens: Optional[int] = None  # the reply limit sent; null: the policy's sampling.max_new_tokens (tournaments: --max-new-tokens, else 256)
     temperature: Optional[float] = None  # null: the policy's sampling.temperature (tournaments: sampling.temperature)
-    max_reply_chars: int = 16000  # a longer reply is an invalid move
+    max_reply_chars: int = 16000  # a longer reply is an invalid move (<= 10,000,000)
     send_seed: bool = True  # send each request's sampling key as "seed" (servers may ignore it)
+    max_consecutive_failures: int = 8  # this many failed requests in a row stop a training run (a tournament counts them)
 
     def __post_init__(self) -> None:
-        if not re.match(r"https?://[^/\s]", self.base_url or ""):
-            raise ValueError(f"base_url must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1; got {self.base_url!r}")
+        if not isinstance(self.base_url, str) or not re.match(r"https?://[^/\s]", self.base_url):
+            raise ValueError(f"base_url must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1; got "
+                             f"{str(self.base_url)[:200]!r}")
         if not self.model:
             raise ValueError("model must name the model the endpoint serves")
         if self.api_key_env is not None and not ENV_NAME.fullmatch(self.api_key_env):
             # never echo the value: it may be the key itself, pasted in the wrong place
             raise ValueError("api_key_env must be the NAME of an environment variable (letters, digits and _), "
                              "which holds the key; the config never holds the key itself")
-        checks = [("max_concurrency", self.max_concurrency >= 1, ">= 1"), ("timeout_s", self.timeout_s > 0, "> 0"),
-                  ("retries", self.retries >= 0, ">= 0"), ("backoff_s", self.backoff_s >= 0, ">= 0"),
-                  ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, ">= 1 or null"),
-                  ("temperature", self.temperature is None or self.temperature >= 0, ">= 0 or null"),
-                  ("max_reply_chars", self.max_reply_chars >= 1, ">= 1")]
+        checks = [("max_concurrency", _within(self.max_concurrency, 1, 256), "an integer in [1, 256]"),
+                  ("timeout_s", _within(self.timeout_s, 0, 3600) and self.timeout_s > 0, "a number in (0, 3600]"),
+                  ("retries", _within(self.retries, 0, 100), "an integer in [0, 100]"),
+                  ("backoff_s", _within(self.backoff_s, 0, 600), "a number in [0, 600]"),
+                  ("max_tokens", self.max_tokens is None or _within(self.max_tokens, 1, 10**7), "in [1, 10000000] or null"),
+                  ("temperature", self.temperature is None or _within(self.temperature, 0, 100), "in [0, 100] or null"),
+                  ("max_reply_chars", _within(self.max_reply_chars, 1, 10**7), "an integer in [1, 10000000]"),
+                  ("max_consecutive_failures", _within(self.max_consecutive_failures, 1, 10**6),
+                   "an integer in [1, 1000000]")]
         for name, ok, want in checks:
             if not ok:
-                raise ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {want}, got {str(getattr(self, name))[:60]}")
 
     @property
     def url(self) -> str:
@@ -94,31 +114,46 @@ class EndpointConfig:
                               "for an endpoint that needs none")
 
 
+def _within(value: Any, lo: float, hi: float) -> bool:
+    """A finite number (not a bool) in [lo, hi]: inf, nan and 1e309 never are."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and lo <= value <= hi)
+
+
 class EndpointFailure(Exception):
     """A request that produced no move; its message is the reason the move is invalid."""
+
+
+class EndpointDead(CogymError, RuntimeError):
+    """An endpoint failed ``max_consecutive_failures`` requests in a row in a run that may not go on without
+    it (training); one line naming the endpoint and its last failure."""
 
 
 class EndpointAgent:
     """Seats played by one chat endpoint: each ``act`` sends its requests concurrently (at most
     ``max_concurrency`` in flight, for the agent's whole life) and returns one Action per request,
     a failed one with empty text and ``error`` set. ``max_tokens`` / ``temperature``: the defaults
-    the config's own values override."""
+    the config's own values override. ``stop_when_dead``: ``act`` raises :class:`EndpointDead` once
+    ``max_consecutive_failures`` requests in a row have failed (else it goes on, each failure a move
+    with its reason)."""
 
     trainable = False
 
     def __init__(self, config: EndpointConfig, name: str, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 temperature: float = 1.0, where: str | None = None) -> None:
+                 temperature: float = 1.0, where: str | None = None, stop_when_dead: bool = True) -> None:
         config.require_key(where or f"endpoint player {name!r}")
-        self.config, self.name = config, name
+        self.config, self.name, self.stop_when_dead = config, name, stop_when_dead
         self.max_tokens = config.max_tokens or max_tokens
         self.temperature = config.temperature if config.temperature is not None else temperature
         self.max_body = MAX_BODY_FACTOR * config.max_reply_chars + (64 << 10)
         self._pool = ThreadPoolExecutor(max_workers=config.max_concurrency, thread_name_prefix="cogym-endpoint")
         parts = urlsplit(config.url)
-        self._https, self._host, self._port = parts.scheme == "https", parts.hostname, parts.port
-        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+        self._tls = ssl.create_default_context() if parts.scheme == "https" else None
+        self._host, self._port = parts.hostname or "", parts.port or (443 if self._tls else 80)
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._lock = threading.Lock()
         self.stats = {"requests": 0, "tries": 0, "failures": 0}
+        self.failed_in_a_row, self.last_error = 0, ""
 
     def __repr__(self) -> str:
         return f"EndpointAgent({self.name!r}, {self.config.base_url!r}, model={self.config.model!r})"
@@ -128,10 +163,15 @@ class EndpointAgent:
                         "and build the agent where it plays")
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
-        return list(self._pool.map(self._answer, requests))
+        actions = list(self._pool.map(self._answer, requests))
+        if self.stop_when_dead and self.failed_in_a_row >= self.config.max_consecutive_failures:
+            raise EndpointDead(f"endpoint {self.name!r} ({self.config.base_url}) failed {self.failed_in_a_row} "
+                               f"requests in a row (max_consecutive_failures {self.config.max_consecutive_failures}); "
+                               f"the last: {self.last_error}")
+        return actions
 
     def shutdown(self) -> None:
-        """Stop the worker threads and close the connections (the agent cannot act after)."""
+        """Stop the worker threads (the agent cannot act after)."""
         self._pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------------------------ one request
@@ -139,16 +179,28 @@ class EndpointAgent:
         with self._lock:
             self.stats["requests"] += 1
         try:
-            return Action(text=self._complete(request))
+            action = Action(text=self._complete(request))
         except EndpointFailure as exc:
+            reason = self._mask(str(exc))
+            reason = reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
             with self._lock:
                 self.stats["failures"] += 1
-            return Action(text="", error=self._mask(str(exc)))
+                self.failed_in_a_row += 1
+                self.last_error = reason
+            return Action(text="", error=reason)
+        with self._lock:
+            self.failed_in_a_row = 0
+        return action
 
     def _mask(self, text: str) -> str:
-        """``text`` with the API key masked (a server may echo it back in an error body)."""
+        """``text`` with the API key masked, and any run of KEY_RUN or more of its characters (a server
+        may echo it back, whole or in part, in an error body)."""
         key = os.environ.get(self.config.api_key_env) if self.config.api_key_env is not None else None
-        return text.replace(key, "***") if key else text
+        return mask_key(text, key) if key else text
+
+    def _quote(self, text: str) -> str:
+        """A server's ``text`` for a reason: the key masked first, then cut (:func:`_shown`)."""
+        return _shown(self._mask(text))
 
     def payload(self, request: Request) -> dict:
         """The JSON body of ``request``: the chat messages a model policy would be prompted with."""
@@ -161,8 +213,9 @@ class EndpointAgent:
         return body
 
     def _complete(self, request: Request) -> str:
-        cfg, body = self.config, self.payload(request)
+        cfg, body = self.config, json.dumps(self.payload(request)).encode()
         tries, last = cfg.retries + 1, ""
+        where = f"endpoint {cfg.base_url}"
         for attempt in range(tries):
             if attempt:
                 time.sleep(cfg.backoff_s * 2 ** (attempt - 1))
@@ -170,88 +223,110 @@ class EndpointAgent:
                 self.stats["tries"] += 1
             try:
                 status, data = self._post(body)
-            except (TimeoutError, socket.timeout, _Deadline):
+            except http_bounded.Timeout:
                 last = f"timed out after {cfg.timeout_s:g} s"
                 continue
-            except (OSError, http.client.HTTPException) as exc:  # refused, reset, a broken status line, ...
-                last = f"could not be reached ({type(exc).__name__}: {_shown(str(exc))})"
+            except http_bounded.TooLarge as exc:
+                raise EndpointFailure(f"{where} sent a reply over the limits: {exc} (max_reply_chars "
+                                      f"{cfg.max_reply_chars})") from None
+            except http_bounded.HTTPFailure as exc:  # refused, reset, not HTTP, ...
+                last = f"could not be reached ({self._quote(str(exc))})"
                 continue
             if status == 429 or status >= 500:
-                last = f"answered HTTP {status} {_shown(data.decode('utf-8', 'replace'))}"
+                last = f"answered HTTP {status} {self._quote(data.decode('utf-8', 'replace'))}"
                 continue
-            if status >= 400:
-                raise EndpointFailure(f"endpoint {cfg.base_url} answered HTTP {status} {_shown(data.decode('utf-8', 'replace'))}")
+            if status != 200:  # 3xx included: a redirect is never followed, nor its body played
+                raise EndpointFailure(f"{where} answered HTTP {status}"
+                                      f"{' (redirects are not followed)' if 300 <= status < 400 else ''} "
+                                      f"{self._quote(data.decode('utf-8', 'replace'))}")
             return self._content(data)
-        raise EndpointFailure(f"endpoint {cfg.base_url} {last} ({tries} {'try' if tries == 1 else 'tries'})")
+        raise EndpointFailure(f"{where} {last} ({tries} {'try' if tries == 1 else 'tries'})")
 
-    def _post(self, body: dict) -> tuple[int, bytes]:
-        """One try: the status and the body, read under the whole-request deadline and the size cap."""
-        headers = {"Content-Type": "application/json"}
+    def _post(self, body: bytes) -> tuple[int, bytes]:
+        """One try: the status and the body, under the whole-try deadline and the size caps."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.config.api_key_env is not None:
             key = os.environ.get(self.config.api_key_env)
             if not key:
                 raise EndpointFailure(f"endpoint {self.config.base_url}: the environment variable {self.config.api_key_env} "
                                       "(api_key_env) is not set")
+            if any(c in key for c in "\r\n\0"):  # it would split the request's head
+                raise EndpointFailure(f"endpoint {self.config.base_url}: the environment variable {self.config.api_key_env} "
+                                      "holds a line break; it must hold the key alone")
             headers["Authorization"] = f"Bearer {key}"
-        timeout = self.config.timeout_s
-        deadline = time.monotonic() + timeout
-        if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        try:
-            conn.request("POST", self._path, body=json.dumps(body).encode(), headers=headers)
-            sock = conn.sock  # kept: getresponse hands a closing connection's socket to the response
-            sock.settimeout(_left(deadline))
-            resp = conn.getresponse()
-            chunks, size = [], 0
-            while True:
-                sock.settimeout(_left(deadline))  # each read waits at most what is left of the whole try
-                chunk = resp.read1(1 << 16)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > self.max_body:
-                    raise EndpointFailure(f"endpoint {self.config.base_url} sent a reply body over {self.max_body} bytes "
-                                          f"(max_reply_chars {self.config.max_reply_chars})")
-                chunks.append(chunk)
-            return resp.status, b"".join(chunks)
-        finally:
-            conn.close()
+        deadline = time.monotonic() + self.config.timeout_s
+        return http_bounded.post(self._host, self._port, self._path, body, headers, deadline, self.max_body, self._tls)
 
     def _content(self, data: bytes) -> str:
         """The reply text, ``choices[0].message.content``, else an :class:`EndpointFailure` saying what is wrong."""
         where = f"endpoint {self.config.base_url}"
         try:
-            reply = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise EndpointFailure(f"{where} replied with malformed JSON ({exc}): {_shown(data.decode('utf-8', 'replace'))}") from None
+            reply = bounded_json(data.decode("utf-8"))
+        except Exception as exc:  # noqa: BLE001 - whatever a hostile reply makes the decoder raise is a failed move
+            raise EndpointFailure(f"{where} replied with malformed JSON ({type(exc).__name__}: {str(exc)[:120]}): "
+                                  f"{self._quote(data.decode('utf-8', 'replace'))}") from None
         try:
             content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise EndpointFailure(f"{where} replied without choices[0].message.content: "
-                                  f"{_shown(json.dumps(reply)[:500])}") from None
+                                  f"{self._quote(data[:2000].decode('utf-8', 'replace'))}") from None
         if not isinstance(content, str):
-            raise EndpointFailure(f"{where} replied with a content that is not text: {_shown(repr(content))}")
+            raise EndpointFailure(f"{where} replied with a content that is not text: {self._quote(repr(content)[:2000])}")
         if len(content) > self.config.max_reply_chars:
             raise EndpointFailure(f"{where} replied with {len(content)} characters, over max_reply_chars "
                                   f"{self.config.max_reply_chars}")
-        return content
+        return self._mask(content)
 
 
-class _Deadline(Exception):
-    """A try ran past ``timeout_s`` in all (a server that trickles its reply)."""
+def bounded_json(text: str) -> Any:
+    """``json.loads(text)``, refusing (ValueError) nesting deeper than MAX_JSON_DEPTH before the decoder
+    recurses, and numbers longer than MAX_NUMBER_CHARS before they are converted."""
+    depth = 0
+    for match in _TOKEN.finditer(text):
+        c = match.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}")
+        elif c in "]}":
+            depth -= 1
+    return json.loads(text, parse_int=_number(int), parse_float=_number(float))
 
 
-def _left(deadline: float) -> float:
-    """Seconds left before ``deadline``; a :class:`_Deadline` when none are."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise _Deadline
-    return left
+def _number(convert):
+    def parse(digits: str):
+        if len(digits) > MAX_NUMBER_CHARS:
+            raise ValueError(f"a number of {len(digits)} characters, over {MAX_NUMBER_CHARS}")
+        return convert(digits)
+    return parse
+
+
+def mask_key(text: str, key: str) -> str:
+    """``text`` with ``key`` and every run of KEY_RUN or more of its consecutive characters replaced by ``***``."""
+    text = text.replace(key, "***")
+    if len(key) < KEY_RUN:
+        return text
+    spans = []
+    for gram in {key[i:i + KEY_RUN] for i in range(len(key) - KEY_RUN + 1)}:
+        at = text.find(gram)
+        while at >= 0:
+            spans.append((at, at + KEY_RUN))
+            at = text.find(gram, at + 1)
+    if not spans:
+        return text
+    out, pos = [], 0
+    for start, end in sorted(spans):
+        if start > pos:
+            out.append(text[pos:start])
+            out.append("***")
+        elif not out:
+            out.append("***")
+        pos = max(pos, end)
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _shown(text: str) -> str:
     """``text`` for a reason: printable, on one line, cut to SHOWN characters."""
-    text = "".join(c if c.isprintable() else " " for c in text).strip()
+    text = "".join(c if c.isprintable() else " " for c in text[:SHOWN * 4]).strip()
     return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
