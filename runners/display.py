@@ -173,12 +173,13 @@ def format_leaderboard(board: Sequence[dict], title: str, width: int) -> str:
     """The leaderboard as text: numbers in full, the player's name last on the row when every name
     fits the width, else on its own (wrapped) line under the row. Rows wider than ``width`` (under
     ~55 columns) run over rather than lose a digit."""
-    header = ["#", "rating", "95% CI", "games", "W", "D", "L", "score"]
+    failed = any("failed" in row for row in board)  # games a player's endpoint made no move in (a tournament with one)
+    header = ["#", "rating", "95% CI", "games", "W", "D", "L", "score"] + (["failed"] if failed else [])
     rows = []
     for k, row in enumerate(board, 1):
         ci = f"[{row['lo']:.0f}, {row['hi']:.0f}]" if row["lo"] is not None else "-"
         rows.append([str(k), f"{row['rating']:.0f}", ci, str(row["games"]), str(row["wins"]), str(row["draws"]),
-                     str(row["losses"]), f"{row['score']:.3f}"])
+                     str(row["losses"]), f"{row['score']:.3f}"] + ([str(row.get("failed", 0))] if failed else []))
     lines = columns(header, rows)
     inline = len(lines[0]) + 2 + max(len(row["name"]) for row in board) <= width
     out = fill(title, width)

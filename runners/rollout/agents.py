@@ -68,12 +68,13 @@ class AgentFactory:
         return self.agents[key]
 
     def endpoint(self, key: str, config: EndpointConfig, sampling: SamplingParams, where: str | None = None,
-                 wrap: Callable[[Agent], Agent] | None = None) -> Agent:
+                 wrap: Callable[[Agent], Agent] | None = None, stop_when_dead: bool = True) -> Agent:
         """The agent of endpoint ``key`` (one per key, so its ``max_concurrency`` bounds the whole run);
-        ``sampling``: the reply limit and temperature its config's own values override."""
+        ``sampling``: the reply limit and temperature its config's own values override; ``stop_when_dead``:
+        the run stops once it fails ``max_consecutive_failures`` requests in a row (a tournament counts them instead)."""
         if key not in self.agents:
             agent = EndpointAgent(config, key, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                  where=where)
+                                  where=where, stop_when_dead=stop_when_dead)
             self.agents[key] = wrap(agent) if wrap is not None else agent
         return self.agents[key]
 

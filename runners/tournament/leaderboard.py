@@ -40,6 +40,9 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     kinds = player_kinds(out_dir)
     if kinds:  # what each player is (scripted, checkpoint, model with no run config): tournament.json's word
         board = [{**row, "kind": kinds.get(row["name"], "")} for row in board]
+    failed = failed_games(rows)
+    if any(failed.values()):  # an endpoint that made no move: rated as played, and counted where it shows
+        board = [{**row, "failed": failed.get(row["name"], 0)} for row in board]
     (out_dir / "leaderboard.json").write_text(json.dumps(board, indent=1))
     with open(out_dir / "leaderboard.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(board[0]))
@@ -95,13 +98,14 @@ def print_matrix(rows: Sequence[dict], board: list[dict], max_players: int = 12)
 
 def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes: Sequence[str] = ()) -> None:
     """The leaderboard on stdout, every number in full at any width (names wrap, numbers never); a
-    model player with no run config is marked ``*``. Then the rating notes of the rows (a player
-    whose rating is infinite, intervals that could not be made: :func:`rating_notes`) and ``notes``
-    (:func:`settings_notes`)."""
+    model player with no run config is marked ``*``, and a ``failed`` column counts a player's games
+    without a move (an endpoint that failed). Then the rating notes of the rows (a player whose rating
+    is infinite, intervals that could not be made: :func:`rating_notes`), the failed players
+    (:func:`failure_notes`) and ``notes`` (:func:`settings_notes`)."""
     width = terminal_width()
     shown = [{**row, "name": row["name"] + " *"} if row.get("kind") == NO_RUN_CONFIG else row for row in board]
     print(format_leaderboard(shown, title, width))
-    for note in [*rating_notes(board), *notes]:
+    for note in [*rating_notes(board), *failure_notes(board), *notes]:
         print("\n".join(textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)))
 
 
@@ -113,6 +117,22 @@ def rating_notes(board: Sequence[dict]) -> list[str]:
             by_note.setdefault(row["note"], []).append(row["name"])
     return [f"note: {', '.join(names) if len(names) <= 3 else f'{len(names)} players'}: {note}"
             for note, names in by_note.items()]
+
+
+def failed_games(rows: Sequence[dict]) -> dict[str, int]:
+    """Per player, the games in which its agent made no move (an endpoint that failed: ``failed_players``)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        for name in r.get("failed_players", ()):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def failure_notes(board: Sequence[dict]) -> list[str]:
+    """One line per player with failed games (the ``failed`` column): how many, and what the rating means."""
+    return [f"failed: {row['name']} made no move in {row['failed']} of its {row['games']} games (its endpoint failed; "
+            "the reasons are in results.jsonl): rated as played, each such move invalid by the game's rules"
+            for row in board if row.get("failed")]
 
 
 def _tournament_info(out_dir: Path) -> dict:

@@ -51,7 +51,8 @@ class Agents:
             wrap = (lambda agent: Prompted(agent, {**own.prompts, **self.spec.prompts})) if own.prompts is not None else None
             if own.endpoint is not None:  # its own limit (settle), the tournament's temperature unless it sets one
                 sampling = SamplingParams(max_new_tokens=own.max_new_tokens or limit, temperature=self.spec.temperature)
-                self.factory.endpoint(name, own.endpoint, sampling, where=f"player {name!r}", wrap=wrap)
+                # a dead endpoint does not stop the tournament: its failed games are counted on the leaderboard
+                self.factory.endpoint(name, own.endpoint, sampling, where=f"player {name!r}", wrap=wrap, stop_when_dead=False)
                 return self.cache[name]
             # In the dtype and attention kernel its run used (a bare model directory: the defaults).
             self.factory.model(name, lambda: Policy.from_pretrained(path, name=name, **own.load_options()), sampling,
@@ -81,10 +82,11 @@ def play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: A
     """Play one batch of games (generation shared across them) and return their result rows."""
     by_name = {p.name: p for p in spec.players}
     agents.reseed(batch_no)
-    maps = []
+    maps, players_of = [], []
     for key in batch:
         seat_of = {s: (key.a if key.order == 0 else key.b) for s in sides[0]}  # paired: the rated seats, key.a = key.b
         seat_of |= {s: (key.b if key.order == 0 else key.a) for s in (sides[1] if len(sides) > 1 else [])}
+        players_of.append({**fixed, **seat_of})
 
         def seat_map(seat, role, seat_of=seat_of):
             who = seat_of.get(seat)
@@ -105,10 +107,11 @@ def play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: A
         ra, rb = side_returns(returns, side_a, side_b)
         rows.append({"id": key.id, "a": key.a, "b": key.b, "k": key.k, "order": key.order, "round": key.round,
                      "seed": seeds[key.k], "return_a": ra, "return_b": rb, "score": game_score(returns, side_a, side_b)})
-    for row, infos in zip(rows, res.infos):  # a seat whose agent made no move (an endpoint that failed): why
+    for row, infos, players in zip(rows, res.infos, players_of):  # a seat whose agent made no move (an endpoint that failed): why
         failed = {seat: info["agent_error"] for seat, info in infos.items() if info.get("agent_error")}
         if failed:
             row["agent_errors"] = failed
+            row["failed_players"] = sorted({players[seat] for seat in failed if seat in players})  # the leaderboard counts them
     _attach_transcripts(spec, batch, rows, res, batch_no)
     return rows
 

@@ -39,6 +39,9 @@ def paired_rows(games: Sequence[dict], rounds: Sequence[Sequence[Sequence[str]]]
                 out.append({"id": json.dumps([a, b, k] + ([rnd] if rnd is not None else [])), "a": a, "b": b, "k": k,
                             "order": None, "round": rnd, "seed": ga["seed"], "return_a": ra, "return_b": rb,
                             "score": 1.0 if ra > rb else 0.0 if ra < rb else 0.5})
+                failed = sorted({*ga.get("failed_players", ()), *gb.get("failed_players", ())} & {a, b})
+                if failed:  # an endpoint that made no move in its own game (the leaderboard counts them)
+                    out[-1]["failed_players"] = failed
     return out
 
 
