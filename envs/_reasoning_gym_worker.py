@@ -1,47 +1,35 @@
-"""Child process behind ``cogym.envs.reasoning_gym``: generates reasoning-gym items and scores answers.
+"""The handler behind ``cogym.envs.reasoning_gym``: generates reasoning-gym items and scores answers.
 
-Run as a script (``python _reasoning_gym_worker.py``); it imports nothing from cogym so it starts the
-same way however cogym is installed. ``cogym.envs.reasoning_gym`` also imports its functions
-(``generate_item``, ``score_item``) to generate in-process, so both make the same items. Protocol, one
-JSON object per line:
+It runs inside a ``cogym.core.sandbox.Sandbox`` (which loads this file; it imports nothing from cogym so it
+loads the same way however cogym is installed). ``cogym.envs.reasoning_gym`` also imports ``generate_item``
+and ``level_count`` to generate in-process, so both make the same items; scoring runs only in the sandbox.
+Requests (the sandbox adds the timer, a ``timeout_s`` per request, and the failure replies):
 
-* on start, after importing ``reasoning_gym``, it writes ``{"ready": true}``;
-* ``{"op": "catalog", "timeout_s": float}`` -> ``{"datasets": {name: [has_curriculum, level_count]}}``;
-* ``{"op": "generate", "name": str, "level": int, "seed": int, "timeout_s": float}`` ->
-  ``{"question": str, "answer": str | null}``; the item stays cached under ``(name, level, seed)``;
-* ``{"op": "score", "name", "level", "seed", "answer": str, "timeout_s": float}`` ->
-  ``{"score": float}`` (in [0, 1]), ``{"missing": true}`` when that item is not cached (generate it
-  again, then ask again), or ``{"score": 0.0, "error": str}``; ``"timeout": true`` is added when the
-  time budget ran out.
+* on start, ``setup()`` imports ``reasoning_gym`` (the slow import, before the sandbox says it is ready);
+* ``{"op": "catalog"}`` -> ``{"datasets": {name: [has_curriculum, level_count]}}`` (in the warm process);
+* ``{"op": "generate", "name": str, "level": int, "seed": int}`` -> ``{"question": str, "answer": str | null}``;
+  runs in the warm process, where the item stays cached under ``(name, level, seed)``;
+* ``{"op": "score", "name", "level", "seed", "answer": str}`` -> ``{"score": float}`` (in [0, 1]),
+  ``{"missing": true}`` when that item is not cached (generate it again, then ask again), or
+  ``{"score": 0.0, "error": str}``; ``"timeout": true`` is added when the time budget ran out. It runs in a
+  fresh fork of the warm process (its cache included), the only place the answer is interpreted.
 
 Items never leave this process (their ``metadata`` holds tuples, fractions and other objects that JSON
-does not carry); the parent names them by ``(name, level, seed)``. Why a process: scorers evaluate
-model output with ``eval``/sympy (``9**9**9**9`` never returns), recurse (10 000 nested parentheses),
-or raise. A sub-second interval timer in this main thread interrupts Python-level work; the parent kills
-this process if even that fails (a long call inside C, such as a huge integer power, cannot be
-interrupted). Global ``random`` and ``numpy.random`` state is seeded from the item seed around every
-generation and restored after, so an item depends on ``(name, level, seed)`` only.
+does not carry); the parent names them by ``(name, level, seed)``. Why a sandbox: scorers evaluate model
+output with ``eval``/sympy (``9**9**9**9`` never returns, ``__import__('os').system(...)`` runs a shell),
+recurse (10 000 nested parentheses), or raise. Global ``random`` and ``numpy.random`` state is seeded from
+the item seed around every generation and restored after, so an item depends on ``(name, level, seed)`` only.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import math
+import random
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Any, Iterator
 
-# A script's own folder comes first on sys.path; ours holds modules named datasets.py, base.py,
-# reasoning_gym.py... that must not shadow the libraries reasoning_gym imports (or reasoning_gym itself).
-if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]
-
-import json  # noqa: E402 - after the sys.path fix on purpose
-import math  # noqa: E402
-import random  # noqa: E402
-import signal  # noqa: E402
-from collections import OrderedDict  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import Any, Iterator  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 CACHE_ITEMS = 1024  # items kept for scoring (a few games' worth of batches; a miss regenerates)
 
@@ -113,18 +101,6 @@ def score_item(dataset: Any, entry: dict[str, Any], answer: str, seed: int) -> t
     return min(1.0, max(0.0, score)), None
 
 
-class _Deadline(BaseException):
-    """Raised by the timer. A BaseException on purpose: scorers catch ``Exception`` and would carry on."""
-
-
-_FIRED = [False]  # the timer went off during this request (a scorer's bare ``except:`` may swallow _Deadline)
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    _FIRED[0] = True
-    raise _Deadline()
-
-
 def catalog() -> dict[str, tuple[bool, int]]:
     """Every registered dataset: whether it has a curriculum, and its level count."""
     from reasoning_gym.factory import DATASETS, has_curriculum
@@ -132,60 +108,30 @@ def catalog() -> dict[str, tuple[bool, int]]:
     return {name: (has_curriculum(name), level_count(name)) for name in sorted(DATASETS)}
 
 
-def _serve(request: dict[str, Any], cache: OrderedDict) -> dict[str, Any]:
+IN_PLACE = frozenset({"catalog", "generate"})  # trusted work that fills the cache: runs in the warm process
+FAILED = {"score": 0.0}
+_CACHE: OrderedDict = OrderedDict()
+
+
+def setup() -> None:
+    import reasoning_gym  # noqa: F401 - the slow import, before "ready"
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
     if request["op"] == "catalog":
         return {"datasets": catalog()}
     key = (request["name"], int(request["level"]), int(request["seed"]))
     if request["op"] == "generate":
         dataset, entry = generate_item(*key)
-        cache[key] = (dataset, entry)
-        if len(cache) > CACHE_ITEMS:
-            cache.popitem(last=False)
+        _CACHE[key] = (dataset, entry)
+        if len(_CACHE) > CACHE_ITEMS:
+            _CACHE.popitem(last=False)
         answer = entry.get("answer")
         return {"question": str(entry["question"]), "answer": None if answer is None else str(answer)}
-    if key not in cache:
+    if request["op"] != "score":
+        raise ValueError(f"unknown op {request['op']!r}")
+    if key not in _CACHE:
         return {"missing": True}
-    cache.move_to_end(key)
-    dataset, entry = cache[key]
+    dataset, entry = _CACHE[key]
     score, error = score_item(dataset, entry, str(request["answer"]), key[2])
     return {"score": score} if error is None else {"score": 0.0, "error": error}
-
-
-def main() -> None:
-    import reasoning_gym  # noqa: F401 - the slow import, before "ready"
-
-    signal.signal(signal.SIGALRM, _on_alarm)
-    # Replies go to a private copy of stdout; anything a library prints (bf prints dots) goes to stderr,
-    # so it can never be mistaken for a reply.
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    cache: OrderedDict = OrderedDict()
-    for line in sys.stdin:
-        request = json.loads(line)
-        reply: dict[str, Any]
-        # Nested so that an alarm firing inside the inner ``finally`` (before the timer is cleared) is
-        # still caught here rather than killing the process.
-        _FIRED[0] = False
-        try:
-            signal.setitimer(signal.ITIMER_REAL, float(request["timeout_s"]))
-            try:
-                reply = _serve(request, cache)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0.0)
-            if _FIRED[0]:  # the scorer caught the deadline (``except:``) and returned a score it never finished
-                raise _Deadline()
-        except _Deadline:
-            reply = {"score": 0.0, "timeout": True, "error": f"no result within {float(request['timeout_s']):g} s"}
-        except BaseException as exc:  # noqa: BLE001 - model output is adversarial: a crashing scorer scores 0
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            reply = {"score": 0.0, "error": f"{type(exc).__name__}: {exc}"[:200]}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-
-
-if __name__ == "__main__":
-    main()

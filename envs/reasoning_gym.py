@@ -63,8 +63,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cogym.envs._reasoning_gym_worker import generate_item, level_count, score_item  # noqa: F401 - re-exported
-from cogym.envs.verifiers import WorkerProcess
+from cogym.core.sandbox import Sandbox
+from cogym.envs._reasoning_gym_worker import generate_item, level_count  # noqa: F401 - re-exported
 
 TASK_CHOICES = ("proposer", "random")
 MAX_ANSWER_CHARS = 16_384
@@ -177,18 +177,18 @@ class ItemError(RuntimeError):
     """An item could not be posed (its generator failed, or its texts exceed the caps)."""
 
 
-# ------------------------------------------------------------------------------ the child process
-_WORKER = WorkerProcess(Path(__file__).with_name("_reasoning_gym_worker.py"), "reasoning_gym",
-                        "is reasoning-gym installed (pip install 'cogym[reasoning-gym]')?",
-                        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+# ------------------------------------------------------------------------------ the sandboxed worker
+_WORKER = Sandbox(Path(__file__).with_name("_reasoning_gym_worker.py"), "reasoning_gym",
+                  "is reasoning-gym installed (pip install 'cogym[reasoning-gym]')?",
+                  env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
 atexit.register(_WORKER.close)
 _CATALOG: dict[str, TaskInfo] | None = None
 _KNOWN: OrderedDict[str, str] = OrderedDict()  # question -> reference answer, for the oracle twin
 _KNOWN_SIZE = 4096
 
 
-def worker() -> WorkerProcess:
-    """The process's reasoning-gym child (started on first use)."""
+def worker() -> Sandbox:
+    """The process's sandboxed reasoning-gym worker (started on first use)."""
     return _WORKER
 
 

@@ -6,10 +6,10 @@ that reads model output is bounded in size and time, because model output is adv
 
 * ``ExactArithmetic`` reads at most ``MAX_ANSWER_CHARS`` characters per response (arithmetic.py).
 * ``MathVerify`` keeps the last ``max_chars`` characters of each input and runs ``math_verify``
-  in a child process with a sub-second timer per response, killed if the timer cannot interrupt
-  it. It is safe to call from any thread (math_verify's own timeout is signal based, main thread
-  only, with one-second resolution, and does not save you from ``9^9^9^9``). POSIX only: the
-  parent waits on the child's pipe with ``select``.
+  in the sandbox (``cogym.core.sandbox``: a fork per response with a sub-second timer, killed if
+  the timer cannot interrupt it). It is safe to call from any thread (math_verify's own timeout is
+  signal based, main thread only, with one-second resolution, and does not save you from
+  ``9^9^9^9``). Linux only: the sandbox forks, and the parent waits on pipes with ``select``.
 * ``MajorityVote`` compares extracted answers by exact equality: no parsing beyond
   ``extract_answer`` and a bounded prefix.
 """
@@ -17,19 +17,13 @@ that reads model output is bounded in size and time, because model output is adv
 from __future__ import annotations
 
 import atexit
-import json
 import math
 import numbers
-import os
-import select
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Callable, Hashable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
 
+from cogym.core.sandbox import Sandbox
 from cogym.envs.arithmetic import MAX_ANSWER_CHARS, Domain, extract_answer, is_strict_answer
 
 
@@ -143,120 +137,23 @@ class MajorityVote:
 
 # ------------------------------------------------------------------------------ math_verify
 _WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
-_STARTUP_TIMEOUT_S = 120.0
 # Extra time the parent waits beyond the child's own timer before it kills the child.
 _KILL_MARGIN_S = 0.25
 
 
-class WorkerProcess:
-    """A child process that answers one JSON line per JSON request line, started on first use and
-    shared by every caller in this Python process (calls are serialized by a lock).
-
-    ``request(message, deadline_s)`` returns the child's reply, or None when no reply came within
-    ``deadline_s`` seconds (or the child died): the child is then killed, ``kills`` counts it, and the
-    next request starts a fresh one. The child bounds its own work with a timer; the deadline is the
-    parent's last resort for work no timer can interrupt (a long call inside C). A forked copy of this
-    process never touches its parent's child. ``script`` runs with this interpreter; it writes
-    ``{"ready": true}`` once it can answer, and ``hint`` says what to check when it does not.
-    """
-
-    def __init__(self, script: Path, name: str, hint: str, env: Mapping[str, str] | None = None) -> None:
-        self.script, self.name, self.hint = Path(script), name, hint
-        self._env = dict(env) if env is not None else None
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._owner_pid = os.getpid()
-        self._buffer = b""
-        self.kills = 0  # how many times a hung child had to be killed (a metric for tests/logs)
-
-    def start(self) -> None:
-        with self._lock:
-            self._ensure_started()
-
-    def request(self, message: Mapping[str, object], deadline_s: float) -> dict | None:
-        """The child's reply to ``message``, or None (child killed) if none came within ``deadline_s``."""
-        with self._lock:
-            proc = self._ensure_started()
-            request = (json.dumps(message) + "\n").encode()
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(request)
-            except BrokenPipeError:
-                # The child died between calls (killed from outside); one fresh start, then retry.
-                self._kill()
-                proc = self._ensure_started()
-                assert proc.stdin is not None
-                proc.stdin.write(request)
-            line = self._read_line(time.monotonic() + deadline_s)
-            if line is None:
-                # The timer could not interrupt it (a long call inside C): the child is replaced so
-                # the next request starts from a clean process.
-                self._kill()
-                self.kills += 1
-                return None
-            return json.loads(line)
-
-    def _ensure_started(self) -> subprocess.Popen[bytes]:
-        if self._owner_pid != os.getpid():
-            # We are a forked copy: the child belongs to our parent, leave it alone.
-            self._proc, self._owner_pid, self._buffer = None, os.getpid(), b""
-        if self._proc is not None and self._proc.poll() is None:
-            return self._proc
-        self._proc = None
-        stderr = tempfile.TemporaryFile()
-        env = {**os.environ, **self._env} if self._env is not None else None
-        proc = subprocess.Popen(
-            [sys.executable, str(self.script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=stderr, bufsize=0, env=env,
-        )
-        self._proc, self._buffer = proc, b""
-        line = self._read_line(time.monotonic() + _STARTUP_TIMEOUT_S)
-        if line is None or not json.loads(line).get("ready"):
-            self._kill()
-            stderr.seek(0)
-            tail = stderr.read()[-2000:].decode(errors="replace").strip().replace("\n", " | ")
-            raise RuntimeError(f"the {self.name} worker ({self.script}) did not start; {self.hint} stderr: {tail}")
-        return proc
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        """One reply line, or None if the deadline passes or the child dies first."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            readable, _, _ = select.select([fd], [], [], remaining)
-            if not readable:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:  # EOF: the child exited
-                return None
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line
-
-    def _kill(self) -> None:
-        proc, self._proc, self._buffer = self._proc, None, b""
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._owner_pid == os.getpid():
-                self._kill()
+# The sandboxed worker every scorer of model output runs in (cogym.core.sandbox); the old name stays.
+WorkerProcess = Sandbox
 
 
 class _MathVerifyWorker(WorkerProcess):
-    """One child process per Python process, shared by every MathVerify; calls are serialized."""
+    """One sandboxed worker per Python process, shared by every MathVerify; calls are serialized."""
 
     def __init__(self) -> None:
         super().__init__(_WORKER_SCRIPT, "math_verify", f"is math-verify installed in {sys.executable}?")
 
     def check(self, gold: str, response: str, timeout_s: float) -> bool:
         reply = self.request({"gold": gold, "response": response, "timeout_s": timeout_s}, timeout_s + _KILL_MARGIN_S)
-        # No reply: the timer could not interrupt it; not correct (the child was replaced).
+        # No reply: not even the sandbox's kill answered in time; not correct (the worker was replaced).
         return reply is not None and bool(reply["ok"])
 
 
@@ -269,7 +166,7 @@ class MathVerify:
 
     Each input keeps its last ``max_chars`` characters (a worked answer ends with its result);
     each response gets ``timeout_s`` seconds of parse + verify, after which it is not correct.
-    The child process starts here, so a missing ``math-verify`` fails at construction.
+    The sandboxed worker starts here, so a missing ``math-verify`` fails at construction.
     """
 
     name = "math_verify"
