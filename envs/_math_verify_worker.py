@@ -19,27 +19,23 @@ import functools
 import logging
 from typing import Any
 
+from math_verify import parse, verify
+
 FAILED = {"ok": False}
 
 
 @functools.lru_cache(maxsize=1024)
 def parse_gold(text: str) -> list:
-    from math_verify import parse
-
     return parse(text, parsing_timeout=None)
 
 
 def setup() -> None:
-    from math_verify import parse, verify
-
     # math_verify warns once that its own timeout is disabled; the sandbox bounds time instead.
     logging.disable(logging.WARNING)
     verify(parse_gold("$\\frac{1}{2}$"), parse("0.5", parsing_timeout=None), timeout_seconds=None)
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    from math_verify import parse, verify
-
     gold = parse_gold(request["gold"])
     answer = parse(request["response"], parsing_timeout=None)
     return {"ok": bool(gold) and bool(answer) and bool(verify(gold, answer, timeout_seconds=None))}
