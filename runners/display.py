@@ -17,8 +17,20 @@ from typing import Sequence
 
 import numpy as np
 
+from cogym.core.text import printable
+
 SHORT_NAME = 16  # plots label players by name when every name is at most this long
 SCORE_WIDTH = 6  # a matrix column: "  0.62"
+
+
+def plain(text: object):
+    """``text`` as a rich renderable shown character for character: no markup (``runs/exp[lr=3e-4]`` keeps
+    its brackets, ``runs/a[/b]`` does not close a tag), no emoji codes, and control characters (an escape
+    sequence that would set the terminal's title) shown as escapes. Every string a rich table shows
+    that a user, a file or a model wrote goes through it."""
+    from rich.text import Text  # here: this module's text output needs no rich
+
+    return Text(printable(str(text), keep=""))
 
 
 def terminal_width() -> int:
@@ -173,6 +185,8 @@ def format_leaderboard(board: Sequence[dict], title: str, width: int) -> str:
     """The leaderboard as text: numbers in full, the player's name last on the row when every name
     fits the width, else on its own (wrapped) line under the row. Rows wider than ``width`` (under
     ~55 columns) run over rather than lose a digit."""
+    board = [{**row, "name": printable(row["name"], keep="")} for row in board]  # an endpoint's name is anyone's
+    title = printable(title, keep="")
     failed = any("failed" in row for row in board)  # games a player's endpoint made no move in (a tournament with one)
     header = ["#", "rating", "95% CI", "games", "W", "D", "L", "score"] + (["failed"] if failed else [])
     rows = []
@@ -198,6 +212,7 @@ def format_matrix(matrix: np.ndarray, names: Sequence[str], width: int, max_play
     n = len(names)
     if n > max_players:
         return f"cross-play matrix of {n} players: see matrix.csv and heatmap.png"
+    names = [printable(name, keep="") for name in names]
     labels = [f"P{k}" for k in range(1, n + 1)]
     pad = max(len(lab) for lab in labels) + 1
     per_block = max(1, (width - pad) // SCORE_WIDTH)

@@ -17,6 +17,7 @@ import sys
 from types import ModuleType
 
 from cogym.core.errors import CogymError
+from cogym.core.text import printable
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return module.run(args)
     except USER_ERRORS as exc:
-        print(f"cogym {args.command}: error: {exc}", file=sys.stderr)
+        # The message may quote what the user gave or a file held (a player's name, a transcript's field):
+        # its control characters are shown as escapes, not sent to the terminal.
+        print(f"cogym {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"cogym {args.command}: interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ import json
 import sys
 
 from cogym.core.errors import ConfigError
+from cogym.core.text import printable
 from cogym.runners.cli.args import positive_int
 from cogym.runners.display import terminal_width
 from cogym.runners.tournament.transcripts import (MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     its = sorted({r["iteration"] for r in rows if r.get("iteration") is not None})
     what = f", iteration{'s' if len(its) > 1 else ''} {', '.join(map(str, its))}" if its else ""
-    title = f"{transcripts_path(args.path)}: {len(shown)} of {len(rows)} games{what}"
+    # every field of a row may come from someone else's file: what reaches the terminal is escaped
+    title = printable(f"{transcripts_path(args.path)}: {len(shown)} of {len(rows)} games{what}")
     print(format_transcripts(shown, args.width or terminal_width(), full=args.full, title=title))
     return 0

@@ -9,14 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cogym.core.errors import ConfigError
+from cogym.core.text import brief, QUOTED_CHARS
 from cogym.runners.cli.args import positive_int
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.load import build_section, load_tree, set_dotted
 from cogym.runners.config.schema import BACKENDS, TournamentConfig, TournamentSection
-from cogym.runners.config.validate import check_choice
+from cogym.runners.config.safe_yaml import parse_yaml
+from cogym.runners.config.validate import check_choice, validate_tournament
 from cogym.runners.tournament.players import ENDPOINT_PREFIX, resolve_players, split_binding
 from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
@@ -92,9 +92,9 @@ def key_values(items: list[str] | None, what: str) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(f"{what} {item!r} must look like key=value")
+            raise ConfigError(f"{what} {brief(item)} must look like key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if what == "--kwarg" else value
+        out[key.strip()] = parse_yaml(value, f"{what} {brief(item)}: its value") if what == "--kwarg" else value
     return out
 
 
@@ -110,7 +110,7 @@ MOVED = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.t
 def _moved_keys(tree: dict) -> None:
     """A key of the flat format: a one-line error that names its new place."""
     if isinstance(tree.get("game"), str):
-        raise ConfigError(f"game: write game.id (game: {{id: {tree['game']}}}; {LAYOUT})")
+        raise ConfigError(f"game: write game.id (game: {{id: {tree['game'][:QUOTED_CHARS]}}}; {LAYOUT})")
     for old, new in MOVED.items():
         if old in tree:
             raise ConfigError(f"{old}: write {new} ({LAYOUT})")
@@ -171,6 +171,7 @@ def tournament_config(args: argparse.Namespace) -> TournamentConfig:
 
 def run(args: argparse.Namespace) -> int:
     tc = tournament_config(args)
+    validate_tournament(tc)
     t, game = tc.tournament, tc.game
     if not game.id:
         raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game.id in --config")

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from cogym.learners import torch_dist as dist
 from cogym.runners.cli.args import positive_int
+from cogym.runners.display import plain
 from cogym.runners.config.load import load_config
 from cogym.runners.train.launch import launch_train
 from cogym.runners.train.loop import train
@@ -89,25 +90,29 @@ def print_summary(summary: dict) -> None:
     table = Table(title="cogym train: summary", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
+
+    def add(*cells: str) -> None:  # cells shown as written: a run directory may hold [..] or an escape sequence
+        table.add_row(*map(plain, cells))
+
     for key, label in HELDOUT_LABELS.items():  # greedy, and sampled with eval.temperature > 0
         before, after = summary.get(f"{key}_before"), summary.get(f"{key}_after")
         if before is not None and after is not None:
-            table.add_row(label, f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
+            add(label, f"{before:.1%} -> {after:.1%} ({(after - before) * 100:+.1f} pts)")
     for key in summary:  # declared evaluators (eval.evaluators): eval/<name>/<metric>, before -> after
         if key.startswith("eval/") and key.endswith("_before") and f"{key[:-7]}_after" in summary:
             first, last = summary[key], summary[f"{key[:-7]}_after"]
-            table.add_row(f"{key[5:-7]} (before -> after)", f"{first:.3f} -> {last:.3f} ({last - first:+.3f})")
+            add(f"{key[5:-7]} (before -> after)", f"{first:.3f} -> {last:.3f} ({last - first:+.3f})")
     for label, value in reward_rows(summary):  # first -> last window of this process's iterations
-        table.add_row(label, value)
+        add(label, value)
     if summary.get("tokens_per_s"):
-        table.add_row("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
-    table.add_row("engine", ", ".join(summary.get("engines", [])))
+        add("rollout tokens/s", f"{summary['tokens_per_s']:.0f}")
+    add("engine", ", ".join(summary.get("engines", [])))
     if "ray_workers" in summary:
         restarts = summary.get("ray_worker_restarts", 0)
-        table.add_row("Ray rollout workers", f"{summary['ray_workers']} ({restarts} restart{'s' if restarts != 1 else ''})")
-    table.add_row("iterations", str(summary.get("iterations", "-")))
-    table.add_row("wall time", f"{summary['wall_s']:.0f} s")
-    table.add_row("run directory", summary["run_dir"])
+        add("Ray rollout workers", f"{summary['ray_workers']} ({restarts} restart{'s' if restarts != 1 else ''})")
+    add("iterations", str(summary.get("iterations", "-")))
+    add("wall time", f"{summary['wall_s']:.0f} s")
+    add("run directory", summary["run_dir"])
     Console().print(table)
     if summary.get("league"):
         league = Table(title="league (openskill ratings; win rate = the learner's against the member)")
@@ -115,7 +120,7 @@ def print_summary(summary: dict) -> None:
             league.add_column(col, justify="left" if col == "member" else "right")
         for row in summary["league"]:
             rate = row["learner_win_rate"]
-            league.add_row(row["member"] + ("" if row["active"] else " (dropped)"),
+            league.add_row(*map(plain, (row["member"] + ("" if row["active"] else " (dropped)"),
                            "-" if row["iteration"] is None else str(row["iteration"]), f"{row['mu']:.2f}",
-                           f"{row['sigma']:.2f}", str(row["games"]), "-" if rate is None else f"{rate:.3f}")
+                           f"{row['sigma']:.2f}", str(row["games"]), "-" if rate is None else f"{rate:.3f}")))
         Console().print(league)

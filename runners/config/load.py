@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import math
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cogym.core.types import SamplingParams
 from cogym.core.errors import ConfigError
+from cogym.core.text import brief
 from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
+from cogym.runners.config.safe_yaml import parse_yaml, read_yaml_file
 from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, MAP_OWNERS, suggest, TYPED_MAPS
 from cogym.runners.config.validate import check_choice, validate
+
+
+INT_BOUND = 2**63  # an integer key's bound (each key may have a tighter one: validate.py)
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -34,42 +38,55 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return None
         return _coerce(value, args[0], where)
     if origin is typing.Literal:  # the key's choices
-        check_choice(value if isinstance(value, str) else repr(value), typing.get_args(tp), where)
+        check_choice(value if isinstance(value, str) else brief(value), typing.get_args(tp), where)
         return value
     if dataclasses.is_dataclass(tp):
         return build_section(tp, value, where)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
+        raise ConfigError(f"{where} must be true or false, got {brief(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -INT_BOUND <= value < INT_BOUND:  # torch and numpy hold 64 bits; no count or seed needs more
+                raise ConfigError(f"{where} must be an integer of 64 bits (|x| < 2**63), got {brief(value)}")
             return value
-        raise ConfigError(f"{where} must be an integer, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{where} must be an integer, got {brief(value)} ({type(value).__name__})")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
+            number = value
+        elif isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where} must be a number, got {value!r} ({type(value).__name__})")
+        if number is None:
+            raise ConfigError(f"{where} must be a number, got {brief(value)} ({type(value).__name__})")
+        # Every float key, here rather than key by key: NaN passes every `x > 0` check after it (comparisons
+        # with NaN are false) and fails deep inside generation or the optimizer; infinity overflows a timer.
+        try:
+            number = float(number)
+        except OverflowError:  # an integer beyond float's range
+            number = math.inf
+        if not math.isfinite(number):
+            raise ConfigError(f"{where} must be a finite number, got {brief(value)}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{where} must be a string, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{where} must be a string, got {brief(value)} ({type(value).__name__})")
     if tp is list or origin is list:
         item = typing.get_args(tp)[0] if typing.get_args(tp) else str
         kinds = tuple(typing.get_args(item)) if typing.get_origin(item) in (typing.Union, types.UnionType) else (item,)
         if isinstance(value, list) and all(isinstance(v, kinds) for v in value):
             return list(value)
         what = "strings" if kinds == (str,) else " or ".join("strings" if k is str else "mappings" for k in kinds)
-        raise ConfigError(f"{where} must be a list of {what}, got {value!r}")
+        raise ConfigError(f"{where} must be a list of {what}, got {brief(value)}")
     if tp is dict or origin is dict:
         if isinstance(value, dict):
             return dict(value)
-        raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        raise ConfigError(f"{where} must be a mapping, got {brief(value)}")
     return value
 
 
@@ -77,7 +94,7 @@ def build_section(cls: type, data: Any, where: str) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'the config'} must be a mapping of keys to values, got {data!r}")
+        raise ConfigError(f"{where or 'the config'} must be a mapping of keys to values, got {brief(data)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -86,10 +103,10 @@ def build_section(cls: type, data: Any, where: str) -> Any:
         if isinstance(key, str) and keyword.iskeyword(key) and f"{key}_" in names:
             key = f"{key}_"  # run.async -> RunConfig.async_
         if key not in names:
-            raise ConfigError(f"unknown config key {path!r}{suggest(str(key), names)}")
+            raise ConfigError(f"unknown config key {brief(path)}{suggest(str(key), names)}")
         if cls in MAP_OWNERS and key in TYPED_MAPS:
             if not isinstance(value, dict):
-                raise ConfigError(f"{path} must be a mapping of names to sections, got {value!r}")
+                raise ConfigError(f"{path} must be a mapping of names to sections, got {brief(value)}")
             kwargs[key] = {str(k): build_section(TYPED_MAPS[key], v, f"{path}.{k}") for k, v in value.items()}
         else:
             kwargs[key] = _coerce(value, hints[key], path)
@@ -110,22 +127,19 @@ def set_dotted(tree: dict, dotted: str, value: Any) -> None:
         if nxt is None:
             nxt = node[p] = {}
         if not isinstance(nxt, dict):
-            raise ConfigError(f"override {dotted!r}: {p!r} is a value, not a section")
+            raise ConfigError(f"override {brief(dotted)}: {brief(p)} is a value, not a section")
         node = nxt
     node[parts[-1]] = value
 
 
 def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key.path=value, e.g. learners.solver.lr=1e-4")
+        raise ConfigError(f"override {brief(text)} must look like key.path=value, e.g. learners.solver.lr=1e-4")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not p for p in key.split(".")):
-        raise ConfigError(f"override {text!r} has an empty key part; write it like learners.solver.lr=1e-4")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: value is not valid YAML ({exc.problem})") from exc
+        raise ConfigError(f"override {brief(text)} has an empty key part; write it like learners.solver.lr=1e-4")
+    value = parse_yaml(raw, f"override {brief(text)}: its value") if raw.strip() else ""
     return key, value
 
 
@@ -167,12 +181,7 @@ def load_tree(path: str | Path | None, overrides: list[str] | None = None, what:
     tree: Any = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{what} {str(path)!r} does not exist; pass a YAML file such as configs/proposer_solver.yaml")
-        try:
-            tree = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        tree = read_yaml_file(path, what) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
     for text in overrides or []:
@@ -183,16 +192,18 @@ def load_tree(path: str | Path | None, overrides: list[str] | None = None, what:
 
 def shared_sampling(tree: dict) -> dict:
     """The top-level ``sampling:`` section: defaults every policy's ``sampling`` takes key by key (its
-    own keys win). Its keys are SamplingParams' (an unknown one names the closest); returned as given."""
+    own keys win). Its keys are SamplingParams' (an unknown one names the closest), each checked as
+    a policy's would be; returned as given."""
     shared = tree.get("sampling")
     if shared is None:
         return {}
     if not isinstance(shared, dict):
-        raise ConfigError(f"sampling must be a mapping of keys to values, got {shared!r}")
+        raise ConfigError(f"sampling must be a mapping of keys to values, got {brief(shared)}")
     names = {f.name for f in dataclasses.fields(SamplingParams)}
     for key in shared:
         if key not in names:
-            raise ConfigError(f"unknown config key {f'sampling.{key}'!r}{suggest(str(key), names)}")
+            raise ConfigError(f"unknown config key {brief(f'sampling.{key}')}{suggest(str(key), names)}")
+    build_section(SamplingParams, shared, "sampling")  # typed and checked even where every policy sets its own
     return dict(shared)
 
 
@@ -222,7 +233,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
                 pol["sampling"] = {**shared, **(pol.get("sampling") or {})}
     learners = tree.pop("learners", None)
     if learners is not None and not isinstance(learners, dict):
-        raise ConfigError(f"learners must be a mapping of names to sections, got {learners!r}")
+        raise ConfigError(f"learners must be a mapping of names to sections, got {brief(learners)}")
     cfg = build_section(Config, tree, "")
     cfg.game.modules = [_module_path(m, path) for m in cfg.game.modules]
     import_game_modules(cfg.game.modules)  # they may register the algorithms the learners name
@@ -237,7 +248,7 @@ def _build_learner(data: Any, where: str) -> LearnerConfig:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{where} must be a mapping of keys to values, got {data!r}")
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {brief(data)}")
     if "algorithm" in data:
         check_choice(_coerce(data["algorithm"], str, f"{where}.algorithm"), algorithm_choices(), f"{where}.algorithm")
     for role, name in _coerce(data.get("role_algorithms") or {}, dict, f"{where}.role_algorithms").items():
@@ -246,7 +257,7 @@ def _build_learner(data: Any, where: str) -> LearnerConfig:
     try:
         common, parts = split_keys(data)
     except UnknownKey as exc:
-        raise ConfigError(f"unknown config key {f'{where}.{exc.key}'!r} ({exc.hint})") from None
+        raise ConfigError(f"unknown config key {brief(f'{where}.{exc.key}')} ({exc.hint})") from None
     lc = build_section(LearnerConfig, common, where)
     lc.algorithm_configs = {name: build_section(registry.get(name).Config, keys, where) for name, keys in parts.items()}
     return lc

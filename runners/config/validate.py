@@ -12,6 +12,7 @@ from cogym.agents.backends.checks import VLLM_EXTRA, vllm_available
 from cogym.agents.lora import peft_available
 from cogym.agents.loading import attention_implementations, DTYPES
 from cogym.core.errors import ConfigError
+from cogym.core.text import brief, QUOTED_CHARS
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners import registry
 from cogym.learners.config import LearnerConfig
@@ -20,10 +21,31 @@ from cogym.learners.losses import LOSS_AGG_MODES
 from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, WEIGHT_SYNCS
 from cogym.runners.rollout.agents import twin_name
 
+# Upper bounds of the integer keys that memory follows (the game copies, the seed lists), far above any
+# real run: a typo of a few zeros (game.num_games=10**9) is refused at load instead of filling memory.
+MAX_GAMES_AT_ONCE = 100_000
+MAX_GAMES_PER_PAIRING = 1_000_000
+SEED_BOUND = 2**32  # numpy's legacy seeding and every derived seed are 32-bit; torch.manual_seed takes 64
+
+
+def check_seed(seed: int, where: str) -> None:
+    if seed < 0:
+        raise ConfigError(f"{where} must be >= 0, got {brief(seed)}")
+    if seed >= SEED_BOUND:
+        raise ConfigError(f"{where} must be < 2**32 (seeds are 32-bit), got {brief(seed)}")
+
+
+def check_count(n: int, where: str, most: int, what: str, least: int = 1) -> None:
+    if n < least:
+        raise ConfigError(f"{where} must be >= {least}, got {brief(n)}")
+    if n > most:
+        raise ConfigError(f"{where} must be at most {most:,} ({what}), got {brief(n)}")
+
 
 def check_choice(value: str, options: tuple, where: str) -> None:
     if value not in options:
-        raise ConfigError(f"{where} must be one of {', '.join(options)}; got {value!r}{suggest(value, options)}")
+        shown = brief(value)
+        raise ConfigError(f"{where} must be one of {', '.join(options)}; got {shown}{suggest(str(value)[:QUOTED_CHARS], options)}")
 
 
 def _check_learner_plugins(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
@@ -243,8 +265,7 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
 
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
-    if cfg.run.seed < 0:
-        raise ConfigError(f"run.seed must be >= 0, got {cfg.run.seed}")
+    check_seed(cfg.run.seed, "run.seed")
     if cfg.run.threads < 0:
         raise ConfigError(f"run.threads must be >= 0 (0: automatic), got {cfg.run.threads}")
     if cfg.run.iterations < 1:
@@ -257,8 +278,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.transcripts_every must be >= 0 (0: no transcripts), got {cfg.run.transcripts_every}")
     if cfg.run.transcripts_games < 0:
         raise ConfigError(f"run.transcripts_games must be >= 0 (games kept per iteration), got {cfg.run.transcripts_games}")
-    if cfg.game.num_games < 1:
-        raise ConfigError(f"game.num_games must be >= 1, got {cfg.game.num_games}")
+    check_count(cfg.game.num_games, "game.num_games", MAX_GAMES_AT_ONCE, "games alive at once, each a copy of the game")
     if cfg.game.group_size < 1 or cfg.game.num_games % cfg.game.group_size:
         raise ConfigError(f"game.group_size must be >= 1 and divide game.num_games = {cfg.game.num_games}, "
                           f"got {cfg.game.group_size}")
@@ -274,7 +294,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("seats is empty; map each role to a policy, e.g. seats: {solver: solver}")
     for seat, pid in cfg.seats.items():
         if not isinstance(pid, str):
-            raise ConfigError(f"seats.{seat} must be a policy id (a string), got {pid!r}")
+            raise ConfigError(f"seats.{seat} must be a policy id (a string), got {brief(pid)}")
         if twin_name(pid) is not None:
             continue  # a scripted twin of the game's role; checked against the game when built
         if pid not in cfg.policies:
@@ -347,7 +367,7 @@ def _check_learner_groups(cfg: Config) -> None:
     rc = cfg.ray
     n = rc.learner_workers
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ConfigError(f"ray.learner_workers must be an integer >= 1 (learner actors per trained policy), got {n!r}")
+        raise ConfigError(f"ray.learner_workers must be an integer >= 1 (learner actors per trained policy), got {brief(n)}")
     if n == 1:
         return
     if rc.learners == "driver":
@@ -357,3 +377,13 @@ def _check_learner_groups(cfg: Config) -> None:
     if alone:
         raise ConfigError(f"ray.learner_workers: {n}: learners.{alone[0]} uses algorithm {alone[1]}, which trains in "
                           "one process only; set ray.learner_workers: 1")
+
+
+def validate_tournament(tc) -> None:  # noqa: ANN001 (a TournamentConfig; its own checks are in tournament.run)
+    """The bounds of ``cogym tournament``'s keys that memory follows: its seed, games per pairing, batch."""
+    t = tc.tournament
+    check_seed(t.seed, "tournament.seed")
+    if t.games_per_pairing > MAX_GAMES_PER_PAIRING:
+        raise ConfigError(f"tournament.games_per_pairing must be at most {MAX_GAMES_PER_PAIRING:,} (the seeds of a "
+                          f"pairing are listed up front), got {brief(t.games_per_pairing)}")
+    check_count(t.batch_games, "tournament.batch_games", MAX_GAMES_AT_ONCE, "games played at once")

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from cogym.core.errors import ConfigError
+from cogym.core.text import printable
 from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
 from cogym.runners.tournament.players import NO_RUN_CONFIG
 from cogym.runners.tournament.ratings import leaderboard, Result
@@ -105,8 +106,8 @@ def print_leaderboard(board: list[dict], title: str = "cogym tournament", notes:
     width = terminal_width()
     shown = [{**row, "name": row["name"] + " *"} if row.get("kind") == NO_RUN_CONFIG else row for row in board]
     print(format_leaderboard(shown, title, width))
-    for note in [*rating_notes(board), *failure_notes(board), *notes]:
-        print("\n".join(textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)))
+    for note in [*rating_notes(board), *failure_notes(board), *notes]:  # they name players: escaped as the board does
+        print("\n".join(textwrap.wrap(printable(note, keep=""), width, subsequent_indent="  ", break_on_hyphens=False)))
 
 
 def rating_notes(board: Sequence[dict]) -> list[str]:

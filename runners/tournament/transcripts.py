@@ -46,6 +46,10 @@ import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from cogym.core.errors import DatasetError
+from cogym.core.text import printable
+from cogym.runners.tournament.transcript_check import row_problem
+
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 MAX_CHARS = 4000  # a stored message is cut at this many characters
 SHOWN_LINES = 6  # `cogym show` without --full: at most this many lines of a message
@@ -167,6 +171,33 @@ def _load(path: Path) -> list[dict]:
     return rows
 
 
+def _read_rows(path: Path) -> list[dict]:
+    """The rows of a transcripts file that may come from anyone: a line that is not JSON is skipped (a
+    line cut by a kill mid-write), one that is JSON but not a transcript row (:mod:`.transcript_check`)
+    is a one-line DatasetError naming the line, and so is a file with no row among its lines."""
+    rows, lines = [], 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            lines += 1
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill mid-write
+            except (ValueError, RecursionError):  # valid JSON past Python's limits: thousands deep, huge integers
+                raise DatasetError(f"{path} line {number} is not a transcript row: nested too deeply or a number "
+                                   "too long to read") from None
+            problem = row_problem(row)
+            if problem is not None:
+                raise DatasetError(f"{path} line {number} is not a transcript row: {problem}")
+            rows.append(row)
+    if lines and not rows:
+        raise DatasetError(f"{path} holds no transcript rows ({lines} line{'s' if lines > 1 else ''}, none of them JSON)")
+    return rows
+
+
 def transcripts_path(where: str | Path) -> Path:
     """The transcripts file of a run or tournament directory (or the file itself); a clear
     FileNotFoundError, saying how to get transcripts, when there is none."""
@@ -194,7 +225,7 @@ def read_transcripts(where: str | Path) -> list[dict]:
     """Every transcript row of a run or tournament directory (or a transcripts file), in the order
     written; a game written twice (a tournament batch replayed after a kill) appears once, at its
     last place."""
-    rows = _load(transcripts_path(where))
+    rows = _read_rows(transcripts_path(where))
     last = {}
     for i, row in enumerate(rows):
         last[_identity(row)] = i
@@ -222,7 +253,7 @@ def select(rows: Sequence[dict], iteration: int | None = None, player: str | Non
         if not out:
             names = sorted({p for r in rows for p in (r.get("pairing") or [])} | {m.get("policy", "") for r in rows
                                                                                    for m in r["moves"]})
-            raise ValueError(f"no transcripts with player {player!r} (players: {', '.join(names)})")
+            raise ValueError(printable(f"no transcripts with player {player!r} (players: {', '.join(names)})"))
     if seat is not None or role is not None:
         kept = []
         for r in out:
@@ -233,7 +264,7 @@ def select(rows: Sequence[dict], iteration: int | None = None, player: str | Non
             seats = sorted({m["seat"] for r in out for m in r["moves"]})
             roles = sorted({m["role"] for r in out for m in r["moves"]})
             what = " and ".join(f"{k} {v!r}" for k, v in (("seat", seat), ("role", role)) if v is not None)
-            raise ValueError(f"no moves of {what} (seats: {', '.join(seats)}; roles: {', '.join(roles)})")
+            raise ValueError(printable(f"no moves of {what} (seats: {', '.join(seats)}; roles: {', '.join(roles)})"))
         out = kept
     if last is not None:
         out = out[-last:] if last > 0 else []
@@ -241,14 +272,6 @@ def select(rows: Sequence[dict], iteration: int | None = None, player: str | Non
 
 
 # ---------------------------------------------------------------------------------- the printer
-def printable(text: str) -> str:
-    """Model output made safe for a terminal: control characters (an escape sequence, a carriage
-    return) shown as escapes; newlines and tabs kept."""
-    if all(ch.isprintable() or ch in "\n\t" for ch in text):
-        return text
-    return "".join(ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text)
-
-
 def _number(x: float) -> str:
     return f"{x:+.3f}".rstrip("0").rstrip(".") if x else "0"
 
@@ -334,13 +357,13 @@ def _body(row: dict, width: int, full: bool) -> list[str]:
         if "shown" in m:
             out.extend("       " + line for line in shown_lines(str(m["shown"]), width - 7, full))
             if full and "shown_chars" in m:
-                out.append(f"       [observation stored cut at {row.get('max_chars', MAX_CHARS)} of "
-                           f"{m['shown_chars']} characters]")
+                out.append(printable(f"       [observation stored cut at {row.get('max_chars', MAX_CHARS)} of "
+                                 f"{m['shown_chars']} characters]"))
         elif recorded:
             out.append("       " + SHOWN_LABEL + "(not recorded)")
         out.extend("       " + line for line in message_lines(m["text"], width - 7, full))
         if "chars" in m:
-            out.append(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]")
+            out.append(printable(f"       [stored cut at {row.get('max_chars', MAX_CHARS)} of {m['chars']} characters]"))
         if m.get("error"):  # the agent made no move: the game was stepped with the empty message
             out.extend("       " + line for line in message_lines(f"[no move: {m['error']}]", width - 7, full))
     returns = row.get("returns") or {}
