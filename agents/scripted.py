@@ -7,29 +7,42 @@ so games, learners and tournaments can be tested without a model.
 
 from __future__ import annotations
 
+import traceback
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
 from cogym.agents.text_streams import TextStreams
+from cogym.core.errors import GameError
 from cogym.core.types import Action, Message, Request, Token
 
 Strategy = Callable[[str, np.random.Generator], str]
+MAX_ERROR_SHOWN = 200  # characters of a twin's exception shown in the error
 
 
 class ScriptedAgent:
+    """``twin``: the twin's name in its game's ``scripted`` table (default: ``name``), which names it
+    when it raises: a :class:`~cogym.core.errors.GameError` naming the twin, the seat and where."""
+
     trainable = False
 
-    def __init__(self, strategy: Strategy, name: str, seed: int = 0) -> None:
+    def __init__(self, strategy: Strategy, name: str, seed: int = 0, twin: str | None = None) -> None:
         self.strategy = strategy
         self.name = name
+        self.twin = twin or name
         self.rng = np.random.default_rng(seed)  # for unkeyed requests; the trainer reseeds it every iteration
         self.streams = TextStreams(self.act)
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
         # A keyed request (every rollout's) draws from its own key, so a scripted seat makes the same move
         # however the games are split across batches, processes or Ray workers; an unkeyed one from self.rng.
-        return [Action(text=self.strategy(r.messages[-1]["content"], self._rng(r))) for r in requests]
+        return [Action(text=self._move(r)) for r in requests]
+
+    def _move(self, request: Request) -> str:
+        try:
+            return self.strategy(request.messages[-1]["content"], self._rng(request))
+        except Exception as exc:  # noqa: BLE001 - the twin is the game author's code: its bug is named as its
+            raise GameError(twin_failure(self.twin, request.seat, request.role, exc)) from exc
 
     def _rng(self, request: Request) -> np.random.Generator:
         return self.rng if request.key is None else np.random.default_rng(request.key)
@@ -43,3 +56,15 @@ class ScriptedAgent:
 
     def close(self, handles: Sequence[Hashable]) -> None:
         self.streams.close(handles)
+
+
+def twin_failure(twin: str, seat: str, role: str, exc: BaseException) -> str:
+    """One line: the twin, its seat and role, the exception (cut, unprintable characters escaped) and
+    the innermost line of code that raised it."""
+    error = f"{type(exc).__name__}: {exc}"
+    if len(error) > MAX_ERROR_SHOWN:
+        error = error[:MAX_ERROR_SHOWN] + f"... ({len(error)} characters)"
+    error = "".join(c if c.isprintable() else repr(c)[1:-1] for c in error)
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"scripted twin {twin!r} of seat {seat!r} (role {role!r}) raised {error}{at}"

@@ -82,7 +82,12 @@ class _Episode:
     def _message(self, agent: str, strategy: str, text: str) -> str:
         if strategy == _PATHOLOGICAL:
             return PATHOLOGICAL[int(self.rng.integers(len(PATHOLOGICAL)))]
-        return self.scripted[self.env.role_of(agent)][strategy](text, self.rng)
+        role = self.env.role_of(agent)
+        try:
+            return self.scripted[role][strategy](text, self.rng)
+        except Exception as exc:  # noqa: BLE001 - a twin's bug is named as the twin's, not the game's
+            raise self.fail(f"scripted twin {strategy!r} of seat {agent!r} (role {role!r}) raised "
+                            f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
     def _text(self, agent: str) -> str:
         """The turn-level text ``agent`` is asked about, held to the contract as the play loop holds it."""

@@ -29,6 +29,9 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>)")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--strict", action="store_true",
+                   help="warnings about the run are errors (run.strict=true): a policy that got no turns, or only "
+                        "zero advantages, in its first iterations stops the run in one line (exit 2)")
     t.add_argument("--nproc", type=positive_int, default=1, metavar="N",
                    help="data parallel: run N processes (torch.distributed, gloo on CPU) that each play "
                         "game.num_games / N games and train on the gathered batch; num_games must be divisible by N "
@@ -60,6 +63,8 @@ def normalise(args: argparse.Namespace) -> None:
     if args.config and "=" in args.config:
         args.overrides.insert(0, args.config)
         args.config = None
+    if getattr(args, "strict", False):  # a config key, so --nproc workers and --resume keep it
+        args.overrides.append("run.strict=true")
 
 
 def run(args: argparse.Namespace) -> int:

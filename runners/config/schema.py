@@ -107,6 +107,10 @@ class GameConfig:
     # move (a checkpoint keeps it resumable); "skip" drops that game from its rollout and counts it
     # (rollout/game_errors; each one written to game_errors.jsonl in the run directory).
     on_error: OnError = "stop"
+    # The most characters a seat may be asked at once (its system message and the game's text, or its
+    # conversation so far); a longer prompt fails its game like a contract break (on_error applies) before
+    # any tokenizer or model reads it. Each game's spec.max_turns is enforced the same way.
+    max_prompt_chars: int = 262144
     # What game.group_size's groups are: "seed" (the games that played one seed, a role's turns in them) or
     # "prompt" (a role's seats whose first prompt of the game was the same ids). Seeds are GRPO's "n answers
     # to a prompt" only when the role's first prompt depends on the seed alone; <policy>/mixed_prompt_groups
@@ -141,6 +145,9 @@ class RunConfig:
     # iteration 1, every transcripts_every-th iteration and the last (0: none); `cogym show RUN` prints them
     transcripts_every: int = 10
     transcripts_games: int = 2  # games kept in transcripts.jsonl per kept iteration
+    # Warnings about the run itself are errors that stop it (one line): a policy that got no turns, or only
+    # zero advantages, in its first iterations (`cogym train --strict` sets it)
+    strict: bool = False
 
 
 BACKENDS, ASYNC_MODES = get_args(Backend), get_args(AsyncMode)

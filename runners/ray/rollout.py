@@ -191,7 +191,7 @@ class RolloutWorker:
                         LeagueSeating(o, self.members[o], frozenset(seats), self.run.seat_map, ()) for o in opponents]
         return self.play(games, seat_map, self.system, seeds, episode_prefix=episode_prefix,
                          group_size=group_size, game_indices=indices, sampling_key=sampling_key,
-                         on_error=self.cfg.game.on_error)
+                         on_error=self.cfg.game.on_error, max_prompt_chars=self.cfg.game.max_prompt_chars)
 
 
 class RayRollout(ActorPool):

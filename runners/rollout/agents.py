@@ -54,7 +54,7 @@ class AgentFactory:
         key = name or f"{SCRIPTED_PREFIX}{twin}@{role}"
         if key not in self.agents:
             self.check_twin(twin, role)
-            self.agents[key] = ScriptedAgent(self.twins[role][twin], name=key, seed=self.seed)
+            self.agents[key] = ScriptedAgent(self.twins[role][twin], name=key, seed=self.seed, twin=twin)
         return self.agents[key]
 
     def model(self, key: str, policy: Policy | Callable[[], Policy], sampling: SamplingParams,

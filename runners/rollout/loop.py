@@ -55,6 +55,18 @@ class RolloutResult:
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
 ON_ERROR = ("stop", "skip")  # what a rollout does when a game raises (GameConfig.on_error)
 MAX_ACTION_SHOWN = 200  # characters of the move shown in a game failure's report
+# Characters of what one seat is asked (its system message and the game's text, or its conversation so
+# far): GameConfig.max_prompt_chars' default. A length is all that is measured, so a game that shows a
+# seat megabytes is refused before any tokenizer or model reads them (a 10 MB prompt otherwise asks the
+# model for tens of GB); 256 Ki characters is far above every shipped game and most models' contexts.
+MAX_PROMPT_CHARS = 1 << 18
+
+
+class Chars(int):
+    """A number of characters, shown with its unit in a report (a game failure's value)."""
+
+    def __repr__(self) -> str:
+        return f"{int(self)} characters"
 
 
 def seat_map_of(seat_map: SeatMap | Sequence[SeatMap], g: int) -> SeatMap:
@@ -130,11 +142,15 @@ class Episodes:
     """One episode in every game: resets, returns, infos, and the Turns with their ids and group keys."""
 
     def __init__(self, games: Sequence[CogymEnv], seeds: Sequence[int], episode_prefix: str, group_size: int,
-                 game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop") -> None:
+                 game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop",
+                 max_prompt_chars: int = MAX_PROMPT_CHARS) -> None:
         if len(seeds) != len(games):
             raise ValueError(f"need one seed per game: {len(games)} games, {len(seeds)} seeds")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if isinstance(max_prompt_chars, bool) or not isinstance(max_prompt_chars, int) or max_prompt_chars < 1:
+            raise ValueError(f"max_prompt_chars must be an int >= 1, got {max_prompt_chars!r}")
+        self.max_prompt_chars = max_prompt_chars
         self.games, self.prefix, self.group_size = games, episode_prefix, group_size
         self.seeds, self.on_error = [int(s) for s in seeds], on_error
         self.failed: set[int] = set()  # games that raised and were skipped
@@ -146,6 +162,7 @@ class Episodes:
         self.episode_ids = [f"{episode_prefix}-{i}" for i in self.index]
         self.sampling_key = sampling_key
         self.moves = [0] * len(games)  # per game: the steps at which it had ready seats so far
+        self.turns = [0] * len(games)  # per game: its acting turns so far (as check_game counts them)
         self.conversations: dict[tuple[int, str], Conversation] = {}  # (game, seat) of conversation roles
         self.log: list[list[dict]] = [[] for _ in games]  # per game: its moves, for transcripts
         self.shown: dict[tuple[int, str], str] = {}  # (game, seat) -> the text the seat was asked about, until it answers
@@ -201,6 +218,33 @@ class Episodes:
         except ContractViolation as exc:
             self.game_failed(g, s.seat, s.role, s.policy_id, move, exc)
             return False
+        return True
+
+    def over_turns(self, g: int, seat: str, role: str | None, policy_id: str) -> bool:
+        """Whether game ``g``, asking ``seat`` for another acting turn, would pass its ``spec.max_turns``
+        (counted at the game's granularity, as ``check_game`` counts them): then it is reported as a
+        contract break (:meth:`game_failed`), so a game that never ends stops within its own limit."""
+        limit = getattr(getattr(self.games[g], "spec", None), "max_turns", None)
+        if not isinstance(limit, int) or self.turns[g] < limit:
+            return False
+        self.game_failed(g, seat, role, policy_id, None, ContractViolation(
+            seat, "was asked for acting turn", self.turns[g] + 1,
+            f"an episode ends within spec.max_turns = {limit} acting turns (does step() end the game, with "
+            "_end_game, after the last move and on every invalid move? is max_turns the most an episode takes?)"))
+        return True
+
+    def oversized(self, g: int, s: "Seat") -> bool:
+        """Whether what ``s`` is asked is longer than ``max_prompt_chars``: then it is reported like a
+        contract break (:meth:`game_failed`), before any tokenizer or model reads it. Only lengths are summed."""
+        request = s.request
+        messages = request.conversation if request.conversation is not None else request.messages
+        size = sum(len(m["content"]) for m in messages)
+        if size <= self.max_prompt_chars:
+            return False
+        self.game_failed(g, s.seat, s.role, s.policy_id, None, ContractViolation(
+            s.seat, "was asked a prompt of", Chars(size),
+            f"what a seat is asked (its system message and the game's text, or its conversation so far) may have "
+            f"at most {self.max_prompt_chars} characters (game.max_prompt_chars)"))
         return True
 
     def converse(self, g: int, seat: str, system: str | None, request: Request) -> None:
@@ -285,15 +329,19 @@ class Mover(Protocol):
 
 def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str],
          seeds: Sequence[int], mover: Mover, episode_prefix: str, group_size: int, max_steps: int,
-         game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop") -> RolloutResult:
+         game_indices: Sequence[int] | None, sampling_key: int | None = None, on_error: str = "stop",
+         max_prompt_chars: int = MAX_PROMPT_CHARS) -> RolloutResult:
     """Play one episode in every game with ``mover``; see the module docstring. ``sampling_key``
     (when given) keys every request's draws (:meth:`Episodes.request_key`), so each game samples the
     same tokens however the games are split into batches, processes or workers. A game that raises
     (in reset, observe, ready_agents, messages or step, or breaking the turn contract) stops the
     rollout with a :class:`GameStepError` that names the game, seed, seat and move (``on_error="stop"``)
-    or is dropped from it and reported in ``RolloutResult.errors`` (``"skip"``)."""
+    or is dropped from it and reported in ``RolloutResult.errors`` (``"skip"``). So does a game that
+    asks for more acting turns than its ``spec.max_turns`` (:meth:`Episodes.over_turns`) and one that
+    asks a seat more than ``max_prompt_chars`` characters (:meth:`Episodes.oversized`): both are caught
+    before the move is generated."""
     t0 = time.perf_counter()
-    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices, sampling_key, on_error)
+    ep = Episodes(games, seeds, episode_prefix, group_size, game_indices, sampling_key, on_error, max_prompt_chars)
     steps = 0
     try:
         while live := ep.live():
@@ -311,6 +359,9 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
                 env = games[g]
                 for s in seats:
                     _check_move(env, s, moves[(g, s.k)])  # an agent's bug is not the game's
+                    if ep.over_turns(g, s.seat, s.role, s.policy_id):  # simultaneous seats passing the limit
+                        mover.drop(g)
+                        break
                     try:
                         if env.agent_selection != s.seat:
                             raise RuntimeError(f"ready_agents() listed {s.seat!r}, but after the moves before it "
@@ -321,6 +372,7 @@ def play(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], syste
                         ep.game_failed(g, s.seat, s.role, s.policy_id, moves[(g, s.k)], exc)
                         mover.drop(g)
                         break
+                    ep.turns[g] += 1
                     if not ep.collect(g, s, moves[(g, s.k)]):
                         mover.drop(g)
                         break
@@ -367,6 +419,9 @@ def _ready_seats(ep: Episodes, g: int, seat_map: SeatMap | Sequence[SeatMap], sy
         return None
     for seat, role in zip(ready, roles):
         policy_id, agent = seat_map_of(seat_map, g)(seat, role)  # the caller's map: its errors are its own
+        if not seats and ep.over_turns(g, seat, role, policy_id):  # the first ready seat always moves
+            mover.drop(g)
+            return None
         request = None
         try:
             text = mover.request_text(env, g, seat)
@@ -380,7 +435,11 @@ def _ready_seats(ep: Episodes, g: int, seat_map: SeatMap | Sequence[SeatMap], sy
             ep.game_failed(g, seat, role, policy_id, None, exc)
             mover.drop(g)
             return None
-        seats.append(Seat(g, len(seats), seat, role, policy_id, agent, request))
+        s = Seat(g, len(seats), seat, role, policy_id, agent, request)
+        if request is not None and ep.oversized(g, s):
+            mover.drop(g)
+            return None
+        seats.append(s)
     return seats
 
 

@@ -30,6 +30,11 @@ class TrainHook:
     def after_update(self, iteration: int) -> None:
         """The learners have stepped on ``iteration``'s batch."""
 
+    def before_log(self, iteration: int, record: dict) -> dict[str, float]:
+        """``iteration``'s row (rollout and update metrics), about to be logged; return entries to add.
+        A hook that finds the run cannot go on raises here (a :class:`~cogym.core.errors.CogymError`)."""
+        return {}
+
     def reads_policies(self, iteration: int) -> bool:
         """Whether :meth:`after_update` of ``iteration`` reads the policies' weights (then the loop first
         gives the driver's copies the newest weights of learners that train elsewhere, Ray learner

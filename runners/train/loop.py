@@ -56,6 +56,7 @@ from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config
 from cogym.runners.evaluation.evaluators import evaluate
 from cogym.runners.train.hooks import TrainHook
+from cogym.runners.train.idle import IdlePolicies
 from cogym.runners.train.launch import check_data_parallel
 from cogym.runners.train.league import LeagueHook
 from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
@@ -221,6 +222,7 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg, run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
+    hooks.append(IdlePolicies(run))
     for hook in hooks:
         hook.start(start_it - 1, ckpt)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
@@ -235,7 +237,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
     try:
         if pool is not None:
             pool.sync(run.policies, _versions(run))  # a resumed run's weights (nothing to send on a fresh one)
-        play = functools.partial(token_rollout if cfg.game.granularity == "token" else rollout, on_error=cfg.game.on_error)
+        play = functools.partial(token_rollout if cfg.game.granularity == "token" else rollout, on_error=cfg.game.on_error,
+                                 max_prompt_chars=cfg.game.max_prompt_chars)
         sampler = Sampler(run, data_parallel(play), hooks, pool)
         one_step = cfg.run.async_ == "one_step"
         summary.update(_evaluate_before(run, sinks, start_it, main))
@@ -274,6 +277,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
                     except GameStepError:
                         sinks.log(rec)  # the update is done and will be checkpointed: its row must not be lost
                         raise
+                for hook in hooks:
+                    rec.update(hook.before_log(it, rec))
                 sinks.log(rec)
                 history.append(rec)
                 bar.set_postfix({k.replace("/reward", ""): f"{rec[k]:.2f}" for k in rec if k.endswith("/reward")}
