@@ -61,7 +61,11 @@ def add_arguments(tt: argparse.ArgumentParser) -> None:
     tt.add_argument("--swiss-rounds", type=positive_int, help="swiss: rounds (default ceil(log2 players) + 1)")
     tt.add_argument("--anchor", metavar="NAME", help="player whose rating is 0 (default: the mean rating is 0)")
     tt.add_argument("--seed", type=int, help="seeds of the games (default 0)")
-    tt.add_argument("--out", help="output directory (default tournaments/<game>); rerunning resumes it")
+    tt.add_argument("--out", help="output directory (default tournaments/<game>); rerunning resumes it; a directory "
+                    "that holds files cogym tournament did not write is refused unless --overwrite")
+    tt.add_argument("--overwrite", action="store_true",
+                    help="use an --out that holds other files, or start an earlier tournament's over: cogym replaces "
+                         "only the files it writes itself (results.jsonl, leaderboard.*, ...) and deletes nothing else")
     tt.add_argument("--batch-games", type=positive_int, help="games played at once (default 256)")
     tt.add_argument("--max-loaded", type=positive_int, help="hold at most N model players in memory at once "
                     "(batches then hold the games of at most N; default: all loaded)")
@@ -203,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         prompts={role: pc.system for role, pc in tc.prompts.items()}, scoring=t.scoring, modules=game.modules,
         transcripts=t.transcripts)
     out = Path(t.out or f"tournaments/{game.id}")
-    rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray)
+    rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray, overwrite=args.overwrite)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,
                    plots=not args.no_plots)
     print_leaderboard(board, title=results_title(game.id, rows, out), notes=settings_notes(out))

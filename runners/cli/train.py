@@ -12,7 +12,9 @@ from rich.table import Table
 from cogym.learners import torch_dist as dist
 from cogym.runners.cli.args import positive_int
 from cogym.runners.display import plain
+from cogym.runners import rundir
 from cogym.runners.config.load import load_config
+from cogym.runners.config.modules import check_run_modules
 from cogym.runners.train.launch import launch_train
 from cogym.runners.train.loop import train
 from cogym.runners.train.metrics import reward_rows
@@ -26,8 +28,17 @@ OVERRIDES_AFTER_OPTIONS = True  # `cogym train cfg.yaml --run-dir d a=b`: a=b is
 def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("config", nargs="?", default=None, help="YAML config (default: the shipped proposer_solver.yaml)")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learners.solver.lr=1e-4 run.iterations=10")
-    t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>)")
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
+    t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>); a directory "
+                   "that holds files cogym did not write is refused unless --overwrite")
+    t.add_argument("--overwrite", action="store_true",
+                   help="use a --run-dir that holds files cogym did not write: cogym replaces only the files it "
+                        "writes itself (config.yaml, metrics.jsonl, summary.json, ...) and deletes nothing else")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint (a finished "
+                   "run is left as it is); it prints the game modules of RUN_DIR/config.yaml it imports and refuses "
+                   "one inside RUN_DIR, or one that CONFIG (when given) does not name, unless --trust-run-modules")
+    t.add_argument("--trust-run-modules", action="store_true",
+                   help="--resume: import the game/algorithm modules RUN_DIR/config.yaml names even when they live "
+                        "inside RUN_DIR or CONFIG does not name them (they run as your code: trust the run's author)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--strict", action="store_true",
                    help="warnings about the run are errors (run.strict=true): a policy that got no turns, or only "
@@ -73,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         config_path = run_path / "config.yaml"
         if not config_path.is_file():
             raise FileNotFoundError(f"--resume {run_path}: no config.yaml there; give a run directory made by cogym train")
+        rundir.claim(run_path, "train", "--resume", resume=True)  # no symbolic link out of it is read
+        check_run_modules(run_path, args.config, args.overrides, trust=args.trust_run_modules)
         cfg = load_config(config_path, args.overrides)
     else:
         run_path = Path(args.run_dir) if args.run_dir else None
@@ -82,11 +95,12 @@ def run(args: argparse.Namespace) -> int:
     started = dist.init_from_env()  # a worker of `--nproc N` (or of torchrun): join the process group
     main = dist.is_main()
     try:
-        summary = train(cfg, run_path=run_path, resume=bool(args.resume), progress=not args.no_progress)
+        summary = train(cfg, run_path=run_path, resume=bool(args.resume), progress=not args.no_progress,
+                        overwrite=args.overwrite)
     finally:
         if started:
             torch.distributed.destroy_process_group()
-    if main:
+    if main and not summary.get("already_finished"):
         print_summary(summary)
     return 0
 

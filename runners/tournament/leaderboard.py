@@ -14,6 +14,7 @@ import numpy as np
 
 from cogym.core.errors import ConfigError
 from cogym.core.text import printable
+from cogym.runners import rundir
 from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
 from cogym.runners.tournament.players import NO_RUN_CONFIG
 from cogym.runners.tournament.ratings import leaderboard, Result
@@ -44,19 +45,19 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     failed = failed_games(rows)
     if any(failed.values()):  # an endpoint that made no move: rated as played, and counted where it shows
         board = [{**row, "failed": failed.get(row["name"], 0)} for row in board]
-    (out_dir / "leaderboard.json").write_text(json.dumps(board, indent=1))
-    with open(out_dir / "leaderboard.csv", "w", newline="") as f:
+    rundir.write_json(out_dir / "leaderboard.json", board)  # every file atomically, never through a link
+    with rundir.atomic_open(out_dir / "leaderboard.csv", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(board[0]))
         w.writeheader()
         w.writerows(board)
     order = [row["name"] for row in board]
     matrix, games = score_matrix(rows, order)
-    with open(out_dir / "matrix.csv", "w", newline="") as f:
+    with rundir.atomic_open(out_dir / "matrix.csv", newline="") as f:
         w = csv.writer(f)
         w.writerow(["row scores against column", *order])
         for name, values in zip(order, matrix):
             w.writerow([name, *("" if math.isnan(v) else f"{v:.4f}" for v in values)])
-    with open(out_dir / "results.csv", "w", newline="") as f:
+    with rundir.atomic_open(out_dir / "results.csv", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["a", "b", "k", "order", "seed", "return_a", "return_b", "score"],
                            extrasaction="ignore")
         w.writeheader()
@@ -84,7 +85,7 @@ def _plots(board: list[dict], matrix: np.ndarray, order: list[str], out_dir: Pat
     if finite:
         figures.append(("ratings.png", ratings_figure(finite)))
     for name, fig in figures:
-        fig.savefig(out_dir / name, bbox_inches="tight", pad_inches=0.1)
+        rundir.save_figure(fig, out_dir / name, bbox_inches="tight", pad_inches=0.1)
         plt.close(fig)
 
 

@@ -7,14 +7,15 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from cogym.runners import rundir
+
 RESULTS_FILE = "results.jsonl"
 
 
 def write_json(path: Path, data) -> None:
-    """Write a small JSON file atomically (a kill leaves the old file or the new one)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    """Write a small JSON file atomically (a kill leaves the old file or the new one; a symbolic link
+    at ``path`` is replaced, never written through: :mod:`cogym.runners.rundir`)."""
+    rundir.write_json(path, data)
 
 
 class ResultsLog:
@@ -24,25 +25,25 @@ class ResultsLog:
         self.path = path
         self.rows: list[dict] = []
         if path.is_file():
-            text = path.read_text()
+            text = rundir.read_text(path)  # never through a symbolic link out of the directory
             lines = text.splitlines()
             for line in lines:
                 try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:
+                    row = json.loads(line)
+                except ValueError:
                     continue  # a line cut by a kill mid-write: that game is played again
+                if isinstance(row, dict) and isinstance(row.get("id"), str):
+                    self.rows.append(row)
             if len(self.rows) != len(lines) or (text and not text.endswith("\n")):
                 # Drop the cut line, so the next append starts on a line of its own (atomically).
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
-                os.replace(tmp, path)
+                rundir.write_jsonl(path, self.rows)
         self.done = {r["id"] for r in self.rows}
 
     def append(self, rows: Iterable[dict]) -> None:
         rows = [r for r in rows if r["id"] not in self.done]
         if not rows:
             return
-        with open(self.path, "a") as f:
+        with rundir.open_append(self.path) as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
             f.flush()
             os.fsync(f.fileno())

@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from cogym.envs import make
 from cogym.core.errors import ConfigError
+from cogym.runners import rundir
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.players import NO_RUN_CONFIG, Player
 from cogym.runners.tournament.results import count, RESULTS_FILE, ResultsLog, write_json
@@ -115,27 +116,34 @@ def _record_settings(spec: TournamentSpec, out_dir: Path, settings: dict, extra:
     """Write tournament.json; refuse a directory whose games were played under other outcome-deciding
     settings. ``extra``: more to record (the players' settings, the notes)."""
     info_file = out_dir / "tournament.json"
-    if info_file.is_file() and (out_dir / RESULTS_FILE).is_file():
+    if info_file.is_file() and (out_dir / RESULTS_FILE).is_file() and (out_dir / RESULTS_FILE).stat().st_size:
         try:
-            before = json.loads(info_file.read_text()).get("settings", {})
-        except json.JSONDecodeError:
+            before = json.loads(rundir.read_text(info_file))
+        except ValueError:
             before = {}
+        before = before.get("settings", {}) if isinstance(before, dict) else {}
+        before = before if isinstance(before, dict) else {}
         changed = sorted(k for k in settings if json.dumps(before.get(k, _SETTING_DEFAULTS.get(k)), sort_keys=True)
                          != json.dumps(settings[k], sort_keys=True))
         if before and changed:
             raise ConfigError(f"{out_dir} holds games played with other settings ({', '.join(changed)} differ); "
-                              "use another --out, or delete the directory to start over")
+                              "use another --out, or add --overwrite to start it over")
     write_json(info_file, {"settings": settings, "schedule": spec.schedule, "games_per_pairing": spec.games_per_pairing,
                             "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}, **(extra or {})})
 
 
 def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
-                   on_batch: Callable[[int], None] | None = None, ray=None) -> list[dict]:
+                   on_batch: Callable[[int], None] | None = None, ray=None, overwrite: bool = False) -> list[dict]:
     """Play every scheduled game not yet in ``out_dir/results.jsonl``; return all results.
 
     ``on_batch(i)`` is called after batch ``i`` is written (tests use it to simulate a kill).
     ``ray``: a :class:`~cogym.runners.config.schema.RayConfig`; its ``num_rollout_workers`` Ray actors play
-    each batch's games (:class:`~cogym.runners.ray.tournament.RayTournament`) with the same results."""
+    each batch's games (:class:`~cogym.runners.ray.tournament.RayTournament`) with the same results.
+    ``out_dir`` is guarded (:mod:`cogym.runners.rundir`): a directory holding files that cogym tournament
+    did not write is refused unless ``overwrite``, which starts the tournament's own files over
+    (results.jsonl, transcripts.jsonl, schedule.json) and keeps every other file."""
+    out_dir = Path(out_dir)
+    rundir.claim(out_dir, "tournament", "--out", overwrite=overwrite)
     if spec.schedule not in SCHEDULES:
         raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
     if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
@@ -148,7 +156,11 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     spec, sides, fixed = settle(spec, probe)  # every player and seat checked before the first game
     check_players(spec)
     paired = spec.scoring == "paired"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    rundir.create(out_dir, "tournament", "--out")
+    if overwrite:  # the games of an earlier tournament here are not this one's: its own files start over
+        for name in (RESULTS_FILE, TRANSCRIPTS_FILE):
+            rundir.write_text(out_dir / name, "")
+        rundir.write_json(out_dir / "schedule.json", {})
     # What decides a game's outcome: a rerun in the same directory must play under the same settings.
     seats_of = {**{p.name: [s for side in sides for s in side] for p in spec.players},
                 **{who: [s for s, w in fixed.items() if w == who] for who in spec.fixed_players}}

@@ -48,6 +48,7 @@ from typing import Iterable, Sequence
 
 from cogym.core.errors import DatasetError
 from cogym.core.text import printable
+from cogym.runners import rundir
 from cogym.runners.tournament.transcript_check import row_problem
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
@@ -132,16 +133,17 @@ class TranscriptWriter:
     def __init__(self, path: Path, start_iteration: int = 1) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if start_iteration > 1 and self.path.is_file():
-            keep = [row for row in _load(self.path) if (row.get("iteration") or 0) < start_iteration]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        if start_iteration > 1 and self.path.is_file():  # through the run directory's guard (runners/rundir.py)
+            keep = [row for row in rundir.read_jsonl(self.path)
+                    if isinstance(row.get("iteration") or 0, int) and (row.get("iteration") or 0) < start_iteration]
+            rundir.write_jsonl(self.path, keep)
         self.file = None
 
     def write(self, rows: Sequence[dict]) -> None:
         if not rows:
             return
         if self.file is None:
-            self.file = open(self.path, "a")
+            self.file = rundir.open_append(self.path)  # never through a symbolic link out of the directory
         self.file.write("".join(json.dumps(r) + "\n" for r in rows))
         self.file.flush()
 
@@ -161,16 +163,6 @@ def append_transcripts(path: Path, rows: Sequence[dict]) -> None:
 
 
 # ------------------------------------------------------------------------------------ the reader
-def _load(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill mid-write
-    return rows
-
-
 def _read_rows(path: Path) -> list[dict]:
     """The rows of a transcripts file that may come from anyone: a line that is not JSON is skipped (a
     line cut by a kill mid-write), one that is JSON but not a transcript row (:mod:`.transcript_check`)

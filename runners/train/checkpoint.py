@@ -3,13 +3,16 @@
 A checkpoint holds ``policies/<id>/`` (HF directories), ``learners/<id>/`` (optimizer, algorithm
 state, step count), what each training hook saves (``league/`` for a league) and
 ``trainer_state.json``. It is built in a temporary directory and renamed, so a kill while saving
-never leaves a half checkpoint; :func:`last_checkpoint` only sees complete ones.
+never leaves a half checkpoint; :func:`last_checkpoint` only sees complete ones. Every directory
+cogym makes here carries ``.cogym-checkpoint`` (:mod:`~cogym.runners.rundir`): only such a directory
+is ever deleted or replaced, so a ``step_N`` someone else put in the run directory is refused, never removed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import reprlib
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -17,6 +20,8 @@ from typing import Sequence
 from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 
+from cogym.runners import rundir
+from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import Run
 from cogym.core.errors import ConfigError
 
@@ -30,19 +35,20 @@ def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence
     weights are the same on every rank; ZeRO-3, whose saves would gather, is refused with W > 1.)
     """
     final = checkpoints / f"step_{iteration:06d}"
-    tmp = checkpoints / f".tmp_step_{iteration:06d}"
     rank = dist.rank()
-    if rank == 0 and tmp.exists():
-        shutil.rmtree(tmp)
-    dist.barrier()
-    out = tmp if rank == 0 else checkpoints / f".tmp_step_{iteration:06d}.rank{rank}"
+    tmp = None
+    if rank == 0:
+        tmp = _scratch(checkpoints / f".tmp_step_{iteration:06d}")
+        _fresh(tmp)
+    tmp = Path(dist.broadcast_object(str(tmp)))
+    out = tmp if rank == 0 else _scratch(checkpoints / f".tmp_step_{iteration:06d}.rank{rank}")
     if rank == 0:
         for pid, policy in run.policies.items():
             policy.save(tmp / "policies" / pid)
         for hook in hooks:
             hook.save(tmp)  # e.g. a league: its members (HF dirs), win counts and ratings
-    elif out.exists():
-        shutil.rmtree(out)
+    else:
+        _fresh(out)
     for pid, learner in run.learners.items():
         learner.save(out / "learners" / pid)  # optimizer, critic, PRM, RAE baselines, step count
     if rank:
@@ -50,18 +56,84 @@ def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence
             dest = tmp / part.relative_to(out)
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(part, dest)
-        shutil.rmtree(out)
+        _remove(out)
     dist.barrier()
     if rank == 0:
         state = {"iteration": iteration, "seed": run.cfg.run.seed, "world_size": dist.world_size()}
         if run.cfg.run.backend == "ray" and run.cfg.ray.learner_workers > 1:
             state["learner_workers"] = run.cfg.ray.learner_workers
-        (tmp / "trainer_state.json").write_text(json.dumps(state))
-        if final.exists():
-            shutil.rmtree(final)
+        rundir.write_json(tmp / "trainer_state.json", state, indent=None)
+        if final.exists() or final.is_symlink():
+            _remove(final)
         os.replace(tmp, final)
     dist.barrier()
     return final
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint directory cogym wrote; anything else at its name is a :class:`RunDirError`."""
+    if not rundir.owned_checkpoint(path):
+        raise RunDirError(f"{path} exists and was not written by cogym (no {rundir.CHECKPOINT_MARKER} in it); cogym "
+                          "deletes only its own checkpoints: move it out of the run directory and resume")
+    shutil.rmtree(path)
+
+
+def _scratch(path: Path) -> Path:
+    """``path``, or, when something cogym did not write is there (e.g. a half save of an earlier cogym
+    version), the first free ``path.<k>``: a temporary directory is never someone else's."""
+    k = 0
+    candidate = path
+    while (candidate.exists() or candidate.is_symlink()) and not rundir.owned_checkpoint(candidate):
+        k += 1
+        candidate = path.with_name(f"{path.name}.{k}")
+    return candidate
+
+
+def unowned_after(run_path: Path, ckpt: Path) -> None:
+    """On resume: a ``checkpoints/step_N`` after the last complete checkpoint ``ckpt`` that cogym did not
+    write would have to be replaced when iteration N is saved: a :class:`RunDirError` now, before training."""
+    for entry in sorted((run_path / "checkpoints").glob("step_*")):
+        if entry.name > ckpt.name and not rundir.owned_checkpoint(entry):
+            raise RunDirError(f"{entry} was not written by cogym (no {rundir.CHECKPOINT_MARKER} in it) and resuming "
+                              "would replace it; cogym deletes only its own checkpoints: move it out of the run "
+                              "directory and resume")
+
+
+def _fresh(path: Path) -> None:
+    """An empty checkpoint directory at ``path`` (cogym's own, replaced), marked as cogym's."""
+    if path.exists() or path.is_symlink():
+        _remove(path)
+    path.mkdir(parents=True)
+    (path / rundir.CHECKPOINT_MARKER).write_text("written by cogym train; its directory may be replaced by it\n")
+
+
+def read_trainer_state(ckpt: Path) -> dict:
+    """``trainer_state.json`` of a checkpoint, checked: ``iteration`` an integer >= 0, and ``seed``,
+    ``world_size`` and ``learner_workers`` (when present) integers (the counts >= 1). Anything else is a
+    :class:`RunDirError` naming the file and the key."""
+    path = Path(ckpt) / "trainer_state.json"
+    try:
+        state = json.loads(rundir.read_text(path, Path(ckpt).parent.parent))
+    except ValueError as exc:
+        raise RunDirError(f"{path} is not JSON ({exc})") from exc
+    if not isinstance(state, dict):
+        raise RunDirError(f"{path} must hold a JSON object, got {type(state).__name__}")
+
+    def check(key: str, low: int | None, required: bool = False) -> None:
+        if key not in state and not required:
+            return
+        value = state.get(key)
+        if key == "seed" and value is None:
+            return
+        if type(value) is not int or (low is not None and value < low):
+            raise RunDirError(f"{path}: {key} must be an integer{f' >= {low}' if low is not None else ''}, got "
+                              f"{reprlib.repr(value)}")
+
+    check("iteration", 0, required=True)
+    check("seed", None)
+    check("world_size", 1)
+    check("learner_workers", 1)
+    return state
 
 
 def check_resume_world(ckpt: Path, world: int, learner_workers: int = 1) -> None:
@@ -71,7 +143,7 @@ def check_resume_world(ckpt: Path, world: int, learner_workers: int = 1) -> None
     state is one file per actor of its group."""
     prefix, suffix = ZERO_FILE.split("{rank}")
     ranks = {int(p.name[len(prefix):-len(suffix)]) for p in ckpt.rglob(ZERO_FILE.format(rank="*"))}
-    state = json.loads((ckpt / "trainer_state.json").read_text())
+    state = read_trainer_state(ckpt)
     if learner_workers > 1 or int(state.get("learner_workers", 1)) > 1:  # Ray learner groups wrote or resume it
         if ranks and len(ranks) != learner_workers:
             raise ConfigError(f"--resume: {ckpt} holds the ZeRO optimizer state of learner groups of {len(ranks)} "

@@ -28,6 +28,7 @@ from pathlib import Path
 from cogym.learners import registry
 
 from cogym.core.errors import ConfigError
+from cogym.runners import rundir
 from cogym.runners.config.schema import Config
 
 def _die_with_parent() -> None:
@@ -155,6 +156,10 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--run-dir", str(args.run_dir)]
     if args.resume:
         argv += ["--resume", str(args.resume)]
+    if getattr(args, "overwrite", False):
+        argv.append("--overwrite")
+    if getattr(args, "trust_run_modules", False):
+        argv.append("--trust-run-modules")
     if args.no_progress:
         argv.append("--no-progress")
     return argv
@@ -163,5 +168,7 @@ def worker_argv(args: argparse.Namespace) -> list[str]:
 def launch_train(args: argparse.Namespace, cfg: Config) -> int:
     """``cogym train ... --nproc N``: check ``cfg`` splits N ways, then run N workers."""
     check_data_parallel(cfg, args.nproc)
+    if args.run_dir and not args.resume:  # refused here in one line, before any worker starts
+        rundir.claim(Path(args.run_dir), "train", overwrite=getattr(args, "overwrite", False))
     cmd = [sys.executable, "-m", "cogym.runners.cli", *worker_argv(args)]
     return run_workers(cmd, args.nproc)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,9 @@ from cogym.core.errors import GameStepError, LearnerDied
 from cogym.learners import torch_dist as dist
 
 from cogym.runners.train.build import Run, build
-from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, save_checkpoint
+from cogym.runners import rundir
+from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, read_trainer_state, save_checkpoint, \
+    unowned_after
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config
 from cogym.runners.evaluation.evaluators import evaluate
@@ -92,8 +95,13 @@ def driver_threads(cfg: Config, cores: int, default: int) -> int:
     return 0
 
 
-def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progress: bool = True) -> dict:
-    """Run a whole training job; return the summary (also written to summary.json)."""
+def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progress: bool = True,
+          overwrite: bool = False) -> dict:
+    """Run a whole training job; return the summary (also written to summary.json).
+
+    The run directory is guarded (:mod:`cogym.runners.rundir`): a directory that holds files cogym did not
+    write is refused unless ``overwrite`` (or ``resume``). Resuming a run that already finished its
+    ``run.iterations`` trains nothing and returns its summary.json as it is (with ``already_finished``)."""
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if dist.world_size() > 1:  # a data-parallel worker: every rank writes to rank 0's run directory
@@ -102,13 +110,22 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                               "ray.num_rollout_workers)")
         check_data_parallel(cfg, dist.world_size())
         run_path = Path(dist.broadcast_object(str(run_path)))
+    if dist.is_main():
+        rundir.claim(run_path, "train", "--resume" if resume else "--run-dir", overwrite=overwrite, resume=resume)
     start_it, ckpt = 1, None
     if resume:
         ckpt = last_checkpoint(run_path)
         if ckpt is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
         check_resume_world(ckpt, dist.world_size(), cfg.ray.learner_workers if cfg.run.backend == "ray" else 1)
-        start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
+        unowned_after(run_path, ckpt)
+        start_it = read_trainer_state(ckpt)["iteration"] + 1
+        kept = _finished_summary(run_path) if start_it > cfg.run.iterations else None
+        if kept is not None:
+            if dist.is_main():
+                print(f"cogym train: {run_path} finished its {cfg.run.iterations} iterations ({ckpt.name}); nothing "
+                      f"to resume, its summary.json is kept (add run.iterations=N to train on)", file=sys.stderr)
+            return {**kept, "already_finished": True}
     threads_before = torch.get_num_threads()
     threads = driver_threads(cfg, os.cpu_count() or 1, threads_before)
     if threads:
@@ -131,7 +148,7 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                     forget_attempt(run_path)
                     where = "the beginning (no checkpoint yet)"
                 else:
-                    start_it = json.loads((ckpt / "trainer_state.json").read_text())["iteration"] + 1
+                    start_it = read_trainer_state(ckpt)["iteration"] + 1
                     where = f"checkpoint {ckpt.name}"
                 print(f"[ray] {exc}: resuming from {where} with new actors (resume {restarts} of at "
                       f"most {cfg.ray.max_restarts})", file=sys.stderr, flush=True)
@@ -139,15 +156,35 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         torch.set_num_threads(threads_before)
 
 
+def _finished_summary(run_path: Path) -> dict | None:
+    """A finished run's summary.json (None when it has none that reads as a JSON object)."""
+    path = run_path / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        kept = json.loads(rundir.read_text(path, run_path))
+    except (ValueError, rundir.RunDirError):
+        return None
+    return kept if isinstance(kept, dict) else None
+
+
 def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Run:
     """Build the run; from a checkpoint, with its policies, critics and learner state. ``learners``:
-    Ray learner actors' handles (made, with the checkpoint's policies, by the pool)."""
+    Ray learner actors' handles (made, with the checkpoint's policies, by the pool). A learner state
+    file that ``torch.load(weights_only=True)`` refuses (a pickle of other objects than tensors) is a
+    one-line :class:`~cogym.runners.rundir.RunDirError`; nothing of it is run."""
     if ckpt is None:
         return build(cfg, learners=learners)
     run = build(cfg, {pid: ckpt / "policies" / pid for pid in cfg.policies},
                 {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies}, learners=learners)
     for pid, learner in run.learners.items():
-        learner.load(ckpt / "learners" / pid)
+        try:
+            learner.load(ckpt / "learners" / pid)
+        except pickle.UnpicklingError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise rundir.RunDirError(f"--resume: {ckpt / 'learners' / pid} holds a file that torch.load(weights_only="
+                                     f"True) refused, so nothing of it was loaded ({first[:200]}); resume only "
+                                     "checkpoints you trust to be cogym's") from exc
         run.policies[pid].backend.load_weights(None, version=learner.steps)  # the checkpoint's weights
     return run
 
@@ -310,7 +347,7 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
             if callable(close):
                 close()
         if main:
-            (run_path / "summary.json").write_text(json.dumps(summary, indent=1))
+            rundir.write_json(run_path / "summary.json", summary)
     return summary
 
 
@@ -323,15 +360,14 @@ def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:
 
 def _trim_game_errors(run_path: Path, start_it: int) -> None:
     path = run_path / "game_errors.jsonl"
-    if path.is_file():
-        keep = [line for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("iteration", 0) < start_it]
-        path.write_text("".join(f"{line}\n" for line in keep))
+    if path.is_file() or path.is_symlink():
+        rundir.write_jsonl(path, [r for r in rundir.read_jsonl(path) if isinstance(r.get("iteration", 0), int)
+                                  and r.get("iteration", 0) < start_it])
 
 
 def _log_game_errors(run_path: Path, iteration: int, errors: list[dict], bar) -> None:
     """Games skipped for raising (game.on_error: skip): one line on the console, each in game_errors.jsonl."""
-    with open(run_path / "game_errors.jsonl", "a") as f:
+    with rundir.open_append(run_path / "game_errors.jsonl") as f:
         for e in errors:
             f.write(json.dumps({"iteration": iteration, **e}, default=str) + "\n")
     first = errors[0]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
 import yaml
 
+from cogym.runners import rundir
 from cogym.runners.config.schema import Config
 from cogym.runners.tournament.transcripts import TRANSCRIPTS_FILE, TranscriptWriter, markdown
 
@@ -28,19 +28,18 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """``metrics.jsonl``: one JSON object per line. On resume (``start_iteration`` > 1) rows logged
-    after the checkpoint are dropped first, so replayed iterations appear once."""
+    """``metrics.jsonl``: one JSON object per line. A new run (``start_iteration`` 1) starts the file
+    again; on resume the rows logged after the checkpoint are dropped first (and a last line cut by a
+    kill), so replayed iterations appear once."""
 
     def __init__(self, path: Path, start_iteration: int = 1) -> None:
         self.path = path
-        if start_iteration > 1 and path.is_file():
-            keep = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("iteration", 0) < start_iteration]
-            path.write_text("".join(line + "\n" for line in keep))
-        self.file = open(path, "a")
+        keep = [r for r in rundir.read_jsonl(path) if _before(r, start_iteration)] if start_iteration > 1 else []
+        rundir.write_jsonl(path, keep)
+        self.file = rundir.open_append(path)
 
     def rows(self) -> list[dict]:
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        return rundir.read_jsonl(self.path)
 
     def log(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -48,6 +47,12 @@ class JsonlSink:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _before(row: dict, iteration: int) -> bool:
+    """Whether a logged row belongs to an iteration before ``iteration`` (a row without a number is not kept)."""
+    it = row.get("iteration", 0)
+    return isinstance(it, (int, float)) and not isinstance(it, bool) and it < iteration
 
 
 class TensorBoardSink:
@@ -136,10 +141,14 @@ class Sinks:
 
 def forget_attempt(path: Path) -> None:
     """Remove what an attempt that is started again from the beginning wrote in run directory ``path``
-    (its rows, transcripts, TensorBoard events, game errors and plot), so the new attempt's appear once."""
+    (its rows, transcripts, TensorBoard events, game errors and plot), so the new attempt's appear once.
+    Only cogym's names go: in ``tb/``, TensorBoard's event files; anything else there is kept."""
     for name in ("metrics.jsonl", TRANSCRIPTS_FILE, "game_errors.jsonl", "learning_curve.png"):
         (path / name).unlink(missing_ok=True)
-    shutil.rmtree(path / "tb", ignore_errors=True)
+    tb = path / "tb"
+    if tb.is_dir() and not tb.is_symlink():
+        for event in tb.glob("events.out.tfevents.*"):
+            event.unlink(missing_ok=True)
 
 
 def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:
@@ -147,8 +156,8 @@ def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration:
     configured); a data-parallel rank r > 0 gets none."""
     if not main:
         return Sinks()
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    rundir.create(path, "train")
+    rundir.write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     jsonl = JsonlSink(path / "metrics.jsonl", start_iteration)
     sinks: list[Sink] = [jsonl]
     transcripts = path / TRANSCRIPTS_FILE
@@ -170,7 +179,7 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    rows = rundir.read_jsonl(metrics_path, warn=False)
     its = [r for r in rows if "rollout_s" in r]
     # Evaluations in [0, 1]: the arithmetic accuracy and every declared evaluator's win rate.
     eval_keys = sorted({k for r in rows for k in r if k in HELDOUT_LABELS or (k.startswith("eval/") and k.endswith("/win_rate"))})
@@ -201,5 +210,5 @@ def plot_learning_curve(metrics_path: Path, out: Path, roles: tuple[str, ...]) -
     if labelled:
         fig.legend(loc="outside lower center", ncol=min(3, labelled), fontsize=8, frameon=False)
     ax.set_title(metrics_path.parent.name)
-    fig.savefig(out)
+    rundir.save_figure(fig, out)
     plt.close(fig)
