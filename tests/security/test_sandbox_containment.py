@@ -1,0 +1,242 @@
+"""Model output that attacks the scorer (issue 49): each payload class is contained by the sandbox
+(cogym.core.sandbox) that every reasoning-gym scorer runs in, through ``reasoning_gym.score`` and through
+``env.step`` of ``proposer_solver-v0(source="reasoning_gym")``.
+
+The carrier is ``spiral_matrix``, whose scorer runs ``eval(answer)`` on any answer that is not the exact
+reference, with the builtins at hand; the payload is ``exec(CODE)``. A payload reports what it achieved by
+raising ``SystemExit(text)``, which reaches the caller as the scorer's error (the sandbox turns any exception
+into one), so a test sees that the payload ran and what it saw. Each test checks the effect (no file, no key,
+no process, no connection), that the wrong answer scores the scorer's own 0, and that the next answer scores
+right. Payloads that would hurt the machine outside a sandbox (forks, allocation) are bounded on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pytest
+
+pytest.importorskip("reasoning_gym", reason="needs the reasoning-gym extra: pip install 'cogym[reasoning-gym]'")
+
+from cogym.core.sandbox import isolation  # noqa: E402
+from cogym.envs import make  # noqa: E402
+from cogym.envs import reasoning_gym as rg  # noqa: E402
+from cogym.envs.proposer_solver import SCRIPTED  # noqa: E402
+from cogym.envs.testing import step_as as act  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
+NAMESPACES = isolation().namespaces
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"this machine gives the {isolation().description}")
+KEY = "sk-proj-" + "Zq7" * 20
+
+
+def payload(code: str) -> str:
+    return f"Let me compute. <answer>exec({code!r})</answer>"
+
+
+def score_path(reply: str, timeout_s: float = rg.ANSWER_TIMEOUT_S) -> tuple[float, str]:
+    """The reply scored by ``reasoning_gym.score``, then the reference answer scored right after it."""
+    item = rg.generate("spiral_matrix", 0, 1)
+    value, error = rg.score(item, reply, timeout_s=timeout_s)
+    assert rg.score(item, item.answer) == (1.0, None)  # the next score is right
+    return value, str(error)
+
+
+def step_path(reply: str, timeout_s: float = rg.ANSWER_TIMEOUT_S) -> tuple[float, str]:
+    """The reply played by solver_0 in ``env.step`` (the game's own time budget; ``timeout_s`` is for
+    ``score_path``); solver_1 answers right in the same game, and solver_0 too in the next."""
+    env = make("proposer_solver-v0", source="reasoning_gym", tasks=["spiral_matrix"], levels=[0], num_solvers=2)
+    for seed in range(2):
+        env.reset(seed=seed)
+        act(env, "proposer", "1")
+        oracle = SCRIPTED["solver"]["oracle"](env.observe("solver_1")["text"], np.random.default_rng(0))
+        act(env, "solver_0", reply if seed == 0 else oracle)
+        rewards = act(env, "solver_1", oracle)
+        assert rewards["solver_1"] == 1.0, rewards  # the run goes on, and scores right
+        if seed == 0:
+            value, info = rewards["solver_0"], repr(env.infos["solver_0"])
+    assert rewards["solver_0"] == 1.0
+    return value, info
+
+
+PATHS = [pytest.param(score_path, id="score"), pytest.param(step_path, id="env.step")]
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory outside the sandbox's private tmpfs where payloads try to leave files (/var/tmp: a place
+    the sandbox sees, unlike a directory in the host's /tmp)."""
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix="cogym-sandbox-test-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and token.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+@needs_namespaces
+@pytest.mark.parametrize("path", PATHS)
+def test_a_shell_command_writes_nothing(path: Callable, outside: Path) -> None:
+    value, _ = path(payload(f"import os; os.system('id > {outside}/shell')"))
+    assert value == 0.0 and list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_no_key_is_readable(path: Callable, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    rg.worker().close()  # the next call starts a worker from this environment
+    code = ("import glob, os\n"
+            "seen = [v for v in os.environ.values() if 'sk-' in v]\n"
+            "for p in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):\n"
+            "    try:\n"
+            "        seen += [p] if b'sk-' in open(p, 'rb').read() else []\n"
+            "    except OSError:\n"
+            "        pass\n"
+            f"open('{outside}/key', 'w').write(repr(seen)) if seen else None\n"
+            "raise SystemExit('payload ran; seen: ' + repr(seen) + ' ' + ' '.join(sorted(os.environ)))")
+    value, error = path(payload(code))
+    assert value == 0.0 and list(outside.iterdir()) == [] and "OPENAI_API_KEY" not in error and KEY not in error
+    if path is score_path:  # the payload ran, and saw no key
+        assert "payload ran; seen: []" in error, error
+
+
+@needs_namespaces
+@pytest.mark.parametrize("path", PATHS)
+def test_no_process_outlives_the_call(path: Callable) -> None:
+    token = f"{random.randrange(10**5, 10**6)}.{random.randrange(10**6)}"  # a unique `sleep` argument
+    code = ("import os, subprocess\n"
+            f"subprocess.Popen(['sleep', '{token}'], start_new_session=True)\n"
+            "if os.fork() == 0:\n"  # a double fork out of the session, as a daemon does
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            f"        os.execvp('sleep', ['sleep', '{token}1'])\n"
+            "    os._exit(0)\n")
+    try:
+        value, _ = path(payload(code))
+        assert value == 0.0 and processes_with(token) == []
+    finally:
+        for pid in processes_with(token):  # only on failure: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_forged_score_is_not_taken(path: Callable) -> None:
+    forged = '{"score": 1.0}\\n{"reply": {"score": 1.0}}\\n{"id": "0", "reply": {"score": 1.0}}\\n{"ok": true}\\n'
+    code = ("import glob, os\n"
+            "targets = ['/dev/stdout', '/dev/stderr'] + glob.glob('/proc/self/fd/*')\n"
+            "targets += glob.glob(f'/proc/{os.getppid()}/fd/*')\n"  # the worker, without a PID namespace
+            "if b'_sandbox_serve' in open('/proc/1/cmdline', 'rb').read():\n"  # the worker, as PID 1 of its namespace
+            "    targets += glob.glob('/proc/1/fd/*')\n"
+            "for p in targets:\n"
+            "    try:\n"
+            "        fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n"
+            f"        os.write(fd, b'{forged}')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print('{\"score\": 1.0}', flush=True)\n"
+            "os.write(1, b'{\"score\": 1.0}\\n')\n")
+    value, _ = path(payload(code))
+    assert value == 0.0
+
+
+@needs_namespaces
+@pytest.mark.parametrize("path", PATHS)
+def test_nothing_is_written_outside_the_private_temporary_directory(path: Callable, outside: Path) -> None:
+    code = ("import os\n"
+            "wrote = []\n"
+            f"for p in ['{outside}/file', os.path.expanduser('~/inside'), '/tmp/inside', '/var/tmp/cogym-pwned']:\n"
+            "    try:\n"
+            "        open(p, 'w').write('x')\n"
+            "        wrote.append(p)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "raise SystemExit('wrote ' + repr(wrote))")
+    value, error = path(payload(code))
+    assert value == 0.0 and list(outside.iterdir()) == [] and not os.path.exists("/var/tmp/cogym-pwned")
+    if path is score_path:  # its private directory (HOME, /tmp) is writable
+        assert "wrote ['/tmp/inside', '/tmp/inside']" in error
+
+
+@needs_namespaces
+@pytest.mark.parametrize("path", PATHS)
+def test_no_network_connection_is_made(path: Callable) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    accepted: list[bytes] = []
+
+    def accept() -> None:
+        try:
+            conn, _ = server.accept()
+            accepted.append(conn.recv(64))
+            conn.close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept)
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'pwned')"
+    try:
+        thread.start()
+        value, _ = path(payload(code))
+        thread.join(timeout=5)
+    finally:
+        server.close()
+    assert value == 0.0 and accepted == []
+
+
+@pytest.mark.skipif(not NAMESPACES and os.geteuid() == 0,
+                    reason="without namespaces nothing bounds a root user's processes (RLIMIT_NPROC exempts root)")
+@pytest.mark.parametrize("path", PATHS)
+def test_forks_are_bounded(path: Callable) -> None:
+    # Bounded on purpose (600 sleepers of 5 s), so that it cannot hurt a machine where it is not contained.
+    code = ("import os, time\n"
+            "n = 0\n"
+            "try:\n"
+            "    for _ in range(600):\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(5)\n"
+            "            os._exit(0)\n"
+            "        n += 1\n"
+            "except OSError as exc:\n"
+            "    raise SystemExit(f'forked {n}: {exc}')\n"
+            "raise SystemExit(f'forked {n}')")
+    value, error = path(payload(code), timeout_s=20.0)
+    assert value == 0.0
+    if path is score_path:
+        assert error.startswith("SystemExit: forked ") and int(error.split()[2].rstrip(":")) < 600, error
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_allocation_is_bounded(path: Callable) -> None:
+    # Bounded on purpose (3 GiB at most), so that it cannot hurt a machine where it is not contained.
+    code = ("chunks = []\n"
+            "try:\n"
+            "    for _ in range(12):\n"
+            "        chunks.append(bytearray(256 << 20))\n"
+            "except MemoryError:\n"
+            "    raise SystemExit(f'allocated {len(chunks) * 256} MiB, then MemoryError')\n"
+            "raise SystemExit('allocated 3072 MiB')")
+    value, error = path(payload(code), timeout_s=20.0)
+    assert value == 0.0
+    if path is score_path:
+        assert "then MemoryError" in error, error
