@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-import yaml
-
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.endpoint import EndpointConfig
 from cogym.core.types import SamplingParams
 from cogym.core.types import Agent
 from cogym.core.errors import ConfigError
+from cogym.runners.config.safe_yaml import parse_yaml, read_yaml_file
 from cogym.runners.config.load import build_section
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.rollout.loop import chat_messages
@@ -71,7 +70,10 @@ def _run_tree(run: Path) -> dict | None:
     config = run / "config.yaml"
     if not config.is_file():
         return None
-    return yaml.safe_load(config.read_text()) or {}
+    tree = read_yaml_file(config, "run config") or {}  # another's run directory: read under the config bounds
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{config} must hold a mapping at the top level, got {type(tree).__name__}")
+    return tree
 
 
 def _run_settings(run: Path, policy: str) -> tuple[dict | None, int | None]:
@@ -131,7 +133,7 @@ def endpoint_player(entry: str | dict, role: str | None = None) -> Player:
         spec, bind = split_binding(entry, role)
         url = urlsplit(spec[len(ENDPOINT_PREFIX):])
         text_keys = {"name", "base_url", "model", "api_key_env"}
-        keys: dict[str, Any] = {k: (v if k in text_keys or not v else yaml.safe_load(v))
+        keys: dict[str, Any] = {k: (v if k in text_keys or not v else parse_yaml(v, f"query parameter {k}"))
                                 for k, v in parse_qsl(url.query, keep_blank_values=True)}
         name = keys.pop("name", None)
         keys["base_url"] = urlunsplit((url.scheme, url.netloc, url.path, "", ""))
