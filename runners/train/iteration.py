@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import torch
 
 from cogym.agents.sampling import derive_key
-from cogym.core.errors import GameError, GameStepError
+from cogym.core.errors import CogymError
 from cogym.core.seeding import derive_seed, derive_seeds
 from cogym.learners import torch_dist as dist
 from cogym.learners.dapo import select_groups
@@ -99,10 +99,10 @@ def data_parallel(play: Callable) -> Callable:
         maps = seat_map if callable(seat_map) else [seat_map[g] for g in mine]  # one map per game (a league)
         try:
             res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
-        except (GameStepError, GameError) as exc:  # every rank learns of it (the others would wait in the gather for ever)
+        except CogymError as exc:  # a game's or an endpoint's: every rank learns of it (the others would wait in the gather for ever)
             res = exc
         parts = dist.all_gather_objects(res)
-        failed = [p for p in parts if isinstance(p, (GameStepError, GameError))]
+        failed = [p for p in parts if isinstance(p, CogymError)]
         if failed:
             raise failed[0]
         return gather_rollouts(parts, shares)
