@@ -28,6 +28,7 @@ from cogym.runners.config.validate import check_choice, validate
 
 
 INT_BOUND = 2**63  # an integer key's bound (each key may have a tighter one: validate.py)
+MESSAGE_CHARS = 1000  # the most of a section's own error message that is passed on
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -114,6 +115,8 @@ def build_section(cls: type, data: Any, where: str) -> Any:
         return cls(**kwargs)
     except ValueError as exc:  # a section's own validation (e.g. SamplingParams)
         msg = str(exc)
+        if len(msg) > MESSAGE_CHARS:  # it may quote a whole value (a list of 100k module names): keep both ends
+            msg = f"{msg[:MESSAGE_CHARS // 2]} ... {msg[-MESSAGE_CHARS // 4:]}"
         # "max_new_tokens must be >= 1" -> "policies.solver.sampling.max_new_tokens must be >= 1"
         sep = "." if msg.split(" ", 1)[0] in names else ": "
         raise ConfigError(f"{where or 'config'}{sep}{msg}") from exc

@@ -92,7 +92,7 @@ def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
         raise ConfigError(f"{where}.r > 0 needs the peft package: pip install peft (or pip install 'cogym[lora]'), "
                           f"or set {where}.r: 0")
     if "." in pid or pid in "lora_":
-        raise ConfigError(f"{where}: the adapter is named after the policy, and {pid!r} cannot name a peft adapter "
+        raise ConfigError(f"{where}: the adapter is named after the policy, and {brief(pid)} cannot name a peft adapter "
                           "(no dots, and not a part of 'lora_'); rename the policy")
     lc = cfg.learners[pid]
     if lc.engine == "deepspeed" and lc.zero_stage == 3:
@@ -102,7 +102,7 @@ def _check_lora(cfg: Config, pid: str, pol: PolicyConfig) -> None:
     for other, opc in cfg.policies.items():
         if other != pid and opc.lora.enabled and opc.model == pol.model and opc.load_options() != pol.load_options():
             raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on one shared base model "
-                              f"{pol.model!r}, so their dtype, attn_implementation and gradient_checkpointing must be "
+                              f"{brief(pol.model)}, so their dtype, attn_implementation and gradient_checkpointing must be "
                               f"equal ({pol.load_options()} vs {opc.load_options()})")
 
 
@@ -113,7 +113,7 @@ def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
     if pol.generation.backend != "vllm":
         if pol.generation.vllm:
             raise ConfigError(f"{where}.vllm sets engine arguments, but {where}.backend is "
-                              f"{pol.generation.backend!r}; set {where}.backend: vllm or drop {where}.vllm")
+                              f"{brief(pol.generation.backend)}; set {where}.backend: vllm or drop {where}.vllm")
         return
     if not vllm_available():
         raise ConfigError(f"{where}.backend: vllm needs vLLM, which is not installed: {VLLM_EXTRA}")
@@ -121,7 +121,7 @@ def _check_generation(cfg: Config, pid: str, pol: PolicyConfig) -> None:
         for other, opc in cfg.policies.items():
             if (other != pid and opc.lora.enabled and opc.model == pol.model and opc.generation.backend == "vllm"
                     and opc.generation.vllm != pol.generation.vllm):
-                raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on {pol.model!r} served by one "
+                raise ConfigError(f"policies.{pid} and policies.{other} are LoRA adapters on {brief(pol.model)} served by one "
                                   f"shared vLLM engine, so their generation.vllm must be equal ({pol.generation.vllm} vs "
                                   f"{opc.generation.vllm})")
     if cfg.game.granularity == "token":
@@ -139,7 +139,7 @@ def _check_endpoint(cfg: Config, pid: str, pol: PolicyConfig) -> None:
     lc = cfg.learners.get(pid)
     if lc is not None and (lc.algorithm != "frozen" or lc.role_algorithms):
         algorithm = next(iter(lc.role_algorithms.values())) if lc.algorithm == "frozen" else lc.algorithm
-        raise ConfigError(f"learners.{pid} gives policy {pid!r} the algorithm {algorithm}, but {where} is an endpoint "
+        raise ConfigError(f"learners.{pid} gives policy {brief(pid)} the algorithm {algorithm}, but {where} is an endpoint "
                           f"({pol.endpoint.base_url}), which is never trained; drop learners.{pid} (or set its "
                           "algorithm: frozen)")
     if lc is None:
@@ -190,30 +190,30 @@ def _check_league(cfg: Config) -> None:
                           f"play the league), got {lg.latest_prob}")
     pid = league_policy(cfg)
     if pid not in cfg.policies and not lg.policy:
-        raise ConfigError(f"league.seats: seats gives them to {pid!r}; the league plays past selves of a trained policy "
+        raise ConfigError(f"league.seats: seats gives them to {brief(pid)}; the league plays past selves of a trained policy "
                           f"there, so seat that policy (e.g. seats.{lg.seats[0]}=<policy>) or set league.policy")
     if pid not in cfg.policies:
-        raise ConfigError(f"league.policy names policy {pid!r}, which is not under policies "
+        raise ConfigError(f"league.policy names policy {brief(pid)}, which is not under policies "
                           f"(defined: {', '.join(cfg.policies) or 'none'})")
     lc = cfg.learners[pid]
     if lc.algorithm == "frozen":
-        raise ConfigError(f"league.policy {pid!r} is frozen, so every snapshot would be the same model; name a "
+        raise ConfigError(f"league.policy {brief(pid)} is frozen, so every snapshot would be the same model; name a "
                           "trained policy (or drop league.seats and seat a frozen copy directly)")
     if cfg.policies[pid].lora.enabled:
-        raise ConfigError(f"league.policy {pid!r} is a LoRA adapter; leagues snapshot full models only (set "
+        raise ConfigError(f"league.policy {brief(pid)} is a LoRA adapter; leagues snapshot full models only (set "
                           f"policies.{pid}.lora.r: 0)")
     if lc.engine == "deepspeed" and lc.zero_stage == 3:
-        raise ConfigError(f"league.policy {pid!r} trains with ZeRO-3, whose partitioned weights a snapshot cannot "
+        raise ConfigError(f"league.policy {brief(pid)} trains with ZeRO-3, whose partitioned weights a snapshot cannot "
                           f"copy; use learners.{pid}.zero_stage 1 or 2")
     reserved = [p for p in cfg.policies if p.startswith("league:")]
     if reserved:
-        raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {reserved[0]!r}")
+        raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {brief(reserved[0])}")
 
 
 def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
     """learners.<id>: common keys in range and consistent, then the plug-ins' own checks."""
     if pid not in cfg.policies:
-        raise ConfigError(f"{where} trains policy {pid!r}, which is not under policies")
+        raise ConfigError(f"{where} trains policy {brief(pid)}, which is not under policies")
     check_choice(lc.algorithm, algorithm_choices(), f"{where}.algorithm")
     for role, name in lc.role_algorithms.items():
         check_choice(name, algorithm_choices(per_role=True), f"{where}.role_algorithms.{role}")
@@ -258,7 +258,7 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
     if lc.dual_clip is not None and not (math.isfinite(lc.dual_clip) and lc.dual_clip > 1):
         raise ConfigError(f"{where}.dual_clip must be > 1 or null (off), got {lc.dual_clip}")
     if lc.loss_agg in ("seq-mean-token-sum-norm", "dr_grpo") and lc.norm_const is None:
-        raise ConfigError(f"{where}.norm_const is required with loss_agg {lc.loss_agg!r}: "
+        raise ConfigError(f"{where}.norm_const is required with loss_agg {brief(lc.loss_agg)}: "
                           "set it to the maximum response length")
     if lc.norm_const is not None and not (math.isfinite(lc.norm_const) and lc.norm_const > 0):
         raise ConfigError(f"{where}.norm_const must be > 0 (the maximum response length), got {lc.norm_const}")
@@ -300,14 +300,14 @@ def validate(cfg: Config) -> None:
         if twin_name(pid) is not None:
             continue  # a scripted twin of the game's role; checked against the game when built
         if pid not in cfg.policies:
-            raise ConfigError(f"seats.{seat} names policy {pid!r}, which is not under policies "
+            raise ConfigError(f"seats.{seat} names policy {brief(pid)}, which is not under policies "
                               f"(defined: {', '.join(cfg.policies) or 'none'})")
     for pid, pol in cfg.policies.items():
         if pol.endpoint is not None:
             _check_endpoint(cfg, pid, pol)
             continue
         if pid not in cfg.learners:
-            raise ConfigError(f"policy {pid!r} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
+            raise ConfigError(f"policy {brief(pid)} has no learner; add learners.{pid} (use algorithm: frozen to keep it fixed)")
         if pol.sampling.max_new_tokens < 1:
             raise ConfigError(f"policies.{pid}.sampling.max_new_tokens must be >= 1, got {pol.sampling.max_new_tokens}")
         if not 0 < pol.sampling.top_p <= 1 or pol.sampling.top_k < 0:
