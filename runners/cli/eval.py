@@ -16,6 +16,7 @@ from cogym.runners.cli.args import nonnegative_float, positive_int
 from cogym.runners.config.load import load_config
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import default_config_path
+from cogym.runners.display import plain
 from cogym.runners.evaluation.evaluators import declared, evaluate, kinds
 from cogym.runners.train.build import build
 
@@ -99,11 +100,12 @@ def run(args: argparse.Namespace) -> int:
     if not run_.evaluators:
         raise ConfigError(f"{cfg.game.id} declares no evaluator and the config adds none; add one, e.g. "
                           f"eval.evaluators.vs_random='{{kind: vs_scripted, opponent: random}}'")
-    table = Table(title=f"cogym eval: {cfg.game.id}" + (f", {args.model}" if args.model else ""))
+    # a model path may hold [..] (read as markup) or control characters: shown as written, escaped
+    table = Table(title=plain(f"cogym eval: {cfg.game.id}" + (f", {args.model}" if args.model else "")))
     for column in ("evaluator", "metric", "value"):
         table.add_column(column, justify="right" if column == "value" else "left")
     for ev in run_.evaluators:
         for key, value in evaluate([ev], run_).items():
-            table.add_row(ev.name, key.removeprefix(f"eval/{ev.name}/"), f"{value:.4f}")
+            table.add_row(plain(ev.name), plain(key.removeprefix(f"eval/{ev.name}/")), f"{value:.4f}")
     Console().print(table)
     return 0

@@ -102,3 +102,17 @@ def test_the_matrix_formatter_escapes_names_alone():
 
     text = format_matrix(np.array([[np.nan, 1.0], [0.0, np.nan]]), [TITLE, CLEAR], 80)
     assert _raw_control(text) == [] and "\\x1b[2J\\r" in text
+
+
+def test_plain_keeps_brackets_and_escapes_controls_in_any_rich_table(capsys):
+    from rich.console import Console
+    from rich.table import Table
+
+    from cogym.runners.display import plain
+
+    table = Table(title=plain("cogym eval: kuhn_poker-v0, ckpt[/b]"))  # cogym eval's title names --model
+    table.add_column("evaluator")
+    table.add_row(plain(f"vs[red]{TITLE}"))
+    Console(width=200).print(table)
+    out = capsys.readouterr().out
+    assert "ckpt[/b]" in out and "vs[red]\\x1b]0;pwned\\x07" in out and _raw_control(out) == []
