@@ -80,9 +80,13 @@ class EndpointConfig:
     max_consecutive_failures: int = 8  # this many failed requests in a row stop a training run (a tournament counts them)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_url, str) or not re.match(r"https?://[^/\s]", self.base_url):
+        if (not isinstance(self.base_url, str) or not re.match(r"https?://[^/\s]", self.base_url)
+                or not _port_ok(self.base_url)):
             raise ValueError(f"base_url must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1; got "
                              f"{str(self.base_url)[:200]!r}")
+        if not re.fullmatch(r"[!-~]+", self.base_url):  # it goes into the request's head as it is
+            raise ValueError(f"base_url must be printable ASCII without spaces (percent-encode the rest); got "
+                             f"{self.base_url[:200]!r}")
         if not self.model:
             raise ValueError("model must name the model the endpoint serves")
         if self.api_key_env is not None and not ENV_NAME.fullmatch(self.api_key_env):
@@ -112,6 +116,14 @@ class EndpointConfig:
             raise ConfigError(f"{where}: the environment variable {self.api_key_env} (api_key_env of endpoint "
                               f"{self.base_url}) is not set; export it with the API key, or set api_key_env: null "
                               "for an endpoint that needs none")
+
+
+def _port_ok(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018 - urlsplit checks the port only when it is read
+        return bool(urlsplit(url).hostname)
+    except ValueError:
+        return False
 
 
 def _within(value: Any, lo: float, hi: float) -> bool:
@@ -180,8 +192,9 @@ class EndpointAgent:
             self.stats["requests"] += 1
         try:
             action = Action(text=self._complete(request))
-        except EndpointFailure as exc:
-            reason = self._mask(str(exc))
+        except Exception as exc:  # noqa: BLE001 - EndpointFailure, or a bug here: either way this move failed, and says why
+            why = str(exc) if isinstance(exc, EndpointFailure) else f"endpoint {self.config.base_url} failed ({type(exc).__name__}: {exc})"
+            reason = self._mask(why)
             reason = reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
             with self._lock:
                 self.stats["failures"] += 1

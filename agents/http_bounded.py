@@ -54,6 +54,16 @@ def post(host: str, port: int, path: str, body: bytes, headers: Mapping[str, str
          tls: Optional[ssl.SSLContext] = None) -> tuple[int, bytes]:
     """POST ``body`` to ``host:port`` ``path``; the final status and the whole body, by ``deadline``
     (a :func:`time.monotonic` time) and within ``max_body`` bytes. ``tls``: a context for https."""
+    try:
+        return _post(host, port, path, body, headers, deadline, max_body, tls)
+    except HTTPFailure:
+        raise
+    except (OSError, ValueError) as exc:  # out of sockets, a header that is not latin-1, ...
+        raise ProtocolError(f"{type(exc).__name__}: {str(exc)[:80]}") from None
+
+
+def _post(host: str, port: int, path: str, body: bytes, headers: Mapping[str, str], deadline: float, max_body: int,
+          tls: Optional[ssl.SSLContext]) -> tuple[int, bytes]:
     sock = _connect(host, port, deadline)
     try:
         if tls is not None:
