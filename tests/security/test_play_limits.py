@@ -17,7 +17,7 @@ import yaml
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
 from cogym.core.errors import ConfigError, GameContractError, GameError
-from cogym.core.types import SamplingParams, Turn
+from cogym.core.types import Request, SamplingParams, Turn
 from cogym.envs import make
 from cogym.envs.checks import check_game
 from cogym.runners.cli import main
@@ -25,7 +25,7 @@ from cogym.runners.config.load import load_config
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import GameConfig
 from cogym.runners.rollout.agents import AgentFactory
-from cogym.runners.rollout.loop import MAX_PROMPT_CHARS
+from cogym.runners.rollout.loop import MAX_PROMPT_CHARS, Episodes, Seat
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.idle import IdlePolicies
@@ -242,3 +242,16 @@ def test_the_idle_check_reads_advantages_and_waits_for_its_window(capsys) -> Non
     spin.after_rollout(_turns("a", "b"), None, 1)
     spin.before_log(1, {})
     assert capsys.readouterr().err == ""
+
+
+def test_a_conversation_is_measured_whole() -> None:
+    """A conversation role's prompt is its whole exchange so far, not the newest message alone."""
+    ep = Episodes([make(GAME)], [0], "ep", 1, None, on_error="skip", max_prompt_chars=100)
+    history = [{"role": "system", "content": "Bid."}, {"role": "user", "content": "x" * 60},
+               {"role": "assistant", "content": "5"}, {"role": "user", "content": "y" * 40}]
+    request = Request(messages=history[-1:], role="bidder", seat="bidder_0", conversation=history)
+    assert ep.oversized(0, Seat(0, 0, "bidder_0", "bidder", "a", None, request))
+    assert "was asked a prompt of 105 characters" in ep.errors[0]["error"] and ep.failed == {0}
+    short = Request(messages=history[-1:], role="bidder", seat="bidder_0", conversation=history[:3])
+    assert not Episodes([make(GAME)], [0], "ep", 1, None, max_prompt_chars=100).oversized(
+        0, Seat(0, 0, "bidder_0", "bidder", "a", None, short))
