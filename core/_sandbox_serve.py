@@ -29,6 +29,7 @@ if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.a
     del sys.path[0]
 
 import ctypes  # noqa: E402 - after the sys.path fix on purpose
+import fcntl  # noqa: E402
 import gc  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -148,113 +149,155 @@ def timed_call(handler: Any, request: dict, timeout_s: float) -> dict:
     return reply
 
 
-def _in_fork(handler: Any, request: dict, timeout_s: float, result_fd: int, config: dict) -> None:
-    """The fork that interprets model output: strip it of everything but its result pipe, then call."""
+def _child(handler: Any, request_fd: int, result_fd: int, config: dict) -> None:
+    """A fork that will interpret model output: stripped of everything but its two private pipes, it waits
+    for its one request (read to EOF), calls, writes its one frame and exits."""
     os.setsid()
     if config["namespaces"]:
         # No capability over the sandbox's namespaces any more: it cannot remount / read-write, open
         # /proc/1/fd (the sandbox's pipe to cogym) or read the memory of PID 1.
         _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
-    if result_fd != 3:
-        os.dup2(result_fd, 3)
+    request_fd, result_fd = fcntl.fcntl(request_fd, fcntl.F_DUPFD, 10), fcntl.fcntl(result_fd, fcntl.F_DUPFD, 10)
+    os.dup2(request_fd, 0)
+    os.dup2(result_fd, 3)
     devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    limits = config["limits"]
-    cpu = math.ceil(timeout_s) + 1
-    set_limit(resource.RLIMIT_CPU, cpu)
     with open("/proc/self/statm") as f:  # address space: what the warm process maps, plus a call's share
         mapped = int(f.read().split()[0]) * resource.getpagesize()
-    set_limit(resource.RLIMIT_AS, mapped + limits["memory_bytes"])
-    reply = timed_call(handler, request, timeout_s)
+    set_limit(resource.RLIMIT_AS, mapped + config["limits"]["memory_bytes"])
+    data = b""
+    while chunk := os.read(0, 1 << 16):
+        data += chunk
+    if not data:  # the sandbox closed: this spare is not needed
+        os._exit(0)
+    envelope = json.loads(data)
+    timeout_s = float(envelope["timeout_s"])
+    set_limit(resource.RLIMIT_CPU, math.ceil(timeout_s) + 1)
+    reply = timed_call(handler, envelope["request"], timeout_s)
     frame = (json.dumps({"reply": reply}) + "\n").encode()
     while frame:
         frame = frame[os.write(3, frame):]
+    os.close(3)
     os._exit(0)
 
 
-def _kill_rest(child: int, config: dict) -> int:
-    """Kill everything the call started, however it detached, reap it, and return the fork's exit code."""
-    code = 0
-    if config["namespaces"]:
-        os.kill(-1, signal.SIGKILL)  # from PID 1 of a PID namespace: every other process in it
-        while True:
+class Forks:
+    """Calls in forks of the warm process. One fork is made ahead (after the previous call has answered),
+    so a call's latency holds no fork; a call that changed the warm process (an ``IN_PLACE`` op) discards it."""
+
+    def __init__(self, handler: Any, config: dict) -> None:
+        self.handler, self.config = handler, config
+        self.spare: tuple[int, int, int] | None = None  # (pid, request pipe, result pipe)
+
+    def _spawn(self) -> tuple[int, int, int]:
+        request_r, request_w = os.pipe()
+        result_r, result_w = os.pipe()
+        child = os.fork()
+        if child == 0:
             try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                return code
-            if pid == child:
-                code = os.waitstatus_to_exitcode(status)
-    for kill in (os.killpg, os.kill):
+                _child(self.handler, request_r, result_w, self.config)
+            finally:
+                os._exit(70)
+        os.close(request_r)
+        os.close(result_w)
+        os.set_blocking(result_r, False)
+        return child, request_w, result_r
+
+    def discard(self) -> None:
+        """Drop the spare (it was forked before the warm process changed)."""
+        if self.spare is not None:
+            child, request_w, result_r = self.spare
+            self.spare = None
+            os.close(request_w)
+            os.close(result_r)
+            self._kill(child)
+            self.reap(block=True)
+
+    def prepare(self) -> None:
+        """Fork the next call's spare, then reap what has died of the last call (the rest the next time:
+        a fork that exits tears its memory down meanwhile)."""
+        if self.spare is None:
+            self.spare = self._spawn()
+        self.reap(block=False)
+
+    def call(self, request: dict, timeout_s: float) -> dict:
+        """The reply of one call made in a fork, or the handler's ``FAILED`` reply saying what went wrong."""
+        failed = dict(self.handler.FAILED)
+        child, request_w, result_r = self.spare or self._spawn()
+        self.spare = None
+        exit_fd = os.pidfd_open(child)
         try:
-            kill(child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-    while True:  # without namespaces a process that left the group survives (docs/security.md says so)
-        try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return code
-        except ChildProcessError:
-            return code
-
-
-def _read_available(fd: int) -> bytes:
-    try:
-        return os.read(fd, MAX_FRAME + 2)
-    except BlockingIOError:
-        return b""
-
-
-def forked_call(handler: Any, request: dict, timeout_s: float, config: dict) -> dict:
-    """The reply of one call made in a fresh fork, or the handler's ``FAILED`` reply saying what went wrong."""
-    failed = dict(handler.FAILED)
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:
-        try:
-            os.close(read_fd)
-            _in_fork(handler, request, timeout_s, write_fd, config)
+            data = json.dumps({"timeout_s": timeout_s, "request": request}).encode()
+            try:
+                while data:
+                    data = data[os.write(request_w, data):]
+            except BrokenPipeError:
+                pass  # the fork died before its request: it exited, and says how below
+            os.close(request_w)
+            data, done, exited = self._collect(result_r, exit_fd, time.monotonic() + timeout_s + KILL_MARGIN_S)
         finally:
-            os._exit(70)
-    os.close(write_fd)
-    os.set_blocking(read_fd, False)
-    exit_fd = os.pidfd_open(child)
-    deadline = time.monotonic() + timeout_s + KILL_MARGIN_S
-    data, exited, eof = b"", False, False
-    try:
-        # Until the fork exits (the pipe's EOF is not enough: a process it started may hold the pipe open).
-        while not exited and len(data) <= MAX_FRAME:
+            os.close(result_r)
+            os.close(exit_fd)
+        self._kill(child)  # whatever it left running cannot act once killed; reaped after the reply ...
+        if self.config["namespaces"] and any(e.isdigit() and int(e) not in (1, child) for e in os.listdir("/proc")):
+            self.reap(block=True)  # ... unless it left more than itself: then this call, not the next, waits
+        if not done:
+            return {**failed, "timeout": True, "error": f"no result within {timeout_s:g} s (the call was killed)"}
+        forged = {**failed, "error": "the call wrote something other than its one reply"}
+        lines = data.split(b"\n")
+        if not data and exited:
+            return {**failed, "error": "the call ended before it replied"}
+        if len(data) > MAX_FRAME or len(lines) != 2 or lines[1]:
+            return forged
+        try:
+            reply = json.loads(lines[0])
+        except ValueError:
+            return forged
+        if not isinstance(reply, dict) or set(reply) != {"reply"} or not isinstance(reply["reply"], dict):
+            return forged
+        return reply["reply"]
+
+    @staticmethod
+    def _collect(result_r: int, exit_fd: int, deadline: float) -> tuple[bytes, bool, bool]:
+        """What the fork wrote until it closed its pipe or exited (done), or until the deadline (not done)."""
+        data, exited = b"", False
+        while len(data) <= MAX_FRAME:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                break
-            ready, _, _ = select.select([exit_fd] if eof else [read_fd, exit_fd], [], [], remaining)
+                return data, False, False
+            ready, _, _ = select.select([result_r, exit_fd], [], [], remaining)
             exited = exit_fd in ready
-            if read_fd in ready or exited:
-                chunk = _read_available(read_fd)
-                eof = eof or (read_fd in ready and not chunk)
+            if result_r in ready or exited:
+                try:
+                    chunk = os.read(result_r, MAX_FRAME + 2)
+                except BlockingIOError:
+                    chunk = b""
                 data += chunk
-        code = _kill_rest(child, config)
-    finally:
-        os.close(read_fd)
-        os.close(exit_fd)
-    if not exited:
-        return {**failed, "timeout": True, "error": f"no result within {timeout_s:g} s (the call was killed)"}
-    if code != 0:
-        how = f"signal {-code}" if code < 0 else f"exit status {code}"
-        return {**failed, "error": f"the call ended with {how} before it replied"}
-    forged = {**failed, "error": "the call wrote something other than its one reply"}
-    lines = data.split(b"\n")
-    if len(data) > MAX_FRAME or len(lines) != 2 or lines[1]:
-        return forged
-    try:
-        reply = json.loads(lines[0])
-    except ValueError:
-        return forged
-    if not isinstance(reply, dict) or set(reply) != {"reply"} or not isinstance(reply["reply"], dict):
-        return forged
-    return reply["reply"]
+                if exited or (result_r in ready and not chunk):  # exited, or every writer closed the pipe
+                    return data, True, exited
+        return data, True, exited
+
+    def _kill(self, child: int) -> None:
+        if self.config["namespaces"]:
+            os.kill(-1, signal.SIGKILL)  # from PID 1 of a PID namespace: every other process in it
+            return
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def reap(self, block: bool) -> None:
+        """Reap dead forks and, as PID 1, the orphans they left; ``block`` waits for every child (only when
+        all were killed: no spare). Without namespaces, a process that left its group is not reaped here: it
+        survives (docs/security.md says so)."""
+        while True:
+            try:
+                if os.waitpid(-1, 0 if block else os.WNOHANG)[0] == 0:
+                    return
+            except ChildProcessError:
+                return
 
 
 def load_handler(path: str) -> Any:
@@ -298,15 +341,20 @@ def main() -> None:
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     in_place = frozenset(getattr(handler, "IN_PLACE", ()))
+    forks = Forks(handler, config)
     for line in sys.stdin:
         envelope = json.loads(line)
         request, timeout_s = envelope["request"], float(envelope["timeout_s"])
-        if request.get("op") in in_place:
-            reply = timed_call(handler, request, timeout_s)
+        forked = request.get("op") not in in_place
+        if forked:
+            reply = forks.call(request, timeout_s)
         else:
-            reply = forked_call(handler, request, timeout_s, config)
+            forks.discard()
+            reply = timed_call(handler, request, timeout_s)
         out.write(json.dumps({"id": envelope["id"], "reply": reply}) + "\n")
         out.flush()
+        if forked:
+            forks.prepare()
 
 
 if __name__ == "__main__":

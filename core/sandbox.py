@@ -145,13 +145,15 @@ class Sandbox:
     ``deadline_s`` seconds, the worker died, or a reply was forged: the worker is then killed whole,
     ``kills`` counts it, and the next request starts a fresh one. ``message["timeout_s"]`` (default
     ``deadline_s``) is the call's own budget, enforced inside; the deadline is the last resort. A forked copy
-    of this process never touches its parent's worker. ``hint`` says what to check when it does not start.
+    of this process never touches its parent's worker. ``hint`` says what to check when it does not start;
+    ``namespaces=False`` forces the fallback (None: ``isolation()`` decides).
     """
 
     def __init__(self, handler: Path, name: str, hint: str, env: Mapping[str, str] | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, namespaces: bool | None = None) -> None:
         self.script, self.name, self.hint = Path(handler), name, hint
         self.limits = limits or Limits()
+        self._namespaces = namespaces
         self._env = dict(env or {})
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -210,7 +212,7 @@ class Sandbox:
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._kill()
-        namespaces = isolation().namespaces
+        namespaces = isolation().namespaces if self._namespaces is None else self._namespaces and isolation().namespaces
         tmp = None if namespaces else tempfile.mkdtemp(prefix=f"cogym-sandbox-{self.name}-")
         env = scrubbed_env({**self._env, **({"HOME": tmp, "TMPDIR": tmp} if tmp else {})})
         stderr = tempfile.TemporaryFile()
