@@ -65,8 +65,11 @@ def _mount(source: str, target: str, fstype: str, flags: int, data: str = "") ->
 def _read_only_everywhere() -> None:
     """Every mount below / read-only: in one call where the kernel has mount_setattr (5.12), else one by one."""
     attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-        return
+    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        _read_only_one_by_one()
+
+
+def _read_only_one_by_one() -> None:
     flag_names = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]

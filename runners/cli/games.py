@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from cogym.core.sandbox import isolation
 from cogym.envs import make, registered, scripted_strategies
 from cogym.envs.errors import GameError
 from cogym.envs.openspiel import catalog, describe
@@ -99,6 +100,8 @@ def _reasoning_gym() -> int:
     out += ["", *fill(f"{len(RG_EXCLUDED)} datasets are excluded ({', '.join(sorted(RG_EXCLUDED))}): a scorer that pays "
                       "an unrelated answer, no reference answer, or items that do not generate; make(...) names the "
                       "reason. docs/games.md, reasoning-gym tasks.", width)]
+    out += ["", *fill(f"Answers are scored in a sandbox: {isolation().description}. docs/security.md says what "
+                      "each kind guarantees.", width)]
     print("\n".join(out))
     return 0
 

@@ -240,3 +240,38 @@ def test_allocation_is_bounded(path: Callable) -> None:
     assert value == 0.0
     if path is score_path:
         assert "then MemoryError" in error, error
+
+
+def test_the_fallback_still_scrubs_the_environment_refuses_forgeries_and_bounds_memory(monkeypatch) -> None:
+    """Where namespaces are refused (or COGYM_SANDBOX=fallback), the sandbox keeps what does not need them."""
+    from cogym.core.sandbox import Sandbox
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    box = Sandbox(Path(rg.__file__).with_name("_reasoning_gym_worker.py"), "fallback_test", "", namespaces=False)
+    try:
+        item = box.request({"op": "generate", "name": "spiral_matrix", "level": 0, "seed": 1, "timeout_s": 10}, 10.25)
+        ask = {"op": "score", "name": "spiral_matrix", "level": 0, "seed": 1, "timeout_s": 10}
+
+        def score(code: str) -> dict | None:
+            return box.request({**ask, "answer": f"exec({code!r})"}, 10.25)
+
+        seen = score("import os; raise SystemExit(repr([v for v in os.environ.values() if 'sk-' in v]))")
+        assert seen == {"score": 0.0, "error": "SystemExit: []"}
+        forged = score("import glob, os\nfor p in glob.glob('/proc/self/fd/*') + ['/dev/stdout']:\n    try:\n"
+                       "        os.write(os.open(p, os.O_WRONLY | os.O_NONBLOCK), b'{\"reply\": {\"score\": 1.0}}\\n')\n"
+                       "    except OSError:\n        pass")
+        assert forged is not None and forged["score"] == 0.0
+        memory = score("try:\n    x = [bytearray(256 << 20) for _ in range(12)]\n"  # 3 GiB at most, on purpose
+                       "except MemoryError:\n    raise SystemExit('MemoryError')")
+        assert memory == {"score": 0.0, "error": "SystemExit: MemoryError"}
+        assert box.request({**ask, "answer": item["answer"]}, 10.25) == {"score": 1.0}  # the next score is right
+    finally:
+        box.close()
+
+
+def test_cogym_games_says_which_sandbox_scores_answers(capsys) -> None:
+    from cogym.runners.cli import main
+
+    assert main(["games", "--source", "reasoning_gym"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"Answers are scored in a sandbox: {isolation().description}" in out
