@@ -153,18 +153,23 @@ def atomic_open(path: Path, mode: str = "w", newline: str | None = None) -> Iter
     over ``path`` when the block ends without an error (then removed)."""
     path = Path(path)
     tmp = _tmp_name(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # a temporary file of this process, left by a kill (the pid was reused)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # a temporary file of this process, left by a kill (the pid was reused)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot write it ({exc.strerror or exc})") from exc
     try:
         with os.fdopen(fd, mode, newline=newline) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # replaces a symbolic link at ``path``, never writes through it
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # a directory at the name, a full disk: one line
+            raise RunDirError(f"{path}: cannot write it ({exc.strerror or exc})") from exc
         raise
 
 
