@@ -62,6 +62,11 @@ MAX_ACTION_SHOWN = 200  # characters of the move shown in a game failure's repor
 MAX_PROMPT_CHARS = 1 << 18
 
 
+class PlayLimit(ContractViolation):
+    """A limit the play loop holds every game to (its declared turn limit, the prompt size): reported in
+    one line, since no single move of the game's is at fault and ``check_game`` need not reproduce it."""
+
+
 class Chars(int):
     """A number of characters, shown with its unit in a report (a game failure's value)."""
 
@@ -227,7 +232,7 @@ class Episodes:
         limit = getattr(getattr(self.games[g], "spec", None), "max_turns", None)
         if not isinstance(limit, int) or self.turns[g] < limit:
             return False
-        self.game_failed(g, seat, role, policy_id, None, ContractViolation(
+        self.game_failed(g, seat, role, policy_id, None, PlayLimit(
             seat, "was asked for acting turn", self.turns[g] + 1,
             f"an episode ends within spec.max_turns = {limit} acting turns (does step() end the game, with "
             "_end_game, after the last move and on every invalid move? is max_turns the most an episode takes?)"))
@@ -241,7 +246,7 @@ class Episodes:
         size = sum(len(m["content"]) for m in messages)
         if size <= self.max_prompt_chars:
             return False
-        self.game_failed(g, s.seat, s.role, s.policy_id, None, ContractViolation(
+        self.game_failed(g, s.seat, s.role, s.policy_id, None, PlayLimit(
             s.seat, "was asked a prompt of", Chars(size),
             f"what a seat is asked (its system message and the game's text, or its conversation so far) may have "
             f"at most {self.max_prompt_chars} characters (game.max_prompt_chars)"))
@@ -477,6 +482,10 @@ def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | 
     record = {"game": game_id, "kwargs": kwargs, "seed": seed, "where": where, "seat": seat, "role": role,
               "policy": policy_id, "action": shown, "error": _printable(error[:500]), "at": at}
     who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
+    if isinstance(exc, PlayLimit):  # one line: the game, the seat, the size and the limit
+        return GameContractError(
+            f"game {game_id} (seed {seed}, {where}): {who} {_printable(exc.what)} {_printable(shown_value(exc.value))}, "
+            f"over the limit: {_printable(exc.rule)}; game.on_error=skip drops such games and counts them", record)
     if broke:
         faulty = who if exc.seat == seat else f"seat {exc.seat!r} (role {_role_of(game, exc.seat)!r})"
         lines = [f"game {game_id} broke the game contract during play ({where}, seed {seed}):",

@@ -388,6 +388,8 @@ def _stopped(exc: GameStepError, run_path: Path, trained: int, start_it: int, fr
                 "checkpoint (add game.on_error=skip to skip games that raise).")
     else:
         note = "The run stopped in its first iteration, before any update: fix the game (or set game.on_error=skip) and start again."
+    if "\n" not in str(exc):  # a one-line report (a play limit) stays one line
+        return exc if trained < 1 else type(exc)(f"{exc}. {note}", exc.record)
     return type(exc)(f"{exc}\n{note}", exc.record)  # a GameContractError stays one
 
 

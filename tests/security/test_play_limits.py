@@ -78,7 +78,9 @@ def _one_line_error(out) -> str:
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "cogym train: error: " in out.stderr, out.stderr[-2000:]
-    return out.stderr[out.stderr.index("cogym train: error: "):]  # after the model loader's progress bar
+    err = out.stderr[out.stderr.index("cogym train: error: "):]  # after the model loader's progress bar
+    assert err.strip().count("\n") == 0, err  # one line, nothing after it
+    return err
 
 
 # ---------------------------------------------------------------- a game that never ends
@@ -90,9 +92,9 @@ def test_an_endless_game_stops_at_its_declared_turn_limit(granularity: str) -> N
     with pytest.raises(GameContractError) as err:
         play(games, _twins(), {}, seeds=[0, 1])
     limit = games[0].spec.max_turns  # 3 moves; at token level 3 * max_turn_tokens token steps
-    first, seat = str(err.value).splitlines()[:2]
-    assert first.startswith(f"game {GAME} broke the game contract during play")
-    assert f"seat 'bidder_0' (role 'bidder', policy 'scripted:random') was asked for acting turn {limit + 1}" in seat
+    (line,) = str(err.value).splitlines()  # one line
+    assert line.startswith(f"game {GAME} (seed 0, ")
+    assert f"seat 'bidder_0' (role 'bidder', policy 'scripted:random') was asked for acting turn {limit + 1}" in line
     assert f"spec.max_turns = {limit} acting turns" in str(err.value)
     assert games[0].unwrapped.rounds <= limit  # it was stopped, not played on (3 bids a round)
 
@@ -107,7 +109,7 @@ def test_an_endless_game_is_skipped_with_a_record_under_on_error_skip() -> None:
 def test_cogym_train_stops_an_endless_game_in_one_error(tmp_path: Path) -> None:
     err = _one_line_error(_cli(tmp_path, _config(tmp_path, {"bidder_0": "a", "bidder_1": "a", "bidder_2": "a"},
                                                  variant="endless")))
-    assert f"game {GAME} broke the game contract during play" in err
+    assert f"game {GAME} (seed " in err and "over the limit: an episode ends within spec.max_turns = 3" in err
     assert "seat 'bidder_0' (role 'bidder', policy 'a') was asked for acting turn 4" in err
 
 
