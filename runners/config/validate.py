@@ -26,6 +26,7 @@ from cogym.runners.rollout.agents import twin_name
 MAX_GAMES_AT_ONCE = 100_000
 MAX_GAMES_PER_PAIRING = 1_000_000
 MAX_PROMPT_CHARS = 1 << 30  # game.max_prompt_chars: a bound on the bound (a GiB of text is no prompt)
+MAX_NAME_BYTES = 200  # a file name is at most 255 bytes on common file systems; the run adds "-YYYYMMDD-HHMMSS"
 SEED_BOUND = 2**32  # numpy's legacy seeding and every derived seed are 32-bit; torch.manual_seed takes 64
 
 
@@ -41,6 +42,18 @@ def check_count(n: int, where: str, most: int, what: str, least: int = 1) -> Non
         raise ConfigError(f"{where} must be >= {least}, got {brief(n)}")
     if n > most:
         raise ConfigError(f"{where} must be at most {most:,} ({what}), got {brief(n)}")
+
+
+def _check_run_name(name: str, out_dir: str) -> None:
+    """run.name and run.out_dir become a directory path: no NUL byte (the OS refuses it), and no part of the
+    name longer than a file system allows once the time is added (``<name>-YYYYMMDD-HHMMSS``)."""
+    for key, value in (("run.name", name), ("run.out_dir", out_dir)):
+        if "\0" in value:
+            raise ConfigError(f"{key} must not contain a NUL character, got {brief(value)}")
+    longest = max((len(part.encode("utf-8", "surrogateescape")) for part in name.split("/")), default=0)
+    if longest > MAX_NAME_BYTES:
+        raise ConfigError(f"run.name names a directory: each part of it must be at most {MAX_NAME_BYTES} bytes "
+                          f"(the time is added to it), got one of {longest}: {brief(name)}")
 
 
 def check_choice(value: str, options: tuple, where: str) -> None:
@@ -267,6 +280,7 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
 def validate(cfg: Config) -> None:
     """Cross-field checks: every seat has a policy, every policy a learner, values in range."""
     check_seed(cfg.run.seed, "run.seed")
+    _check_run_name(cfg.run.name, cfg.run.out_dir)
     if cfg.run.threads < 0:
         raise ConfigError(f"run.threads must be >= 0 (0: automatic), got {cfg.run.threads}")
     if cfg.run.iterations < 1:

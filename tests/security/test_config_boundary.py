@@ -85,6 +85,8 @@ TRAIN_OVERRIDES = {  # the item 7 list of issue 49, and what a user can type nex
     "run.iterations=many": "run.iterations must be an integer",
     "run.name=&a [*a]": "recursive alias",
     "run=": "run must be a mapping",
+    "run.name=" + "x" * 300: "each part of it must be at most 200 bytes",  # was OSError: File name too long
+    'run.name="a\\0b"': "must not contain a NUL character",
     "game.id=[" + "1," * 10_000 + "1]": "game.id must be a string",
 }
 
