@@ -14,7 +14,7 @@ from cogym.runners.cli.args import positive_int
 from cogym.runners.display import plain
 from cogym.runners import rundir
 from cogym.runners.config.load import load_config
-from cogym.runners.config.modules import check_run_modules
+from cogym.runners.config.trust import check_run_modules
 from cogym.runners.train.launch import launch_train
 from cogym.runners.train.loop import train
 from cogym.runners.train.metrics import reward_rows

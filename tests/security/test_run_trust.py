@@ -13,7 +13,7 @@ import yaml
 
 from cogym.envs import registry
 from cogym.runners.cli import main
-from cogym.runners.config.modules import check_run_modules
+from cogym.runners.config.trust import check_run_modules
 from cogym.runners.rundir import RunDirError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
