@@ -403,3 +403,7 @@ def validate_tournament(tc) -> None:  # noqa: ANN001 (a TournamentConfig; its ow
         raise ConfigError(f"tournament.games_per_pairing must be at most {MAX_GAMES_PER_PAIRING:,} (the seeds of a "
                           f"pairing are listed up front), got {brief(t.games_per_pairing)}")
     check_count(t.batch_games, "tournament.batch_games", MAX_GAMES_AT_ONCE, "games played at once")
+    sides = t.sides  # typed Any in the schema (a list of seat lists): its shape is checked here
+    if sides is not None and not (isinstance(sides, list) and all(
+            isinstance(side, list) and all(isinstance(seat, str) for seat in side) for side in sides)):
+        raise ConfigError(f"tournament.sides must be lists of seats, e.g. [[player_0], [player_1]], got {brief(sides)}")

@@ -129,6 +129,7 @@ TOURNAMENT = {  # extra argv -> what the one line says
     ("--temperature", "nan"): "sampling.temperature must be a finite number",
     ("--batch-games", str(10**9)): "tournament.batch_games must be at most 100,000",
     ("--kwarg", "deck=&a [*a]"): "recursive alias",
+    ("tournament.sides=5",): "tournament.sides must be lists of seats",  # was a TypeError deep in the schedule
 }
 
 
