@@ -30,14 +30,17 @@ Answers (model output is adversarial: bounded in size and time)
     convention reasoning-gym's prompts ask for); any other reply is scored whole, stripped. Only the
     last ``MAX_SCAN_CHARS`` characters of a reply are searched, and the answer keeps its last
     ``MAX_ANSWER_CHARS`` (16 384) characters: every reference answer of the catalog at its usable levels
-    is shorter (an item whose answer is not is not posed, below). Scoring runs in a child process
-    (``_reasoning_gym_worker.py``) under a ``ANSWER_TIMEOUT_S`` (0.5 s) interval timer, and the parent
-    kills and replaces the child if it has not replied 0.25 s after that, so one answer costs at most
-    0.75 s (the next call then waits for a fresh child, about 3 s of imports). A scorer that raises,
-    times out or returns a non-number scores 0; the solver's info ``metrics["scorer_failed"]`` says so.
-    Items are generated in the same child (``GENERATE_TIMEOUT_S``, 10 s), so a generator that hangs or
-    touches global ``random``/``numpy.random`` state (``pool_matrix`` does) never reaches the game: the
-    child seeds both from the item seed around each generation.
+    is shorter (an item whose answer is not is not posed, below). Scoring runs only in the sandbox
+    (``cogym.core.sandbox``; the handler is ``_reasoning_gym_worker.py``): each answer in a fresh fork of a
+    warm worker, with no network, read-only files but a private tmpfs, a scrubbed environment and rlimits
+    where the machine allows namespaces (``cogym.core.sandbox.isolation()`` says), under a
+    ``ANSWER_TIMEOUT_S`` (0.5 s) interval timer; the worker kills a fork that has not answered 0.1 s later
+    (score 0), and the parent kills and replaces the worker if it has not replied 0.25 s after the timer,
+    so one answer costs at most 0.75 s (the next call then waits for a fresh worker, about 3 s of imports).
+    A scorer that raises, times out or returns a non-number scores 0; the solver's info
+    ``metrics["scorer_failed"]`` says so. Items are generated in the warm worker (``GENERATE_TIMEOUT_S``,
+    10 s), so a generator that hangs or touches global ``random``/``numpy.random`` state (``pool_matrix``
+    does) never reaches the game: the worker seeds both from the item seed around each generation.
 
 Void episodes
     An item that cannot be posed (its generator raised or timed out, or its question is longer than
@@ -282,13 +285,13 @@ def answer_text(reply: str) -> str:
 
 
 def _generate(name: str, level: int, seed: int) -> dict | None:
-    """The child's reply to generating ``(name, level, seed)``; it keeps the item for scoring."""
+    """The worker's reply to generating ``(name, level, seed)``; it keeps the item for scoring."""
     return _WORKER.request({"op": "generate", "name": name, "level": level, "seed": seed, "timeout_s": GENERATE_TIMEOUT_S},
                            GENERATE_TIMEOUT_S + _KILL_MARGIN_S)
 
 
 def generate(name: str, level: int, seed: int) -> Item:
-    """The item ``(name, level, seed)``, generated in the child process; ``ItemError`` when it cannot be posed."""
+    """The item ``(name, level, seed)``, generated in the sandboxed worker; ``ItemError`` when it cannot be posed."""
     reply = _generate(name, level, seed)
     where = f"{name}@{level} seed {seed}"
     if reply is None:
@@ -310,8 +313,9 @@ def generate(name: str, level: int, seed: int) -> Item:
 
 def score(item: Item, reply: str, timeout_s: float = ANSWER_TIMEOUT_S) -> tuple[float, str | None]:
     """``item``'s dataset's score of ``reply`` (``answer_text`` of it) in [0, 1], and why it is 0 if the scorer
-    failed (raised, timed out, was killed); never raises on any ``reply``. Returns within
-    ``timeout_s + 0.25`` s, plus a regeneration when the child lost the item (it was restarted)."""
+    failed (raised, timed out, was killed, or its call broke the sandbox's rules); never raises on any
+    ``reply``. Returns within ``timeout_s + 0.25`` s, plus a regeneration when the worker lost the item (it
+    was restarted)."""
     request = {"op": "score", "name": item.name, "level": item.level, "seed": item.seed,
                "answer": answer_text(reply), "timeout_s": timeout_s}
     for _ in range(2):
@@ -320,7 +324,7 @@ def score(item: Item, reply: str, timeout_s: float = ANSWER_TIMEOUT_S) -> tuple[
             return 0.0, f"the scorer did not return within {timeout_s + _KILL_MARGIN_S:g} s; its process was replaced"
         if not reply_.get("missing"):
             return float(reply_["score"]), reply_.get("error")
-        _generate(item.name, item.level, item.seed)  # the child was restarted since: make the item again
+        _generate(item.name, item.level, item.seed)  # the worker was restarted since: make the item again
     return 0.0, "the scorer lost the item twice"
 
 
