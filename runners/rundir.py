@@ -241,6 +241,18 @@ def read_jsonl(path: Path, root: Path | None = None, warn: bool = True) -> list[
     return rows
 
 
+def drop_torn_tail(path: Path, root: Path | None = None) -> None:
+    """Cut a last line that has no newline (a kill while it was written) from a JSONL file that is
+    appended to, so the next row starts a line of its own; one line on stderr says so."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    text = read_text(path, root)
+    if text and not text.endswith("\n"):
+        write_text(path, text[:text.rfind("\n") + 1])
+        print(f"cogym: dropped the last line of {path}, cut short by a kill while it was written", file=sys.stderr)
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """Replace ``path`` with these rows, atomically."""
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))

@@ -161,6 +161,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
         for name in (RESULTS_FILE, TRANSCRIPTS_FILE):
             rundir.write_text(out_dir / name, "")
         rundir.write_json(out_dir / "schedule.json", {})
+    rundir.drop_torn_tail(out_dir / TRANSCRIPTS_FILE)  # appended to below (results.jsonl: ResultsLog drops its own)
     # What decides a game's outcome: a rerun in the same directory must play under the same settings.
     seats_of = {**{p.name: [s for side in sides for s in side] for p in spec.players},
                 **{who: [s for s, w in fixed.items() if w == who] for who in spec.fixed_players}}

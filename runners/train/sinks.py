@@ -153,7 +153,8 @@ def forget_attempt(path: Path) -> None:
 
 def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:
     """The run directory's sinks (rank 0: config.yaml written, JSONL, TensorBoard and the plot as
-    configured); a data-parallel rank r > 0 gets none."""
+    configured; a new run, ``start_iteration`` 1, starts metrics.jsonl, transcripts.jsonl and
+    game_errors.jsonl over); a data-parallel rank r > 0 gets none."""
     if not main:
         return Sinks()
     rundir.create(path, "train")
@@ -161,6 +162,10 @@ def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration:
     jsonl = JsonlSink(path / "metrics.jsonl", start_iteration)
     sinks: list[Sink] = [jsonl]
     transcripts = path / TRANSCRIPTS_FILE
+    if start_iteration == 1:  # a new run: its own files start over (an earlier run's rows are not its own)
+        for name in (TRANSCRIPTS_FILE, "game_errors.jsonl"):
+            if (path / name).exists() or (path / name).is_symlink():
+                rundir.write_text(path / name, "")
     if cfg.run.transcripts_every and cfg.run.transcripts_games or transcripts.is_file():  # resume: drop replayed rows
         sinks.append(TranscriptSink(transcripts, start_iteration))
     if cfg.run.tensorboard:

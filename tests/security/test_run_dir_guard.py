@@ -220,6 +220,20 @@ def test_tournament_out_is_guarded(tiny_model_dir, tmp_path, foreign, capsys):
     assert "symbolic link" in _one_line(capsys.readouterr().err)
 
 
+def test_a_tournament_rerun_drops_a_torn_transcript_line(tmp_path, capsys):
+    out = tmp_path / "t"
+    spec = _scripted_spec()
+    spec.transcripts = 4
+    run_tournament(spec, out, progress=False)
+    with open(out / "transcripts.jsonl", "a") as f:
+        f.write('{"source": "tournament", "gam')  # a kill while a row was written
+    spec.games_per_pairing = 4  # two more games: their transcripts are appended
+    run_tournament(spec, out, progress=False)
+    assert "dropped the last line" in capsys.readouterr().err
+    lines = (out / "transcripts.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and all(isinstance(json.loads(line), dict) for line in lines)
+
+
 def _unwritable(tmp_path: Path) -> Path:
     """A directory this process cannot create: under a read-only directory, or (as root, whom
     permissions do not stop) under /sys, which refuses new directories to everyone."""
