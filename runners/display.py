@@ -16,6 +16,7 @@ import textwrap
 from typing import Sequence
 
 import numpy as np
+from rich.text import Text
 
 from cogym.core.text import printable
 
@@ -23,13 +24,11 @@ SHORT_NAME = 16  # plots label players by name when every name is at most this l
 SCORE_WIDTH = 6  # a matrix column: "  0.62"
 
 
-def plain(text: object):
+def plain(text: object) -> Text:
     """``text`` as a rich renderable shown character for character: no markup (``runs/exp[lr=3e-4]`` keeps
     its brackets, ``runs/a[/b]`` does not close a tag), no emoji codes, and control characters (an escape
     sequence that would set the terminal's title) shown as escapes. Every string a rich table shows
     that a user, a file or a model wrote goes through it."""
-    from rich.text import Text  # here: this module's text output needs no rich
-
     return Text(printable(str(text), keep=""))
 
 
