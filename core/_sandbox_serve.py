@@ -185,6 +185,10 @@ def _child(handler: Any, request_fd: int, result_fd: int, config: dict) -> None:
     os._exit(0)
 
 
+class _CogymGone(Exception):
+    """The process that started this sandbox has exited (EOF on stdin during a call)."""
+
+
 class Forks:
     """Calls in forks of the warm process. One fork is made ahead (after the previous call has answered),
     so a call's latency holds no fork; a call that changed the warm process (an ``IN_PLACE`` op) discards it."""
@@ -239,6 +243,9 @@ class Forks:
                 pass  # the fork died before its request: it exited, and says how below
             os.close(request_w)
             data, done, exited = self._collect(result_r, exit_fd, time.monotonic() + timeout_s + KILL_MARGIN_S)
+        except _CogymGone:
+            self._kill(child)
+            os._exit(0)  # as PID 1 this ends the namespace and every process in it
         finally:
             os.close(result_r)
             os.close(exit_fd)
@@ -269,7 +276,9 @@ class Forks:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return data, False, False
-            ready, _, _ = select.select([result_r, exit_fd], [], [], remaining)
+            ready, _, _ = select.select([result_r, exit_fd, 0], [], [], remaining)
+            if 0 in ready:  # cogym sends nothing while it waits for a reply: this is EOF, cogym is gone
+                raise _CogymGone()
             exited = exit_fd in ready
             if result_r in ready or exited:
                 try:
@@ -358,6 +367,8 @@ def main() -> None:
         out.flush()
         if forked:
             forks.prepare()
+    forks.discard()
+    os._exit(0)  # cogym closed the pipe: no interpreter teardown of the warm heap (as PID 1, all else dies too)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,11 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -133,6 +136,35 @@ def test_no_process_outlives_the_call(path: Callable) -> None:
         value, _ = path(payload(code))
         assert value == 0.0 and processes_with(token) == []
     finally:
+        for pid in processes_with(token):  # only on failure: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
+
+
+@needs_namespaces
+def test_nothing_outlives_a_killed_cogym_process() -> None:
+    """cogym killed (SIGKILL, no atexit) while a call runs a payload that started a process: the sandbox
+    and everything in it end within seconds (10 s allowed: a loaded 2-core machine takes about 2)."""
+    token = f"{random.randrange(10**5, 10**6)}.{random.randrange(10**6)}"
+    code = ("import subprocess, time; subprocess.Popen(['sleep', '" + token + "']); time.sleep(60)")
+    script = ("from cogym.envs import reasoning_gym as rg\n"
+              "item = rg.generate('spiral_matrix', 0, 1)\n"
+              "print(rg.worker().pid, flush=True)\n"
+              f"rg.score(item, {payload(code)!r}, timeout_s=60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        deadline = time.monotonic() + 30
+        while not processes_with(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(token), "the payload did not start its process"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while (processes_with(token) or os.path.exists(f"/proc/{worker}")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(token) == [] and not os.path.exists(f"/proc/{worker}")
+    finally:
+        parent.kill()
         for pid in processes_with(token):  # only on failure: leave nothing behind
             os.kill(pid, signal.SIGKILL)
 
