@@ -11,12 +11,14 @@ the namespace's PIDs. Then it loads the handler file as a module, calls its ``se
 
 Requests whose ``op`` is in the handler's ``IN_PLACE`` run here (trusted work that fills a cache, such as
 generating an item). Every other request runs in a fresh fork of this warm process -- the only place model
-output is interpreted -- which gets its own session, no capabilities over the sandbox (a nested user
-namespace), /dev/null for stdin and stdout, no descriptor but its own result pipe, rlimits on CPU time and
-address space, and an interval timer. It writes exactly one frame, ``{"reply": {...}}`` and a newline,
-and exits 0; anything else (a second frame, stray bytes, another exit) makes the call fail with the
-handler's ``FAILED`` reply. After each call every other process in the sandbox is killed (PID 1 kills -1;
-without namespaces, the fork's process group), so nothing a call starts outlives it.
+output is interpreted -- made ahead of the call, which gets its own session, no capabilities over the
+sandbox (a nested user namespace), /dev/null for stdout, no descriptor but its request pipe and its result
+pipe, rlimits on CPU time and address space, and an interval timer. It writes one frame, ``{"reply":
+{...}}`` and a newline, and closes the pipe; anything else (a second frame, stray bytes, nothing) makes the
+call fail with the handler's ``FAILED`` reply. Then every other process in the sandbox is killed (PID 1
+kills -1; without namespaces, the fork's process group), so nothing a call starts outlives it or sees the
+next call. Code that runs in the fork can still write a well-formed frame of its own and exit: it owns
+that one call's reply (as it could by returning a value that compares equal to anything), never another's.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture cogym runs on (asm-generic and x86_64)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1

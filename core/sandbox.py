@@ -21,12 +21,14 @@ What the sandbox is (``isolation()`` says which one is in force here):
   (Linux 6.14+, and RLIMIT_NPROC where the user is not root); everything dies with PID 1.
 * fallback (no ``unshare``, user namespaces refused, or ``COGYM_SANDBOX=fallback``), with a one-time
   warning: the same forks, rlimits and scrubbed environment, in a process group killed whole, a private
-  temporary directory, but the network and the user's files stay reachable and a process that leaves its
-  group can outlive the call.
+  temporary directory; but the network and the user's files stay reachable, so does /proc (the environment
+  of the user's other processes, cogym's own included), a process that leaves its group can outlive the
+  call, and root's forks are not bounded (RLIMIT_NPROC exempts root).
 
-Both: the environment is scrubbed to ``ENV_ALLOWED`` (no key reaches a handler), rlimits bound CPU time,
-address space, file size, open files and processes, and replies carry a per-request nonce; a reply that does
-not is taken as tampering: the worker is killed and replaced and the request answers None.
+Both: the environment is scrubbed to ``ENV_ALLOWED`` (no key is handed to a handler), rlimits bound CPU
+time, address space, file size, open files and processes; the sandbox ends when cogym does (EOF on its
+pipe), and replies carry a per-request nonce: a reply without it is taken as tampering, the worker is killed
+and replaced and the request answers None.
 """
 
 from __future__ import annotations
@@ -197,11 +199,11 @@ class Sandbox:
                 return None
             return envelope["reply"]
 
-    def _command(self, namespaces: bool, tmp: str | None) -> list[str]:
+    def _command(self, namespaces: bool) -> list[str]:
         limits = asdict(self.limits)
         if not namespaces and os.geteuid() != 0:  # RLIMIT_NPROC counts every process of the user
             limits["nproc"] = _processes_of_this_user() + self.limits.processes
-        config = {"handler": str(self.script.resolve()), "namespaces": namespaces, "limits": limits, "tmp": tmp}
+        config = {"handler": str(self.script.resolve()), "namespaces": namespaces, "limits": limits}
         serve = [sys.executable, str(SERVE_SCRIPT), json.dumps(config)]
         return [shutil.which("unshare") or "unshare", *_UNSHARE, *serve] if namespaces else serve
 
@@ -216,7 +218,7 @@ class Sandbox:
         tmp = None if namespaces else tempfile.mkdtemp(prefix=f"cogym-sandbox-{self.name}-")
         env = scrubbed_env({**self._env, **({"HOME": tmp, "TMPDIR": tmp} if tmp else {})})
         stderr = tempfile.TemporaryFile()
-        proc = subprocess.Popen(self._command(namespaces, tmp), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(self._command(namespaces), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr, bufsize=0, env=env, cwd=tmp or "/", start_new_session=True)
         self._proc, self._tmp, self._buffer = proc, tmp, b""
         ready = _parse(self._read_line(time.monotonic() + STARTUP_TIMEOUT_S))
