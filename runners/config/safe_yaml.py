@@ -89,8 +89,9 @@ def _one_line(exc: yaml.YAMLError) -> str:
 def parse_yaml(text: str, where: str) -> Any:
     """``text`` read as YAML under the bounds of this module; ``where`` names it in the ConfigError
     ("configs/x.yaml", "override 'a=b'")."""
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)  # its reader refuses control characters here, before any parsing
         return loader.get_single_data()
     except _Refused as exc:
         raise ConfigError(f"{where}: {_one_line(exc)}") from None
@@ -104,7 +105,8 @@ def parse_yaml(text: str, where: str) -> Any:
     except RecursionError:  # a key nested past the composer's own depth check (a mapping key of mappings)
         raise ConfigError(f"{where}: nested too deeply to read") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml_file(path: Path, what: str = "config file") -> Any:

@@ -59,6 +59,7 @@ TRAIN_FILES = {  # name -> (file contents, what the one line says)
     "integer_of_5000_digits": ("run:\n  seed: " + "7" * 5000 + "\n", "more than 4300 digits"),
     "a_list_not_a_mapping": ("- run\n- game\n", "mapping at the top level"),
     "bad_date": ("run:\n  name: 2026-13-45\n", "not valid YAML"),
+    "escape_character": ("run:\n  name: a\x1b]0;pwned\x07\n", "unacceptable character #x001b"),
     "too_large": ("run:\n  name: x\n# " + "x" * MAX_CONFIG_BYTES + "\n", "larger than 1 MiB"),
     "long_string_value": ("run:\n  seed: '" + "9" * 100_000 + "'\n", "run.seed must be an integer"),
     "nan_in_file": ("policies:\n  solver:\n    sampling: {temperature: .nan}\n", "must be a finite number"),
@@ -87,6 +88,8 @@ TRAIN_OVERRIDES = {  # the item 7 list of issue 49, and what a user can type nex
     "run=": "run must be a mapping",
     "run.name=" + "x" * 300: "each part of it must be at most 200 bytes",  # was OSError: File name too long
     'run.name="a\\0b"': "must not contain a NUL character",
+    "run.name=a\x1b]0;pwned\x07": "unacceptable character #x001b",  # YAML's reader refuses it; the line escapes it
+    "run.name=\udcff": "unacceptable character #xdcff",  # a byte of a non-UTF-8 argv
     "game.id=[" + "1," * 10_000 + "1]": "game.id must be a string",
 }
 
