@@ -105,7 +105,8 @@ def claim(path: Path, kind: str, flag: str = "--run-dir", *, overwrite: bool = F
     if kind == "train" and checkpoints.is_dir():
         for entry in sorted(checkpoints.iterdir()):
             inside(path, entry)
-            if not resume and entry.name.startswith(("step_", ".tmp_step_")) and not owned_checkpoint(entry):
+            # (a temporary directory of someone else's is left alone: the checkpoint is built beside it)
+            if not resume and entry.name.startswith("step_") and not owned_checkpoint(entry):
                 raise RunDirError(f"{entry} was not written by cogym (no {CHECKPOINT_MARKER} in it) and a new run "
                                   "may replace it; move it out of the run directory, or give another --run-dir")
 
