@@ -333,6 +333,12 @@ def main() -> None:
         tmp = enter_namespaces(limits, config["handler"])
         os.environ["HOME"] = os.environ["TMPDIR"] = tmp
     if config.get("probe"):
+        if config["namespaces"]:  # a call's fork gives up its capabilities in a nested user namespace
+            child = os.fork()
+            if child == 0:
+                os._exit(_libc.unshare(CLONE_NEWUSER) != 0)
+            if os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) != 0:
+                raise OSError("a nested user namespace is refused")
         print(json.dumps({"ready": True, "tmp": os.environ.get("TMPDIR")}), flush=True)
         return
     set_limit(resource.RLIMIT_NOFILE, limits["open_files"])

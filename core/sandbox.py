@@ -63,7 +63,9 @@ _UNSHARE = ("--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--n
 @dataclass(frozen=True)
 class Limits:
     """What one sandboxed call may use. ``memory_bytes`` is address space on top of what the warm worker
-    maps (a call is a fork of it); ``processes`` bounds the processes a call may run at once."""
+    maps (a call is a fork of it). ``processes`` bounds the processes a call may run at once: the sandbox's
+    PID cap is 300 + ``processes`` (Linux 6.14+; PIDs below 300 are reserved only after the first wrap),
+    and RLIMIT_NPROC, where the user is not root, allows ``processes`` more than the user runs already."""
 
     memory_bytes: int = 1 << 30
     file_bytes: int = 16 << 20
@@ -201,7 +203,7 @@ class Sandbox:
 
     def _command(self, namespaces: bool) -> list[str]:
         limits = asdict(self.limits)
-        if not namespaces and os.geteuid() != 0:  # RLIMIT_NPROC counts every process of the user
+        if os.geteuid() != 0:  # RLIMIT_NPROC counts every process of the user (of the namespace, Linux 5.14+)
             limits["nproc"] = _processes_of_this_user() + self.limits.processes
         config = {"handler": str(self.script.resolve()), "namespaces": namespaces, "limits": limits}
         serve = [sys.executable, str(SERVE_SCRIPT), json.dumps(config)]
