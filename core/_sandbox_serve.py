@@ -38,6 +38,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import resource  # noqa: E402
 import select  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -106,7 +107,7 @@ def enter_namespaces(limits: dict[str, int], handler: str) -> str:
     needed = [os.path.realpath(p) for p in [sys.prefix, sys.base_prefix, sys.executable, handler, *sys.path] if p]
     tmp = private_dir(needed)
     _read_only_everywhere()
-    _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, f"size={limits['tmp_bytes']},mode=1777")
+    _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, f"size={limits['tmp_bytes']},nr_inodes=4096,mode=1777")
     return tmp
 
 
@@ -198,6 +199,8 @@ class Forks:
     def __init__(self, handler: Any, config: dict) -> None:
         self.handler, self.config = handler, config
         self.spare: tuple[int, int, int] | None = None  # (pid, request pipe, result pipe)
+        self.last: int | None = None  # the last call's fork: killed, maybe not reaped yet
+        self.tmp = os.environ.get("TMPDIR")  # the private directory, emptied before each call
 
     def _spawn(self) -> tuple[int, int, int]:
         request_r, request_w = os.pipe()
@@ -233,6 +236,7 @@ class Forks:
     def call(self, request: dict, timeout_s: float) -> dict:
         """The reply of one call made in a fork, or the handler's ``FAILED`` reply saying what went wrong."""
         failed = dict(self.handler.FAILED)
+        self._settle()
         child, request_w, result_r = self.spare or self._spawn()
         self.spare = None
         exit_fd = os.pidfd_open(child)
@@ -252,6 +256,7 @@ class Forks:
             os.close(result_r)
             os.close(exit_fd)
         self._kill(child)  # whatever it left running cannot act once killed; reaped after the reply ...
+        self.last = child
         if self.config["namespaces"] and any(e.isdigit() and int(e) not in (1, child) for e in os.listdir("/proc")):
             self.reap(block=True)  # ... unless it left more than itself: then this call, not the next, waits
         if not done:
@@ -308,10 +313,33 @@ class Forks:
         survives (docs/security.md says so)."""
         while True:
             try:
-                if os.waitpid(-1, 0 if block else os.WNOHANG)[0] == 0:
-                    return
+                pid = os.waitpid(-1, 0 if block else os.WNOHANG)[0]
             except ChildProcessError:
+                self.last = None
                 return
+            if pid == 0:
+                return
+            if pid == self.last:
+                self.last = None
+
+    def _settle(self) -> None:
+        """Before a call: the last call's fork is gone (it may have been inside a system call when killed),
+        and the private directory is empty again, so no call sees what another left."""
+        if self.last is not None:
+            try:
+                os.waitpid(self.last, 0)
+            except ChildProcessError:
+                pass
+            self.last = None
+        if self.tmp and os.path.isdir(self.tmp):
+            for entry in os.scandir(self.tmp):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(entry.path)
+                    except OSError:
+                        pass
 
 
 def load_handler(path: str) -> Any:

@@ -207,6 +207,14 @@ def test_nothing_is_written_outside_the_private_temporary_directory(path: Callab
         assert "wrote ['/tmp/inside', '/tmp/inside']" in error
 
 
+def test_a_call_sees_nothing_an_earlier_call_left() -> None:
+    item = rg.generate("spiral_matrix", 0, 1)
+    left = payload("import os; open(os.environ['TMPDIR'] + '/left', 'w').write('x'); raise SystemExit('wrote')")
+    assert rg.score(item, left) == (0.0, "SystemExit: wrote")
+    seen = payload("import os; raise SystemExit(repr(os.listdir(os.environ['TMPDIR'])))")
+    assert rg.score(item, seen) == (0.0, "SystemExit: []")
+
+
 @needs_namespaces
 @pytest.mark.parametrize("path", PATHS)
 def test_no_network_connection_is_made(path: Callable) -> None:
