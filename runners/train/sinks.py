@@ -142,13 +142,15 @@ class Sinks:
 def forget_attempt(path: Path) -> None:
     """Remove what an attempt that is started again from the beginning wrote in run directory ``path``
     (its rows, transcripts, TensorBoard events, game errors and plot), so the new attempt's appear once.
-    Only cogym's names go: in ``tb/``, TensorBoard's event files; anything else there is kept."""
+    Only cogym's names go: in ``tb/``, TensorBoard's event files (and ``tb/`` itself when nothing else is in it)."""
     for name in ("metrics.jsonl", TRANSCRIPTS_FILE, "game_errors.jsonl", "learning_curve.png"):
         (path / name).unlink(missing_ok=True)
     tb = path / "tb"
     if tb.is_dir() and not tb.is_symlink():
         for event in tb.glob("events.out.tfevents.*"):
             event.unlink(missing_ok=True)
+        if not any(tb.iterdir()):
+            tb.rmdir()  # empty now; a tb/ holding anything else stays
 
 
 def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:

@@ -148,6 +148,9 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
     ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 4}))
+    # A run directory and checkpoint as cogym writes them (runners/rundir.py: a new run refuses others).
+    (tmp_path / "b" / ".cogym-run").write_text('{"kind": "train"}\n')
+    (ckpt / ".cogym-checkpoint").write_text("")
     monkeypatch.setattr(loop, "last_checkpoint", lambda run_path: ckpt)
     calls.clear()
     with pytest.raises(LearnerDied, match=r"ray.max_restarts = 2 resumes were used: the run stops.*cogym train --resume"):
