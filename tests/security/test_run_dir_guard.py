@@ -259,6 +259,10 @@ def test_a_run_dir_that_is_a_file_or_unwritable_is_one_line(tiny_model_dir, tmp_
     assert _train(tiny_model_dir, target) == 2
     line = _one_line(capsys.readouterr().err)
     assert str(target) in line and ("not writable" in line or "cannot write" in line)
+    assert main(["tournament", "--game", "kuhn_poker-v0", "--players", "scripted:nash", "scripted:random",
+                 "--games-per-pairing", "2", "--no-progress", "--no-plots", "--out", str(target)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("cogym tournament: error: --out") and ("not writable" in line or "cannot write" in line)
 
 
 def test_trainer_state_of_the_wrong_types_is_one_line(tiny_model_dir, tmp_path, capsys):
