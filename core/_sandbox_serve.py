@@ -169,9 +169,10 @@ def _child(handler: Any, request_fd: int, result_fd: int, config: dict) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
     os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    with open("/proc/self/statm") as f:  # address space: what the warm process maps, plus a call's share
-        mapped = int(f.read().split()[0]) * resource.getpagesize()
-    set_limit(resource.RLIMIT_AS, mapped + config["limits"]["memory_bytes"])
+    if os.path.exists("/proc/self/statm"):  # address space: what the warm process maps, plus a call's share
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        set_limit(resource.RLIMIT_AS, mapped + config["limits"]["memory_bytes"])
     data = b""
     while chunk := os.read(0, 1 << 16):
         data += chunk
@@ -239,7 +240,8 @@ class Forks:
         self._settle()
         child, request_w, result_r = self.spare or self._spawn()
         self.spare = None
-        exit_fd = os.pidfd_open(child)
+        self.last = child  # killed below, reaped later (cleared once reaped: its pid may be reused)
+        exit_fd = os.pidfd_open(child) if hasattr(os, "pidfd_open") else None  # Linux 5.3+
         try:
             data = json.dumps({"timeout_s": timeout_s, "request": request}).encode()
             try:
@@ -248,15 +250,15 @@ class Forks:
             except BrokenPipeError:
                 pass  # the fork died before its request: it exited, and says how below
             os.close(request_w)
-            data, done, exited = self._collect(result_r, exit_fd, time.monotonic() + timeout_s + KILL_MARGIN_S)
+            data, done, exited = self._collect(child, result_r, exit_fd, time.monotonic() + timeout_s + KILL_MARGIN_S)
         except _CogymGone:
             self._kill(child)
             os._exit(0)  # as PID 1 this ends the namespace and every process in it
         finally:
             os.close(result_r)
-            os.close(exit_fd)
+            if exit_fd is not None:
+                os.close(exit_fd)
         self._kill(child)  # whatever it left running cannot act once killed; reaped after the reply ...
-        self.last = child
         if self.config["namespaces"] and any(e.isdigit() and int(e) not in (1, child) for e in os.listdir("/proc")):
             self.reap(block=True)  # ... unless it left more than itself: then this call, not the next, waits
         if not done:
@@ -275,18 +277,18 @@ class Forks:
             return forged
         return reply["reply"]
 
-    @staticmethod
-    def _collect(result_r: int, exit_fd: int, deadline: float) -> tuple[bytes, bool, bool]:
+    def _collect(self, child: int, result_r: int, exit_fd: int | None, deadline: float) -> tuple[bytes, bool, bool]:
         """What the fork wrote until it closed its pipe or exited (done), or until the deadline (not done)."""
         data, exited = b"", False
         while len(data) <= MAX_FRAME:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return data, False, False
-            ready, _, _ = select.select([result_r, exit_fd, 0], [], [], remaining)
+            watch = [result_r, 0] if exit_fd is None else [result_r, exit_fd, 0]
+            ready, _, _ = select.select(watch, [], [], remaining if exit_fd is not None else min(remaining, 0.005))
             if 0 in ready:  # cogym sends nothing while it waits for a reply: this is EOF, cogym is gone
                 raise _CogymGone()
-            exited = exit_fd in ready
+            exited = exit_fd in ready if exit_fd is not None else self._exited(child)
             if result_r in ready or exited:
                 try:
                     chunk = os.read(result_r, MAX_FRAME + 2)
@@ -296,6 +298,13 @@ class Forks:
                 if exited or (result_r in ready and not chunk):  # exited, or every writer closed the pipe
                     return data, True, exited
         return data, True, exited
+
+    def _exited(self, child: int) -> bool:
+        """Without pidfds: whether the fork has exited (reaped here then)."""
+        if os.waitpid(child, os.WNOHANG)[0] == 0:
+            return False
+        self.last = None if self.last == child else self.last
+        return True
 
     def _kill(self, child: int) -> None:
         if self.config["namespaces"]:
@@ -375,8 +384,9 @@ def main() -> None:
     if limits.get("nproc"):
         set_limit(resource.RLIMIT_NPROC, limits["nproc"])
     # Not dumpable: a call (same user) can neither open this process's descriptors in /proc nor read its memory.
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if hasattr(_libc, "prctl"):  # Linux
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     handler = load_handler(config["handler"])
     handler.setup()
     gc.collect()
