@@ -48,7 +48,7 @@ def test_game_dependent_mistakes_fail_before_any_run_directory(tiny_model_dir, t
     ("learners.solver.max_grad_norm=0", "max_grad_norm must be > 0"),
     ("learners.solver.loss_agg=foo", "loss_agg must be one of"),
     ("learners.solver.norm_const=-1", "norm_const must be > 0"),
-    ("learners.solver.dual_clip=.nan", "dual_clip must be > 1"),
+    ("learners.solver.dual_clip=.nan", "dual_clip must be a finite number, got nan"),
     ("run.seed=-1", "run.seed must be >= 0"),
     ("learners.solver.offload_optimizer=true", "offload_optimizer needs zero_stage >= 1"),
     ("learners.solver.offload_params=true", "offload_params needs zero_stage: 3"),
