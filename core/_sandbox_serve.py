@@ -201,7 +201,9 @@ class Forks:
         self.handler, self.config = handler, config
         self.spare: tuple[int, int, int] | None = None  # (pid, request pipe, result pipe)
         self.last: int | None = None  # the last call's fork: killed, maybe not reaped yet
-        self.tmp = os.environ.get("TMPDIR")  # the private directory, emptied before each call
+        # The private directory, emptied before each call: the namespace's tmpfs, or the directory cogym made.
+        tmp = os.environ.get("TMPDIR", "")
+        self.tmp = tmp if config["namespaces"] or os.path.basename(tmp).startswith("cogym-sandbox-") else None
 
     def _spawn(self) -> tuple[int, int, int]:
         request_r, request_w = os.pipe()
