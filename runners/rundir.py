@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from cogym.core.errors import CogymError
+from cogym.core.text import brief, printable
 
 MARKER = ".cogym-run"  # in a directory cogym made: {"kind": "train" | "tournament"}
 CHECKPOINT_MARKER = ".cogym-checkpoint"  # in a checkpoint directory cogym wrote (checkpoints/step_N/)
@@ -75,6 +76,13 @@ def claim(path: Path, kind: str, flag: str = "--run-dir", *, overwrite: bool = F
     ``flag`` is the option that named it (for messages). Raises :class:`RunDirError` otherwise, and
     for a symbolic link among cogym's names that leaves the directory (even with ``overwrite``)."""
     path = Path(path)
+    try:
+        _claim(path, kind, flag, overwrite, resume)
+    except OSError as exc:  # a name too long, a loop of links, a folder we may not list: the path itself is wrong
+        raise RunDirError(f"{flag} {printable(brief(str(path)))}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _claim(path: Path, kind: str, flag: str, overwrite: bool, resume: bool) -> None:
     if path.exists() and not path.is_dir():
         raise RunDirError(f"{flag} {path} is a file, not a directory; give a directory (a new one is created)")
     if not path.exists():

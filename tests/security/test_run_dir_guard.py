@@ -295,3 +295,11 @@ def test_a_malicious_pickle_in_a_checkpoint_is_refused_in_one_line(tiny_model_di
     line = _one_line(capsys.readouterr().err)
     assert "weights_only" in line and str(optim.parent) in line
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_run_dir_name_the_system_refuses_is_one_line(tmp_path: Path) -> None:
+    from cogym.runners import rundir
+
+    with pytest.raises(rundir.RunDirError, match="File name too long") as err:  # ENAMETOOLONG from Path.exists
+        rundir.claim(tmp_path / ("x" * 300), "train")
+    assert "\n" not in str(err.value) and len(str(err.value)) < 300
