@@ -137,7 +137,7 @@ class MajorityVote:
 
 # ------------------------------------------------------------------------------ math_verify
 _WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
-# Extra time the parent waits beyond the child's own timer before it kills the child.
+# Extra time the parent waits beyond the call's own timer before it kills the sandboxed worker.
 _KILL_MARGIN_S = 0.25
 
 
