@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from cogym.runners import rundir
 from cogym.runners.tournament.results import ResultsLog, write_json
 from cogym.runners.tournament.scoring import paired_rows
 from cogym.runners.tournament.spec import TournamentSpec
@@ -141,10 +142,16 @@ class Schedule:
         self.spec, self.file = spec, out_dir / "schedule.json"
         self.stamp = {"players": [p.name for p in spec.players], "schedule": spec.schedule, "pool": spec.pool}
         try:
-            saved = json.loads(self.file.read_text()) if self.file.is_file() else {}
-        except json.JSONDecodeError:
+            saved = json.loads(rundir.read_text(self.file, out_dir)) if self.file.is_file() else {}
+        except (json.JSONDecodeError, RecursionError):
             saved = {}  # cut by a kill while written: the rounds not yet played are paired again
-        self.rounds: list = saved.get("rounds", []) if all(saved.get(k) == v for k, v in self.stamp.items()) else []
+        if not isinstance(saved, dict) or not all(saved.get(k) == v for k, v in self.stamp.items()):
+            saved = {}  # another tournament's (or not a schedule at all): paired anew
+        rounds = saved.get("rounds", [])
+        names = set(self.stamp["players"])
+        well_formed = isinstance(rounds, list) and all(
+            isinstance(r, list) and all(isinstance(p, list) and len(p) == 2 and set(p) <= names for p in r) for r in rounds)
+        self.rounds: list = rounds if well_formed else []
 
     def pairs(self, round_no: int, log: ResultsLog) -> list[tuple[str, str]]:
         if round_no < len(self.rounds):

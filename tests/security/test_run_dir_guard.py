@@ -303,3 +303,16 @@ def test_a_run_dir_name_the_system_refuses_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(rundir.RunDirError, match="File name too long") as err:  # ENAMETOOLONG from Path.exists
         rundir.claim(tmp_path / ("x" * 300), "train")
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
+
+
+@pytest.mark.parametrize("rounds", [None, 5, [[["nobody", "x"]]], [["a"]], [[[1, 2, 3]]]])
+def test_a_schedule_json_of_the_wrong_shape_is_paired_anew(tmp_path: Path, rounds) -> None:
+    from cogym.runners.tournament.schedule import Schedule
+
+    spec = TournamentSpec(game="kuhn_poker-v0", players=resolve_players(["scripted:random", "scripted:nash"]))
+    stamp = Schedule(spec, tmp_path).stamp
+    good = [[[p.name for p in spec.players]]]
+    (tmp_path / "schedule.json").write_text(json.dumps({**stamp, "rounds": good}))
+    assert Schedule(spec, tmp_path).rounds == good  # a well-formed schedule of these players is replayed
+    (tmp_path / "schedule.json").write_text("[1, 2]" if rounds is None else json.dumps({**stamp, "rounds": rounds}))
+    assert Schedule(spec, tmp_path).rounds == []  # a malformed one is paired anew, not a traceback
