@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("name a claim (cogym reproduce --list shows them)")
     claim = claim_named(args.claim)
     out = Path(args.out) if args.out else Path("runs") / "reproduce" / f"{claim.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file; name a new directory")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {str(out)!r} is not empty; name a new directory")
     out.mkdir(parents=True, exist_ok=True)
