@@ -55,7 +55,9 @@ PROBE_TIMEOUT_S = 20.0
 ENV_ALLOWED = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8",
     "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS"})
+    "NUMEXPR_NUM_THREADS",
+    # set on processors where older OpenBLAS builds crash or compute wrong results: numpy needs them there too
+    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"})
 _UNSHARE = ("--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--net", "--mount", "--ipc", "--uts",
             "--propagation", "private")
 
