@@ -2,7 +2,7 @@
 
 A config is the user's own, but it is also what gets shared, pasted and generated, so the reader
 holds it to bounds that no real config comes near: a file of at most ``MAX_CONFIG_BYTES``, UTF-8,
-nested at most ``MAX_DEPTH`` levels, and at most ``MAX_NODES`` values once every alias is expanded.
+nested at most ``MAX_DEPTH`` levels and holding at most ``MAX_NODES`` values once every alias is expanded.
 An alias is fine (``sampling: *shared``); a "billion laughs" alias bomb (aliases of aliases, each
 ten times the last) or a recursive alias (``a: &a [*a]``) is refused while it is read, before a
 single copy is made, instead of hanging the command later while something (an error message, the
@@ -35,37 +35,49 @@ class _Refused(yaml.YAMLError):
 
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader that counts every value as the document would hold it with aliases expanded (an
-    anchored value's count is remembered, and an alias adds it), and the nesting depth, refusing
+    anchored value's count is remembered, and an alias adds it), and the nesting depth the same way
+    (an anchored value's height is remembered, and an alias reaches that far below where it stands:
+    chained anchors each under MAX_DEPTH would otherwise expand to a value thousands deep), refusing
     either past its bound while composing, when nothing has been copied yet."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._nodes = 0
         self._depth = 0
-        self._anchored: dict[str, int | None] = {}  # anchor -> its expanded count (None: still being read)
+        self._deepest = 0  # the deepest level reached, aliases expanded, within the anchored value being read
+        self._anchored: dict[str, tuple[int, int] | None] = {}  # anchor -> (expanded count, height); None: being read
 
     def compose_node(self, parent, index):  # noqa: ANN001 (PyYAML's signature)
         if self.check_event(AliasEvent):
             event = self.peek_event()
-            size = self._anchored.get(event.anchor, 0)
-            if size is None:
+            known = self._anchored.get(event.anchor, (0, 0))  # an unknown anchor: the composer says so
+            if known is None:
                 raise _Refused(f"line {event.start_mark.line + 1}: alias *{event.anchor} refers to a value "
                                "that contains it (a recursive alias)")
+            size, height = known
+            self._deeper(self._depth + height, event)
             self._count(size, event)
             return super().compose_node(parent, index)
         event = self.peek_event()
         self._depth += 1
-        if self._depth > MAX_DEPTH:
-            raise _Refused(f"line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
-        anchor, before = event.anchor, self._nodes
+        self._deeper(self._depth, event)
+        anchor, before, outer = event.anchor, self._nodes, self._deepest
         if anchor is not None:
             self._anchored[anchor] = None
+            self._deepest = self._depth
         self._count(1, event)
         node = super().compose_node(parent, index)
         if anchor is not None:
-            self._anchored[anchor] = self._nodes - before
+            self._anchored[anchor] = (self._nodes - before, self._deepest - self._depth + 1)
+            self._deepest = max(outer, self._deepest)
         self._depth -= 1
         return node
+
+    def _deeper(self, depth: int, event) -> None:  # noqa: ANN001
+        if depth > MAX_DEPTH:
+            raise _Refused(f"line {event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep"
+                           + (" once its aliases are expanded" if isinstance(event, AliasEvent) else ""))
+        self._deepest = max(self._deepest, depth)
 
     def _count(self, n: int, event) -> None:  # noqa: ANN001
         self._nodes += n

@@ -26,6 +26,10 @@ from cogym.runners.config.safe_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, parse_ya
 # Aliases of aliases, each ten times the last: 10**8 strings once expanded (a "billion laughs").
 ALIAS_BOMB = "run:\n  name:\n    - &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
     f"    - &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+# 60 anchors, each 80 deep around an alias of the one before: each under MAX_DEPTH as written, 4,700 deep expanded
+# (read fine before, then RecursionError wherever the config was dumped or compared).
+CHAINED_ANCHORS = "game:\n  kwargs:\n    a0: &a0 " + "[" * 80 + "1" + "]" * 80 + "\n" + "".join(
+    f"    a{i}: &a{i} " + "[" * 79 + f"*a{i - 1}" + "]" * 79 + "\n" for i in range(1, 60))
 LONGEST_LINE = 2 * QUOTED_CHARS + 300  # the message around a quoted value (key path, hint) is short
 
 
@@ -53,6 +57,7 @@ def _write(path: Path, data: str | bytes) -> str:
 TRAIN_FILES = {  # name -> (file contents, what the one line says)
     "alias_bomb": (ALIAS_BOMB, "once its aliases are expanded"),
     "recursive_alias": ("run:\n  name: &a [*a]\n", "recursive alias"),
+    "chained_anchors_each_80_deep": (CHAINED_ANCHORS, f"more than {MAX_DEPTH} levels deep once its aliases are expanded"),
     "non_utf8": (b"run:\n  name: \"\xff\xfe\"\n", "not UTF-8"),
     "nested_5000_deep": ("game:\n  kwargs:\n    a: " + "[" * 5000 + "]" * 5000 + "\n", f"more than {MAX_DEPTH} levels"),
     "nested_mappings_5000_deep": ("game:\n  kwargs:\n    a: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "levels deep"),
