@@ -4,8 +4,10 @@
 chat messages a model policy would be prompted with (``{model, messages, max_tokens, temperature,
 seed}``), a fresh connection per try, at most ``max_concurrency`` requests in flight (one agent per
 endpoint policy or player, for the whole run). A request is tried again, ``retries`` times at most
-with exponential backoff (``backoff_s``, doubled each time), after a connection error, a time-out,
-HTTP 429 or a 5xx.
+with exponential backoff (``backoff_s``, doubled each retry, each wait capped at :data:`MAX_WAIT_S`),
+after a connection error, a time-out, HTTP 429 or a 5xx; a config whose one request could take longer
+than :data:`MAX_REQUEST_S` in all (every try timing out, every wait in full) is refused. A ``base_url``
+holding ``user:password@`` is refused without being quoted: the key goes in ``api_key_env``.
 
 A reply is untrusted input, read by :mod:`cogym.agents.http_bounded`: a try ends at ``timeout_s``
 in all whatever the server sends (a trickled status line, headers, endless ``100 Continue``,
@@ -56,6 +58,8 @@ MAX_REASON = 400  # characters of a whole reason (after the key is masked)
 KEY_RUN = 12  # this many consecutive characters of the key, anywhere in a reason or reply, are masked
 MAX_JSON_DEPTH = 64  # nesting of a reply's JSON ([ and {); OpenAI's replies nest about 5 deep
 MAX_NUMBER_CHARS = 100  # characters of one number in a reply's JSON (int("9" * 5000) raises, float() is slow)
+MAX_WAIT_S = 60.0  # the longest wait between two tries, however many doublings of backoff_s
+MAX_REQUEST_S = 6 * 3600  # the longest one request may take: every try timed out and every wait waited
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A JSON string (unterminated too: it then runs to the end, so the scan never backtracks) or one bracket.
 _TOKEN = re.compile(r'"[^"\\]*(?:\\[\s\S]?[^"\\]*)*"?|[\[\]{}]')
@@ -72,7 +76,7 @@ class EndpointConfig:
     max_concurrency: int = 4  # requests in flight at once, for the whole run (<= 256)
     timeout_s: float = 30.0  # a try (connect, send, wait, read) is cut after this long in all, whatever the server sends (<= 3600)
     retries: int = 2  # tries after the first, on a connection error, a time-out, HTTP 429 or 5xx (<= 100)
-    backoff_s: float = 0.5  # wait before the first retry, doubled before each next one (<= 600)
+    backoff_s: float = 0.5  # wait before the first retry, doubled before each next one, each wait at most 60 s (<= 600)
     max_tokens: Optional[int] = None  # the reply limit sent; null: the policy's sampling.max_new_tokens (tournaments: --max-new-tokens, else 256)
     temperature: Optional[float] = None  # null: the policy's sampling.temperature (tournaments: sampling.temperature)
     max_reply_chars: int = 16000  # a longer reply is an invalid move (<= 10,000,000)
@@ -80,6 +84,10 @@ class EndpointConfig:
     max_consecutive_failures: int = 8  # this many failed requests in a row stop a training run (a tournament counts them)
 
     def __post_init__(self) -> None:
+        if isinstance(self.base_url, str) and has_userinfo(self.base_url):
+            # never echo it: what sits before the @ is a password; nor send it (cogym sends no Basic auth)
+            raise ValueError("base_url must not hold a user name or password (user:password@host); put the "
+                             "endpoint's key in an environment variable and name it in api_key_env")
         if (not isinstance(self.base_url, str) or not re.match(r"https?://[^/\s]", self.base_url)
                 or not _port_ok(self.base_url)):
             raise ValueError(f"base_url must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1; got "
@@ -87,6 +95,12 @@ class EndpointConfig:
         if not re.fullmatch(r"[!-~]+", self.base_url):  # it goes into the request's head as it is
             raise ValueError(f"base_url must be printable ASCII without spaces (percent-encode the rest); got "
                              f"{self.base_url[:200]!r}")
+        host = urlsplit(self.base_url).hostname or ""
+        try:
+            host.encode("idna")  # what the name look-up does first: a label over 63 characters fails there
+        except UnicodeError:
+            raise ValueError(f"base_url's host name {host[:80]!r} is not a valid host name (dot-separated labels of "
+                             "1 to 63 characters)") from None
         if not self.model:
             raise ValueError("model must name the model the endpoint serves")
         if self.api_key_env is not None and not ENV_NAME.fullmatch(self.api_key_env):
@@ -105,6 +119,11 @@ class EndpointConfig:
         for name, ok, want in checks:
             if not ok:
                 raise ValueError(f"{name} must be {want}, got {str(getattr(self, name))[:60]}")
+        worst = (self.retries + 1) * self.timeout_s + sum(backoff_waits(self.backoff_s, self.retries))
+        if worst > MAX_REQUEST_S:
+            raise ValueError(f"timeout_s {self.timeout_s:g} with retries {self.retries} lets one request take up to "
+                             f"{worst / 3600:.1f} h (every try timed out), over {MAX_REQUEST_S // 3600} h; lower "
+                             "either")
 
     @property
     def url(self) -> str:
@@ -116,6 +135,31 @@ class EndpointConfig:
             raise ConfigError(f"{where}: the environment variable {self.api_key_env} (api_key_env of endpoint "
                               f"{self.base_url}) is not set; export it with the API key, or set api_key_env: null "
                               "for an endpoint that needs none")
+
+
+def _authority(url: str) -> tuple[str, str, str]:
+    """``url`` cut into what precedes its authority (``http://``), the authority, and the rest."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    return head + sep, authority, rest[len(authority):]
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` holds a ``user[:password]@`` before its host (with or without a scheme)."""
+    return "@" in _authority(url)[1]
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with any ``user[:password]@`` before its host shown as ``***@``: safe to quote."""
+    head, authority, rest = _authority(url)
+    return f"{head}***@{authority.rsplit('@', 1)[1]}{rest}" if "@" in authority else url
+
+
+def backoff_waits(backoff_s: float, retries: int) -> list[float]:
+    """The waits before each retry: ``backoff_s`` doubled each time, each at most MAX_WAIT_S."""
+    return [min(backoff_s * 2.0 ** min(k, 64), MAX_WAIT_S) for k in range(retries)]
 
 
 def _port_ok(url: str) -> bool:
@@ -229,9 +273,10 @@ class EndpointAgent:
         cfg, body = self.config, json.dumps(self.payload(request)).encode()
         tries, last = cfg.retries + 1, ""
         where = f"endpoint {cfg.base_url}"
+        waits = backoff_waits(cfg.backoff_s, cfg.retries)
         for attempt in range(tries):
             if attempt:
-                time.sleep(cfg.backoff_s * 2 ** (attempt - 1))
+                time.sleep(waits[attempt - 1])
             with self._lock:
                 self.stats["tries"] += 1
             try:

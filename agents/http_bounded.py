@@ -107,7 +107,7 @@ def _resolve(host: str, port: int, deadline: float) -> list:
     def look_up() -> None:
         try:
             out["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - OSError, or UnicodeError for a name IDNA cannot encode: the try failed
             out["error"] = exc
 
     thread = threading.Thread(target=look_up, daemon=True, name="cogym-resolve")
@@ -115,8 +115,9 @@ def _resolve(host: str, port: int, deadline: float) -> list:
     thread.join(_left(deadline))
     if thread.is_alive():
         raise Timeout("timed out")
-    if "error" in out:
-        raise ProtocolError(f"cannot resolve {host[:80]!r} ({out['error']})")
+    if "infos" not in out:
+        error = out.get("error")
+        raise ProtocolError(f"cannot resolve {host[:80]!r} ({str(error)[:80] if error is not None else 'no answer'})")
     return out["infos"]
 
 

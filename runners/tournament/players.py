@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from cogym.agents.embedded import EMBEDDED_MODELS
-from cogym.agents.endpoint import EndpointConfig
+from cogym.agents.endpoint import EndpointConfig, has_userinfo, without_userinfo
 from cogym.core.types import SamplingParams
 from cogym.core.types import Agent
 from cogym.core.errors import ConfigError
@@ -130,6 +130,9 @@ def endpoint_player(entry: str | dict, role: str | None = None) -> Player:
     (any other EndpointConfig key as a query parameter too), or from a YAML mapping ``{name: N, endpoint:
     {base_url, model, api_key_env, ...}, role: R}``. The name defaults to the model's."""
     if isinstance(entry, str):
+        if has_userinfo(entry[len(ENDPOINT_PREFIX):]):  # before its @ is read as a role binding and quoted
+            raise ConfigError(f"player {without_userinfo(entry)[:200]!r}: base_url must not hold a user name or password "
+                              "(user:password@host); put the endpoint's key in an environment variable, api_key_env=VAR")
         spec, bind = split_binding(entry, role)
         url = urlsplit(spec[len(ENDPOINT_PREFIX):])
         text_keys = {"name", "base_url", "model", "api_key_env"}

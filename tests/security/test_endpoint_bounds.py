@@ -357,3 +357,64 @@ def test_a_dead_endpoint_is_counted_on_the_leaderboard_and_the_tournament_finish
     assert "failed: dead made no move in 6 of its 6 games" in printed
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["failed_players"] == ["dead"] for r in rows)
+
+
+def test_a_password_in_base_url_is_refused_and_never_quoted(tmp_path):
+    from cogym.runners.config.load import load_config
+    from cogym.runners.tournament.players import resolve_players
+
+    secret = "hunter2-secret"
+    path = tmp_path / "c.yaml"
+    path.write_text("game: {id: kuhn_poker-v0}\nseats: {first: gpt, second: scripted:always_check}\n"
+                    f"policies:\n  gpt:\n    endpoint: {{base_url: 'http://user:{secret}@127.0.0.1:9/v1', model: m}}\n")
+    errors = []
+    for build in (lambda: load_config(path),  # was accepted and then quoted in every failure reason on disk
+                  lambda: resolve_players([f"endpoint:http://user:{secret}@127.0.0.1:9/v1?model=m"], minimum=1),
+                  lambda: resolve_players([f"endpoint:ftp://user:{secret}@h?model=m"], minimum=1)):
+        with pytest.raises(ConfigError) as err:
+            build()
+        errors.append(str(err.value))
+    for value in (f"http://user:{secret}@h/v1", f"user:{secret}@h", f"http://{secret}@h:99999/v1"):
+        with pytest.raises(ValueError) as err:
+            EndpointConfig(base_url=value, model="m")
+        errors.append(str(err.value))
+    assert all("must not hold a user name or password" in e and secret not in e and "\n" not in e for e in errors)
+
+
+def test_a_host_name_the_lookup_cannot_encode_is_a_config_error_and_a_failed_try(monkeypatch):
+    from cogym.agents import http_bounded
+    from cogym.runners.tournament.players import resolve_players
+
+    host = "a" * 64 + ".example"  # a label over 63 characters: IDNA (and so getaddrinfo) raises UnicodeError
+    with pytest.raises(ConfigError, match="is not a valid host name") as err:
+        resolve_players([f"endpoint:http://{host}/v1?model=m"], minimum=1)
+    assert "\n" not in str(err.value)
+    crashed = []  # the look-up thread's exception used to print a traceback, then post() raised KeyError
+    monkeypatch.setattr(threading, "excepthook", crashed.append)
+    with pytest.raises(http_bounded.ProtocolError, match="cannot resolve"):
+        http_bounded.post(host, 80, "/v1", b"{}", {}, time.monotonic() + 5, 1000)
+    assert crashed == []
+
+
+def test_the_backoff_waits_are_capped_and_a_request_is_bounded(monkeypatch):
+    from cogym.agents import endpoint, http_bounded
+
+    assert endpoint.backoff_waits(0.5, 4) == [0.5, 1.0, 2.0, 4.0]
+    assert endpoint.backoff_waits(600, 100) == [endpoint.MAX_WAIT_S] * 100  # was 600 * 2**99 s before the last
+    with pytest.raises(ValueError, match="lets one request take up to"):
+        EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m", timeout_s=3600, retries=100)
+    slept = []
+    monkeypatch.setattr(endpoint.time, "sleep", slept.append)  # no real waiting: the schedule is what is checked
+    agent = EndpointAgent(EndpointConfig(base_url="http://127.0.0.1:9/v1", model="m", timeout_s=1, retries=5,
+                                         backoff_s=20), "e")
+
+    def times_out(body):
+        raise http_bounded.Timeout("timed out")
+
+    monkeypatch.setattr(agent, "_post", times_out)
+    try:
+        [action] = agent.act([_request()])
+    finally:
+        agent.shutdown()
+    assert "timed out after 1 s (6 tries)" in action.error
+    assert slept == [20, 40, 60, 60, 60]
