@@ -1,5 +1,6 @@
 """A game module named relative to the working directory or the config is stored in the run's
-config.yaml by its absolute path, so `cogym train --resume RUN` works from any directory."""
+config.yaml by its absolute path, so `cogym train --resume RUN --trust-run-modules` works from any
+directory."""
 
 from __future__ import annotations
 
@@ -47,5 +48,8 @@ def test_resume_from_another_directory(tmp_path: Path, monkeypatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert main(["train", "--resume", str(run), "--no-progress", "run.iterations=2"]) == 0
+    # A path in a run's config.yaml may point anywhere (issue 49): the user names it, or trusts the run.
+    assert main(["train", "--resume", str(run), "--no-progress", "run.iterations=2"]) == 2
+    assert not (run / "checkpoints" / "step_000002").exists()
+    assert main(["train", "--resume", str(run), "--no-progress", "run.iterations=2", "--trust-run-modules"]) == 0
     assert (run / "checkpoints" / "step_000002").is_dir()
