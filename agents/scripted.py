@@ -7,17 +7,16 @@ so games, learners and tournaments can be tested without a model.
 
 from __future__ import annotations
 
-import traceback
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
 from cogym.agents.text_streams import TextStreams
 from cogym.core.errors import GameError
+from cogym.core.text import twin_failure
 from cogym.core.types import Action, Message, Request, Token
 
 Strategy = Callable[[str, np.random.Generator], str]
-MAX_ERROR_SHOWN = 200  # characters of a twin's exception shown in the error
 
 
 class ScriptedAgent:
@@ -56,15 +55,3 @@ class ScriptedAgent:
 
     def close(self, handles: Sequence[Hashable]) -> None:
         self.streams.close(handles)
-
-
-def twin_failure(twin: str, seat: str, role: str, exc: BaseException) -> str:
-    """One line: the twin, its seat and role, the exception (cut, unprintable characters escaped) and
-    the innermost line of code that raised it."""
-    error = f"{type(exc).__name__}: {exc}"
-    if len(error) > MAX_ERROR_SHOWN:
-        error = error[:MAX_ERROR_SHOWN] + f"... ({len(error)} characters)"
-    error = "".join(c if c.isprintable() else repr(c)[1:-1] for c in error)
-    frames = traceback.extract_tb(exc.__traceback__)
-    at = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    return f"scripted twin {twin!r} of seat {seat!r} (role {role!r}) raised {error}{at}"

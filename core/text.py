@@ -6,11 +6,14 @@ YAML alias bomb expands to millions of items; its full repr would take minutes a
 ``printable(text)`` shows control characters (ESC, BEL, a carriage return, C1 codes, bidi overrides)
 as escapes such as ``\\x1b`` so that a string cannot move the cursor, rewrite the line, or set the
 terminal's title; newlines and tabs are kept unless ``keep`` says otherwise.
+``twin_failure(...)`` is the one line that names a game's scripted twin that raised (the play loop's
+agent and ``check_game`` say it alike).
 """
 
 from __future__ import annotations
 
 import reprlib
+import traceback
 from typing import Any
 
 QUOTED_CHARS = 200  # the most of a value an error message quotes
@@ -40,3 +43,14 @@ def printable(text: str, keep: str = "\n\t") -> str:
     if all(ch.isprintable() or ch in keep for ch in text):
         return text
     return "".join(ch if ch.isprintable() or ch in keep else repr(ch)[1:-1] for ch in text)
+
+
+def twin_failure(twin: str, seat: str, role: str, exc: BaseException) -> str:
+    """One line: the scripted twin, its seat and role, the exception (cut to QUOTED_CHARS characters,
+    every unprintable character escaped, newlines too) and the innermost line of code that raised it."""
+    error = f"{type(exc).__name__}: {exc}"
+    if len(error) > QUOTED_CHARS:
+        error = error[:QUOTED_CHARS] + f"... ({len(error)} characters)"
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {printable(frames[-1].filename, keep='')}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"scripted twin {twin!r} of seat {seat!r} (role {role!r}) raised {printable(error, keep='')}{at}"

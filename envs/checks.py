@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 
+from cogym.core.text import twin_failure
 from cogym.envs.base import CogymEnv, GameSpec, check_messages
 from cogym.envs.contract import ContractViolation, check_infos, check_rewards, observed_text
 from cogym.envs.contract import check_observation as check_turn_observation
@@ -86,8 +87,7 @@ class _Episode:
         try:
             return self.scripted[role][strategy](text, self.rng)
         except Exception as exc:  # noqa: BLE001 - a twin's bug is named as the twin's, not the game's
-            raise self.fail(f"scripted twin {strategy!r} of seat {agent!r} (role {role!r}) raised "
-                            f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+            raise self.fail(twin_failure(strategy, agent, role, exc)) from exc
 
     def _text(self, agent: str) -> str:
         """The turn-level text ``agent`` is asked about, held to the contract as the play loop holds it."""

@@ -28,6 +28,7 @@ from cogym.agents.conversation import Conversation
 from cogym.agents.sampling import derive_key
 from cogym.core.types import Agent, Request, Turn
 from cogym.core.errors import GameContractError, GameStepError
+from cogym.core.text import printable
 from cogym.envs.base import CogymEnv, check_messages
 from cogym.envs.contract import ContractViolation, check_infos, check_rewards
 from cogym.envs.contract import shown as shown_value
@@ -461,11 +462,6 @@ def _check_move(env: Any, s: Seat, move: Any) -> None:
                         f"{s.seat!r} the move {move!r:.80}, not a {'token id of the vocabulary' if hasattr(space, 'n') else 'str'}")
 
 
-def _printable(text: str) -> str:
-    """``text`` with control and other unprintable characters escaped (a report may hold model output)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | None, policy_id: str, action: Any,
                  exc: BaseException) -> GameStepError:
     """The one-block report of a game that raised or broke the game contract: game and version, seed,
@@ -480,17 +476,19 @@ def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | 
     at = "" if broke else _raised_at(exc, game)
     error = f"{type(exc).__name__}: {exc}" if not broke else str(exc)
     record = {"game": game_id, "kwargs": kwargs, "seed": seed, "where": where, "seat": seat, "role": role,
-              "policy": policy_id, "action": shown, "error": _printable(error[:500]), "at": at}
+              "policy": policy_id, "action": shown, "error": printable(error[:500], keep=""), "at": at}
     who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
+    if broke:  # a report may hold model output: each part escaped to one line
+        what, value, rule = (printable(x, keep="") for x in (exc.what, shown_value(exc.value), exc.rule))
     if isinstance(exc, PlayLimit):  # one line: the game, the seat, the size and the limit
         return GameContractError(
-            f"game {game_id} (seed {seed}, {where}): {who} {_printable(exc.what)} {_printable(shown_value(exc.value))}, "
-            f"over the limit: {_printable(exc.rule)}; game.on_error=skip drops such games and counts them", record)
+            f"game {game_id} (seed {seed}, {where}): {who} {what} {value}, "
+            f"over the limit: {rule}; game.on_error=skip drops such games and counts them", record)
     if broke:
         faulty = who if exc.seat == seat else f"seat {exc.seat!r} (role {_role_of(game, exc.seat)!r})"
         lines = [f"game {game_id} broke the game contract during play ({where}, seed {seed}):",
-                 f"  {faulty} {_printable(exc.what)} {_printable(shown_value(exc.value))}",
-                 f"  rule: {_printable(exc.rule)}"]
+                 f"  {faulty} {what} {value}",
+                 f"  rule: {rule}"]
         if action is not None:
             lines.append(f"  after the move of {who}: {shown!r}" if exc.seat != seat else f"  after its move: {shown!r}")
         elif seat is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import reprlib
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +23,7 @@ from cogym.runners import rundir
 from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import Run
 from cogym.core.errors import ConfigError
+from cogym.core.text import brief
 
 
 def save_checkpoint(run: Run, checkpoints: Path, iteration: int, hooks: Sequence = ()) -> Path:
@@ -127,7 +127,7 @@ def read_trainer_state(ckpt: Path) -> dict:
             return
         if type(value) is not int or (low is not None and value < low):
             raise RunDirError(f"{path}: {key} must be an integer{f' >= {low}' if low is not None else ''}, got "
-                              f"{reprlib.repr(value)}")
+                              f"{brief(value)}")
 
     check("iteration", 0, required=True)
     check("seed", None)

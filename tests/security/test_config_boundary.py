@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cogym.core.errors import ConfigError
-from cogym.core.text import brief, printable, QUOTED_CHARS
+from cogym.core.text import brief, printable, twin_failure, QUOTED_CHARS
 from cogym.runners.cli import main
 from cogym.runners.config.load import load_config
 from cogym.runners.config.schema import default_config_path
@@ -127,6 +127,18 @@ def test_an_error_quotes_at_most_a_bounded_part_of_a_value():
     assert len(str(exc.value)) < LONGEST_LINE and "run.name must be a string" in str(exc.value)
     assert len(brief("z" * 10**6)) <= QUOTED_CHARS and len(brief(10**5000)) <= QUOTED_CHARS
     assert printable("a\x1b]0;t\x07\u202eb\n") == "a\\x1b]0;t\\x07\\u202eb\n"
+
+
+def test_a_raising_twin_is_named_in_one_escaped_line():
+    # One message for the play loop's scripted agent and check_game; check_game's own copy used to quote
+    # the exception raw (an escape sequence, a newline).
+    try:
+        raise ValueError("bad bid \x1b]0;pwned\x07\n" + "x" * 1000)
+    except ValueError as exc:
+        line = twin_failure("broken", "bidder_0", "bidder", exc)
+    assert line.startswith("scripted twin 'broken' of seat 'bidder_0' (role 'bidder') raised ValueError: bad bid "
+                           "\\x1b]0;pwned\\x07\\n")
+    assert printable(line, keep="") == line and len(line) < LONGEST_LINE and "test_config_boundary.py:" in line
 
 
 # -------------------------------------------------------------------------------- cogym tournament
