@@ -24,6 +24,7 @@ from cogym.learners import registry
 from cogym.learners.registry import FROZEN
 from cogym.learners.engines import ENGINES as ENGINE_CLASSES
 from cogym.learners.losses import KL_KINDS
+from cogym.runners.rollout.loop import MAX_PROMPT_CHARS
 
 DEFAULT_CONFIG = "proposer_solver.yaml"
 
@@ -110,7 +111,7 @@ class GameConfig:
     # The most characters a seat may be asked at once (its system message and the game's text, or its
     # conversation so far); a longer prompt fails its game like a contract break (on_error applies) before
     # any tokenizer or model reads it. Each game's spec.max_turns is enforced the same way.
-    max_prompt_chars: int = 262144
+    max_prompt_chars: int = MAX_PROMPT_CHARS
     # What game.group_size's groups are: "seed" (the games that played one seed, a role's turns in them) or
     # "prompt" (a role's seats whose first prompt of the game was the same ids). Seeds are GRPO's "n answers
     # to a prompt" only when the role's first prompt depends on the seed alone; <policy>/mixed_prompt_groups

@@ -25,7 +25,9 @@ from cogym.runners.rollout.agents import twin_name
 # real run: a typo of a few zeros (game.num_games=10**9) is refused at load instead of filling memory.
 MAX_GAMES_AT_ONCE = 100_000
 MAX_GAMES_PER_PAIRING = 1_000_000
-MAX_PROMPT_CHARS = 1 << 30  # game.max_prompt_chars: a bound on the bound (a GiB of text is no prompt)
+# The largest game.max_prompt_chars a config may set (a GiB of text is no prompt); its default, the cap
+# the play loop holds seats to, is cogym.runners.rollout.loop.MAX_PROMPT_CHARS (256 Ki characters).
+MAX_PROMPT_CHARS_BOUND = 1 << 30
 MAX_NAME_BYTES = 200  # a file name is at most 255 bytes on common file systems; the run adds "-YYYYMMDD-HHMMSS"
 SEED_BOUND = 2**32  # numpy's legacy seeding and every derived seed are 32-bit; torch.manual_seed takes 64
 
@@ -299,7 +301,7 @@ def validate(cfg: Config) -> None:
                           f"got {cfg.game.group_size}")
     check_choice(cfg.game.granularity, GRANULARITIES, "game.granularity")
     check_choice(cfg.game.on_error, ("stop", "skip"), "game.on_error")
-    check_count(cfg.game.max_prompt_chars, "game.max_prompt_chars", MAX_PROMPT_CHARS, "characters one seat is asked at once")
+    check_count(cfg.game.max_prompt_chars, "game.max_prompt_chars", MAX_PROMPT_CHARS_BOUND, "characters one seat is asked at once")
     check_choice(cfg.game.group_by, ("seed", "prompt"), "game.group_by")
     if cfg.game.max_turn_tokens < 0:
         raise ConfigError(f"game.max_turn_tokens must be >= 0 (0: the policies' max_new_tokens), got {cfg.game.max_turn_tokens}")
