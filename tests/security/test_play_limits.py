@@ -33,7 +33,22 @@ from cogym.runners.train.idle import IdlePolicies
 AUCTION = Path(__file__).resolve().with_name("auction_game.py")
 GAME = "sealed_auction-v0"
 COGYM = Path(sys.executable).with_name("cogym")
-import_game_modules([str(AUCTION)])  # what game.modules does
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _auction_registered():
+    """The auction registered (as game.modules does) for this file only: a game registered for good would
+    look like a shipped game to the other files a test worker runs after this one."""
+    from cogym.envs import registry
+
+    saved, modules = dict(registry._REGISTRY), set(sys.modules)
+    import_game_modules([str(AUCTION)])
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+    for name in set(sys.modules) - modules:
+        if getattr(sys.modules[name], "__file__", None) == str(AUCTION):
+            del sys.modules[name]
 
 
 def _twins(broken_seat: str | None = None):
