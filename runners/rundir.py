@@ -4,8 +4,8 @@
 What it guarantees:
 
 - **Claim before writing.** :func:`claim` refuses a directory that holds files and was not made by
-  cogym (no :data:`MARKER` file), or was made by another command, unless the user says
-  ``--overwrite`` (or, for a training run, ``--resume``); a path that is a file, or a directory that
+  cogym (no :data:`MARKER` file), was made by another command, or holds an earlier training run,
+  unless the user says ``--overwrite`` (or, for a training run, ``--resume``); a path that is a file, or a directory that
   cannot be written, is refused too. :func:`create` makes the directory and its marker when the
   first file is about to be written (a run that cannot start leaves nothing behind).
 - **Own names only.** cogym writes only the names it owns (:data:`TRAIN_FILES`, :data:`TOURNAMENT_FILES`)
@@ -17,7 +17,11 @@ What it guarantees:
 - **No symbolic links out.** Nothing is read or appended through a symbolic link whose target leaves
   the directory (:func:`inside`): a one-line :class:`RunDirError` names the link.
 - **Torn lines.** :func:`read_jsonl` drops a last line cut short by a kill and says so in one line;
-  a bad line elsewhere is a :class:`RunDirError`.
+  a bad line elsewhere is a :class:`RunDirError`. :func:`drop_torn_tail` applies the same rule to a
+  file about to be appended to, and rewrites it without the torn line.
+- **Bounded parsing.** Every JSON text cogym reads from a directory goes through :func:`parse_json`:
+  nesting deeper than :data:`MAX_JSON_DEPTH` or a number Python will not convert is a ``ValueError``
+  like any other text that is not JSON, never a ``RecursionError`` or a traceback.
 
 Races with another process that swaps files while cogym runs are outside this guard: it protects a
 user's files from cogym, and cogym from a directory someone else prepared, not from a concurrent attacker.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import IO, Iterator
@@ -44,11 +49,49 @@ TRAIN_FILES = ("config.yaml", "metrics.jsonl", "transcripts.jsonl", "game_errors
 TOURNAMENT_FILES = ("results.jsonl", "transcripts.jsonl", "tournament.json", "schedule.json", "leaderboard.json",
                     "leaderboard.csv", "matrix.csv", "results.csv", "heatmap.png", "ratings.png", MARKER)
 KIND_FILES = {"train": TRAIN_FILES, "tournament": TOURNAMENT_FILES}
+# Deeper than any file cogym writes (a transcript row nests a handful of levels), and far below the
+# depth at which json's reader (or a later json.dumps of the row) runs out of stack.
+MAX_JSON_DEPTH = 100
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class RunDirError(CogymError, ValueError):
     """A run or tournament directory (or a file in it) that cogym will not use as it is: not its own,
     not writable, a symbolic link out of it, or a checkpoint file that cannot be trusted."""
+
+
+class JSONLimitError(ValueError):
+    """JSON text past what cogym reads: nested deeper than :data:`MAX_JSON_DEPTH`, or a number
+    Python will not convert (an integer of thousands of digits)."""
+
+
+def _too_deep(text: str) -> bool:
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False  # the common case, at C speed
+    depth = 0
+    for bracket in _BRACKET.findall(_STRING.sub('""', text)):  # brackets inside strings do not nest
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return True
+    return False
+
+
+def parse_json(text: str):
+    """``json.loads(text)`` for text from a file anyone may have written (a run or tournament directory,
+    a checkpoint): every way it can fail is a ``ValueError`` (:class:`json.JSONDecodeError` for text that
+    is not JSON, :class:`JSONLimitError` for nesting deeper than :data:`MAX_JSON_DEPTH` or a number
+    too long to convert), never a ``RecursionError``."""
+    if _too_deep(text):
+        raise JSONLimitError(f"nested more than {MAX_JSON_DEPTH} deep")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise JSONLimitError("nested too deeply to read") from None
+    except ValueError as exc:  # int()'s digit limit: "Exceeds the limit (4300 digits) ..."
+        raise JSONLimitError(f"a number too long to read ({str(exc)[:80]})") from None
 
 
 def _flags(kind: str) -> str:
@@ -62,7 +105,7 @@ def marker_kind(path: Path) -> str | None:
     if marker.is_symlink() or not marker.is_file():
         return None
     try:
-        data = json.loads(marker.read_text())
+        data = parse_json(marker.read_text())
     except (OSError, ValueError):
         return None
     return data.get("kind") if isinstance(data, dict) and isinstance(data.get("kind"), str) else None
@@ -72,7 +115,9 @@ def claim(path: Path, kind: str, flag: str = "--run-dir", *, overwrite: bool = F
     """Check that ``path`` may hold a directory of ``kind`` (``train`` or ``tournament``); nothing is written.
 
     Accepted: a path that does not exist yet (under a writable directory), an empty directory, a
-    directory cogym made for the same kind, and, with ``overwrite`` or ``resume``, any other directory.
+    directory cogym made for a tournament (a rerun plays what is missing), and, with ``overwrite`` or
+    ``resume``, any other directory (an earlier training run's too: a new run beside its checkpoints
+    would mix with them on a later resume).
     ``flag`` is the option that named it (for messages). Raises :class:`RunDirError` otherwise, and
     for a symbolic link among cogym's names that leaves the directory (even with ``overwrite``)."""
     path = Path(path)
@@ -107,6 +152,10 @@ def _claim(path: Path, kind: str, flag: str, overwrite: bool, resume: bool) -> N
         if found != kind:
             raise RunDirError(f"{flag} {path} was made by cogym {found}, not cogym {kind}; give another directory, or "
                               f"add --overwrite to use it anyway")
+        if kind == "train":  # a new run beside an earlier one's checkpoints: a later --resume would mix the two
+            raise RunDirError(f"{flag} {path} holds an earlier cogym train run; add --resume to continue it, or "
+                              "--overwrite to start a new run there (its checkpoints, metrics and transcripts are "
+                              "removed)")
     for name in KIND_FILES[kind]:
         inside(path, path / name)
     checkpoints = path / "checkpoints"
@@ -222,6 +271,32 @@ def read_text(path: Path, root: Path | None = None) -> str:
         raise RunDirError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
 
 
+def _rows(path: Path, text: str, warn: bool) -> tuple[list[dict], int | None]:
+    """The rows of JSONL ``text`` and the number of the last line when it was dropped as torn (else None).
+
+    The one rule for every JSONL file cogym reads back: blank lines are skipped; the last line, when it
+    is not a JSON object, was cut short by a kill while it was written and is dropped (one line on
+    stderr when ``warn``); any other line that is not a JSON object means the file is damaged (a
+    :class:`RunDirError`)."""
+    numbered = [(i, line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
+    rows: list[dict] = []
+    for n, (i, line) in enumerate(numbered):
+        try:
+            row = parse_json(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            if n == len(numbered) - 1:
+                if warn:
+                    print(f"cogym: dropped the last line of {path} (line {i}), cut short by a kill while it was "
+                          "written", file=sys.stderr)
+                return rows, i
+            raise RunDirError(f"{path}: line {i} is not a JSON object; the file is damaged (move it away to start "
+                              "it again)")
+        rows.append(row)
+    return rows, None
+
+
 def read_jsonl(path: Path, root: Path | None = None, warn: bool = True) -> list[dict]:
     """The rows of a JSONL file of a run directory; none when it does not exist. A last line that is
     cut short (a kill while it was written) is dropped, with one line on stderr when ``warn``; a line
@@ -230,36 +305,25 @@ def read_jsonl(path: Path, root: Path | None = None, warn: bool = True) -> list[
     if not path.is_file():
         inside(path.parent if root is None else root, path)
         return []
-    lines = read_text(path, root).split("\n")
-    rows: list[dict] = []
-    numbered = [(i, line) for i, line in enumerate(lines, 1) if line.strip()]
-    for n, (i, line) in enumerate(numbered):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict):
-            if n == len(numbered) - 1:
-                if warn:
-                    print(f"cogym: dropped the last line of {path} (line {i}), cut short by a kill while it was "
-                          "written", file=sys.stderr)
-                break
-            raise RunDirError(f"{path}: line {i} is not a JSON object; the file is damaged (move it away to start "
-                              "it again)")
-        rows.append(row)
-    return rows
+    return _rows(path, read_text(path, root), warn)[0]
 
 
-def drop_torn_tail(path: Path, root: Path | None = None) -> None:
-    """Cut a last line that has no newline (a kill while it was written) from a JSONL file that is
-    appended to, so the next row starts a line of its own; one line on stderr says so."""
+def drop_torn_tail(path: Path, root: Path | None = None) -> list[dict]:
+    """Before appending to a JSONL file: its rows, read as :func:`read_jsonl` reads them; a torn last
+    line is cut from the file (and a missing final newline added), atomically, so the next row starts
+    a line of its own."""
     path = Path(path)
     if not path.is_file():
-        return
+        inside(path.parent if root is None else root, path)
+        return []
     text = read_text(path, root)
-    if text and not text.endswith("\n"):
-        write_text(path, text[:text.rfind("\n") + 1])
-        print(f"cogym: dropped the last line of {path}, cut short by a kill while it was written", file=sys.stderr)
+    rows, torn = _rows(path, text, warn=True)
+    if torn is not None:
+        kept = "\n".join(text.split("\n")[:torn - 1])
+        write_text(path, kept + "\n" if kept else "")
+    elif text and not text.endswith("\n"):
+        write_text(path, text + "\n")
+    return rows
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

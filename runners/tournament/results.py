@@ -24,19 +24,13 @@ class ResultsLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows: list[dict] = []
-        if path.is_file():
-            text = rundir.read_text(path)  # never through a symbolic link out of the directory
-            lines = text.splitlines()
-            for line in lines:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill mid-write: that game is played again
-                if isinstance(row, dict) and isinstance(row.get("id"), str):
-                    self.rows.append(row)
-            if len(self.rows) != len(lines) or (text and not text.endswith("\n")):
-                # Drop the cut line, so the next append starts on a line of its own (atomically).
-                rundir.write_jsonl(path, self.rows)
+        if path.is_file() or path.is_symlink():
+            # A line cut by a kill mid-write is dropped (that game is played again), so the next append
+            # starts on a line of its own; any other line that is not a JSON object is a damaged file.
+            rows = rundir.drop_torn_tail(path)  # never through a symbolic link out of the directory
+            self.rows = [r for r in rows if isinstance(r.get("id"), str)]
+            if len(self.rows) != len(rows):
+                rundir.write_jsonl(path, self.rows)  # a row without a game id is no finished game
         self.done = {r["id"] for r in self.rows}
 
     def append(self, rows: Iterable[dict]) -> None:

@@ -142,15 +142,18 @@ class Schedule:
         self.spec, self.file = spec, out_dir / "schedule.json"
         self.stamp = {"players": [p.name for p in spec.players], "schedule": spec.schedule, "pool": spec.pool}
         try:
-            saved = json.loads(rundir.read_text(self.file, out_dir)) if self.file.is_file() else {}
-        except (json.JSONDecodeError, RecursionError):
+            saved = rundir.parse_json(rundir.read_text(self.file, out_dir)) if self.file.is_file() else {}
+        except rundir.RunDirError:
+            raise  # a symbolic link out of the directory, bytes that are not text: one line
+        except ValueError:  # (also nested too deeply, a number too long to read)
             saved = {}  # cut by a kill while written: the rounds not yet played are paired again
         if not isinstance(saved, dict) or not all(saved.get(k) == v for k, v in self.stamp.items()):
             saved = {}  # another tournament's (or not a schedule at all): paired anew
         rounds = saved.get("rounds", [])
         names = set(self.stamp["players"])
         well_formed = isinstance(rounds, list) and all(
-            isinstance(r, list) and all(isinstance(p, list) and len(p) == 2 and set(p) <= names for p in r) for r in rounds)
+            isinstance(r, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                        and set(p) <= names for p in r) for r in rounds)
         self.rounds: list = rounds if well_formed else []
 
     def pairs(self, round_no: int, log: ResultsLog) -> list[tuple[str, str]]:

@@ -175,10 +175,10 @@ def _read_rows(path: Path) -> list[dict]:
                 continue
             lines += 1
             try:
-                row = json.loads(line)
+                row = rundir.parse_json(line)  # nesting and number size bounded (runners/rundir.py)
             except json.JSONDecodeError:
                 continue  # a line cut by a kill mid-write
-            except (ValueError, RecursionError):  # valid JSON past Python's limits: thousands deep, huge integers
+            except (ValueError, RecursionError):  # valid JSON past the reader's bounds: too deep, huge integers
                 raise DatasetError(f"{path} line {number} is not a transcript row: nested too deeply or a number "
                                    "too long to read") from None
             problem = row_problem(row)

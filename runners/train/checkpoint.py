@@ -10,7 +10,6 @@ is ever deleted or replaced, so a ``step_N`` someone else put in the run directo
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -99,6 +98,17 @@ def unowned_after(run_path: Path, ckpt: Path) -> None:
                               "directory and resume")
 
 
+def remove_checkpoints(checkpoints: Path) -> None:
+    """A new run where an earlier one was (``--overwrite``): the checkpoints cogym wrote there, whole or
+    temporary, are removed, so no later ``--resume`` picks one of the earlier run's; a directory cogym
+    did not write stays."""
+    if not checkpoints.is_dir() or checkpoints.is_symlink():
+        return
+    for entry in sorted(checkpoints.iterdir()):
+        if entry.name.startswith(("step_", ".tmp_step_")) and rundir.owned_checkpoint(entry):
+            shutil.rmtree(entry)
+
+
 def _fresh(path: Path) -> None:
     """An empty checkpoint directory at ``path`` (cogym's own, replaced), marked as cogym's."""
     if path.exists() or path.is_symlink():
@@ -113,9 +123,9 @@ def read_trainer_state(ckpt: Path) -> dict:
     :class:`RunDirError` naming the file and the key."""
     path = Path(ckpt) / "trainer_state.json"
     try:
-        state = json.loads(rundir.read_text(path, Path(ckpt).parent.parent))
-    except ValueError as exc:
-        raise RunDirError(f"{path} is not JSON ({exc})") from exc
+        state = rundir.parse_json(rundir.read_text(path, Path(ckpt).parent.parent))
+    except ValueError as exc:  # not JSON, nested too deeply, a number too long to read
+        raise RunDirError(f"{path} is not JSON that cogym reads ({str(exc)[:120]})") from None
     if not isinstance(state, dict):
         raise RunDirError(f"{path} must hold a JSON object, got {type(state).__name__}")
 

@@ -53,8 +53,8 @@ from cogym.learners import torch_dist as dist
 
 from cogym.runners.train.build import Run, build
 from cogym.runners import rundir
-from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, read_trainer_state, save_checkpoint, \
-    unowned_after
+from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, read_trainer_state, remove_checkpoints, \
+    save_checkpoint, unowned_after
 from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config
 from cogym.runners.evaluation.evaluators import evaluate
@@ -100,7 +100,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     """Run a whole training job; return the summary (also written to summary.json).
 
     The run directory is guarded (:mod:`cogym.runners.rundir`): a directory that holds files cogym did not
-    write is refused unless ``overwrite`` (or ``resume``). Resuming a run that already finished its
+    write, or an earlier run, is refused unless ``overwrite`` (or ``resume``); with ``overwrite`` the
+    earlier run's own files go first. Resuming a run that already finished its
     ``run.iterations`` trains nothing and returns its summary.json as it is (with ``already_finished``)."""
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -112,6 +113,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         run_path = Path(dist.broadcast_object(str(run_path)))
     if dist.is_main():
         rundir.claim(run_path, "train", "--resume" if resume else "--run-dir", overwrite=overwrite, resume=resume)
+        if not resume:
+            _start_fresh(run_path)
     start_it, ckpt = 1, None
     if resume:
         ckpt = last_checkpoint(run_path)
@@ -156,14 +159,24 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         torch.set_num_threads(threads_before)
 
 
+def _start_fresh(run_path: Path) -> None:
+    """A new run in a directory an earlier cogym run used (claimed with ``--overwrite``): what that run
+    wrote goes first (its checkpoints, rows, events and summary), so nothing of it mixes with the new
+    run's. In a directory cogym did not make, only the checkpoints cogym wrote go."""
+    remove_checkpoints(run_path / "checkpoints")
+    if rundir.marker_kind(run_path) == "train":
+        forget_attempt(run_path)
+        (run_path / "summary.json").unlink(missing_ok=True)
+
+
 def _finished_summary(run_path: Path) -> dict | None:
     """A finished run's summary.json (None when it has none that reads as a JSON object)."""
     path = run_path / "summary.json"
     if not path.is_file():
         return None
     try:
-        kept = json.loads(rundir.read_text(path, run_path))
-    except (ValueError, rundir.RunDirError):
+        kept = rundir.parse_json(rundir.read_text(path, run_path))
+    except ValueError:  # (a RunDirError is one too)
         return None
     return kept if isinstance(kept, dict) else None
 

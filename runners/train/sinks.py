@@ -140,8 +140,9 @@ class Sinks:
 
 
 def forget_attempt(path: Path) -> None:
-    """Remove what an attempt that is started again from the beginning wrote in run directory ``path``
-    (its rows, transcripts, TensorBoard events, game errors and plot), so the new attempt's appear once.
+    """Remove what an attempt that is started again from the beginning (or an earlier run that
+    ``--overwrite`` replaces) wrote in run directory ``path`` (its rows, transcripts, TensorBoard events,
+    game errors and plot), so the new attempt's appear once.
     Only cogym's names go: in ``tb/``, TensorBoard's event files (and ``tb/`` itself when nothing else is in it)."""
     for name in ("metrics.jsonl", TRANSCRIPTS_FILE, "game_errors.jsonl", "learning_curve.png"):
         (path / name).unlink(missing_ok=True)

@@ -131,10 +131,15 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
     from cogym.runners.train import loop
 
     calls: list[tuple[int, bool]] = []
+    ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
 
-    def dies(cfg, run_path, start_it, ckpt, t_start, progress, restarts):
+    def dies(cfg, run_path, start_it, ckpt_, t_start, progress, restarts):
         calls.append((start_it, (run_path / "metrics.jsonl").exists() or (run_path / "tb").exists()))
         run_path.mkdir(parents=True, exist_ok=True)
+        if run_path.name == "b" and start_it == 1:  # run b's first attempt saved iteration 4's checkpoint
+            ckpt.mkdir(parents=True)
+            (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 4}))
+            (ckpt / ".cogym-checkpoint").write_text("")
         (run_path / "metrics.jsonl").write_text('{"iteration": 0}\n')  # what an attempt logs before it dies
         (run_path / "tb").mkdir(exist_ok=True)
         raise LearnerDied("the learner actor of policy 'solver' (pid 1) died during update 1")
@@ -145,13 +150,9 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
                                           r"stops \(it had no checkpoint yet: run it again\)"):
         train(cfg, tmp_path / "a", progress=False)
     assert calls == [(1, False), (1, False), (1, False)]  # the run, then twice from the beginning, each on a clean slate
-    ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
-    ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 4}))
-    # A run directory and checkpoint as cogym writes them (runners/rundir.py: a new run refuses others).
-    (tmp_path / "b" / ".cogym-run").write_text('{"kind": "train"}\n')
-    (ckpt / ".cogym-checkpoint").write_text("")
-    monkeypatch.setattr(loop, "last_checkpoint", lambda run_path: ckpt)
+    # (the checkpoint appears during the run, as cogym writes it: a new run refuses a directory holding an
+    # earlier run's checkpoints, runners/rundir.py)
+    monkeypatch.setattr(loop, "last_checkpoint", lambda run_path: ckpt if ckpt.is_dir() else None)
     calls.clear()
     with pytest.raises(LearnerDied, match=r"ray.max_restarts = 2 resumes were used: the run stops.*cogym train --resume"):
         train(cfg, tmp_path / "b", progress=False)

@@ -78,8 +78,9 @@ def test_a_directory_cogym_did_not_make_is_refused_and_overwrite_keeps_foreign_f
     assert (foreign / "checkpoints" / "step_000001" / rundir.CHECKPOINT_MARKER).is_file()
     assert rundir.marker_kind(foreign) == "train"
     capsys.readouterr()
-    assert _train(tiny_model_dir, foreign) == 0  # now it is a cogym run directory: a new run may use it
-    assert len([r for r in rundir.read_jsonl(foreign / "metrics.jsonl") if "rollout_s" in r]) == 1  # not appended
+    # Now it holds a cogym run: a new one there needs --overwrite (or --resume) like any other.
+    assert _train(tiny_model_dir, foreign) == 2
+    assert "earlier cogym train run" in _one_line(capsys.readouterr().err)
 
 
 def test_run_dir_dot_with_the_users_files_is_refused_in_one_line(foreign):
@@ -305,7 +306,8 @@ def test_a_run_dir_name_the_system_refuses_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(err.value) and len(str(err.value)) < 300
 
 
-@pytest.mark.parametrize("rounds", [None, 5, [[["nobody", "x"]]], [["a"]], [[[1, 2, 3]]]])
+@pytest.mark.parametrize("rounds", [None, 5, [[["nobody", "x"]]], [["a"]], [[[1, 2, 3]]], [[["a"], ["b"]]], "huge",
+                                    "deep"])
 def test_a_schedule_json_of_the_wrong_shape_is_paired_anew(tmp_path: Path, rounds) -> None:
     from cogym.runners.tournament.schedule import Schedule
 
@@ -314,5 +316,90 @@ def test_a_schedule_json_of_the_wrong_shape_is_paired_anew(tmp_path: Path, round
     good = [[[p.name for p in spec.players]]]
     (tmp_path / "schedule.json").write_text(json.dumps({**stamp, "rounds": good}))
     assert Schedule(spec, tmp_path).rounds == good  # a well-formed schedule of these players is replayed
-    (tmp_path / "schedule.json").write_text("[1, 2]" if rounds is None else json.dumps({**stamp, "rounds": rounds}))
+    text = {None: "[1, 2]", "huge": '{"rounds": ' + "9" * 5000 + "}", "deep": "[" * 100_000}.get(rounds) \
+        if rounds in (None, "huge", "deep") else json.dumps({**stamp, "rounds": rounds})
+    (tmp_path / "schedule.json").write_text(text)
     assert Schedule(spec, tmp_path).rounds == []  # a malformed one is paired anew, not a traceback
+
+
+def test_a_new_run_over_an_earlier_run_needs_overwrite_which_removes_its_checkpoints(tiny_model_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(tiny_model_dir, run, "run.iterations=2") == 0
+    before = _digest(run)
+    capsys.readouterr()
+    assert _train(tiny_model_dir, run) == 2  # (before: accepted, keeping step_000002 for a later --resume to pick)
+    line = _one_line(capsys.readouterr().err)
+    assert "earlier cogym train run" in line and "--resume" in line and "--overwrite" in line
+    assert _digest(run) == before
+    (run / "checkpoints" / "keep").mkdir()  # not a checkpoint of cogym's: stays
+    assert _train(tiny_model_dir, run, "--overwrite", "run.seed=7") == 0
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["keep", "step_000001"]
+    assert [r["iteration"] for r in rundir.read_jsonl(run / "metrics.jsonl") if "rollout_s" in r] == [1]
+    capsys.readouterr()
+    assert _resume(run, "run.iterations=2") == 0  # continues the new run, not the earlier one
+    state = json.loads((run / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    assert state["seed"] == 7
+    assert [r["iteration"] for r in rundir.read_jsonl(run / "metrics.jsonl") if "rollout_s" in r] == [1, 2]
+
+
+DEEP = "[" * 100_000  # json's reader: RecursionError
+HUGE = '{"id": "x", "n": ' + "9" * 5000 + "}"  # int(): ValueError past 4300 digits
+
+
+def test_parse_json_bounds_depth_and_numbers():
+    for text in (DEEP, HUGE, "[" * (rundir.MAX_JSON_DEPTH + 1) + "]" * (rundir.MAX_JSON_DEPTH + 1)):
+        with pytest.raises(rundir.JSONLimitError):
+            rundir.parse_json(text)
+    with pytest.raises(json.JSONDecodeError):
+        rundir.parse_json('{"a": ')
+    brackets = '"' + "[{" * 500 + '\\"'  # brackets inside strings do not nest
+    assert rundir.parse_json(json.dumps({"text": brackets, "moves": [{"a": [1]}] * 300})) == \
+        {"text": brackets, "moves": [{"a": [1]}] * 300}
+    nested = "[" * rundir.MAX_JSON_DEPTH + "]" * rundir.MAX_JSON_DEPTH
+    assert isinstance(rundir.parse_json(nested), list)
+
+
+@pytest.mark.parametrize("bad", [DEEP, HUGE])
+def test_jsonl_readers_drop_a_bad_last_line_and_refuse_one_elsewhere_without_a_traceback(tmp_path, capsys, bad):
+    from cogym.runners.tournament.results import ResultsLog
+
+    good = '{"id": "a", "score": 1.0}\n'
+    path = tmp_path / "results.jsonl"
+    path.write_text(good + bad)
+    assert rundir.read_jsonl(path) == [{"id": "a", "score": 1.0}]
+    assert [r["id"] for r in ResultsLog(path).rows] == ["a"]
+    assert path.read_text() == good  # cut, so the next row starts a line of its own
+    assert "dropped the last line" in capsys.readouterr().err
+    path.write_text(bad + "\n" + good)
+    with pytest.raises(RunDirError, match="line 1 is not a JSON object"):
+        rundir.read_jsonl(path)
+    with pytest.raises(RunDirError, match="line 1 is not a JSON object"):
+        ResultsLog(path)
+    with pytest.raises(RunDirError, match="line 1 is not a JSON object"):
+        rundir.drop_torn_tail(path)
+    assert path.read_text() == bad + "\n" + good  # a damaged file is left as it is
+    (tmp_path / rundir.MARKER).write_text(bad)
+    assert rundir.marker_kind(tmp_path) is None
+
+
+def test_a_tournament_rerun_over_a_damaged_results_file_is_one_line(tmp_path, capsys):
+    out = tmp_path / "t"
+    argv = ["tournament", "--game", "kuhn_poker-v0", "--players", "scripted:nash", "scripted:random",
+            "--games-per-pairing", "2", "--no-progress", "--no-plots", "--bootstrap", "0", "--out", str(out)]
+    assert main(argv) == 0
+    rows = (out / "results.jsonl").read_text()
+    (out / "results.jsonl").write_text(DEEP + "\n" + rows)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "results.jsonl: line 1 is not a JSON object" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("bad", [DEEP, '{"iteration": ' + "9" * 5000 + "}"])
+def test_a_trainer_state_past_the_readers_bounds_is_a_run_dir_error(tmp_path, bad):
+    from cogym.runners.train.checkpoint import read_trainer_state
+
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(bad)
+    with pytest.raises(RunDirError, match="is not JSON"):
+        read_trainer_state(ckpt)
