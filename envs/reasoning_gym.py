@@ -73,6 +73,7 @@ TASK_CHOICES = ("proposer", "random")
 MAX_ANSWER_CHARS = 16_384
 MAX_SCAN_CHARS = 65_536
 MAX_QUESTION_CHARS = 16_384
+MAX_ERROR_CHARS = 300  # of a scorer's error (the call that wrote it ran the answer)
 MAX_MENU = 32  # (task, level) entries a menu may list
 ANSWER_TIMEOUT_S = 0.5
 GENERATE_TIMEOUT_S = 10.0
@@ -322,10 +323,21 @@ def score(item: Item, reply: str, timeout_s: float = ANSWER_TIMEOUT_S) -> tuple[
         reply_ = _WORKER.request(request, timeout_s + _KILL_MARGIN_S)
         if reply_ is None:
             return 0.0, f"the scorer did not return within {timeout_s + _KILL_MARGIN_S:g} s; its process was replaced"
-        if not reply_.get("missing"):
-            return float(reply_["score"]), reply_.get("error")
+        if reply_.get("missing") is not True:
+            return checked_reply(reply_)
         _generate(item.name, item.level, item.seed)  # the worker was restarted since: make the item again
     return 0.0, "the scorer lost the item twice"
+
+
+def checked_reply(reply: dict) -> tuple[float, str | None]:
+    """A scorer's reply as ``(score, error)``, checked: the call that wrote it ran the answer being scored, so
+    it may say anything (NaN, 7.5, no score, a megabyte of error). Anything but a finite number in [0, 1]
+    and an optional string is scored 0 as a failed scorer."""
+    value, error = reply.get("score"), reply.get("error")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0
+            or not (error is None or isinstance(error, str))):  # NaN fails the range check
+        return 0.0, "the scorer's reply was malformed"
+    return float(value), None if error is None else error[:MAX_ERROR_CHARS]
 
 
 def rg_source(source: str, tasks: Any, levels: Any, task_choice: Any, verifier: str, format_bonus: float) -> ReasoningGymSource | None:

@@ -153,8 +153,9 @@ class _MathVerifyWorker(WorkerProcess):
 
     def check(self, gold: str, response: str, timeout_s: float) -> bool:
         reply = self.request({"gold": gold, "response": response, "timeout_s": timeout_s}, timeout_s + _KILL_MARGIN_S)
-        # No reply: not even the sandbox's kill answered in time; not correct (the worker was replaced).
-        return reply is not None and bool(reply["ok"])
+        # No reply: not even the sandbox's kill answered in time; not correct (the worker was replaced). The
+        # call that wrote a reply ran the response: only a literal true counts.
+        return reply is not None and reply.get("ok") is True
 
 
 _WORKER = _MathVerifyWorker()
