@@ -12,12 +12,13 @@ the namespace's PIDs. Then it loads the handler file as a module, calls its ``se
 Requests whose ``op`` is in the handler's ``IN_PLACE`` run here (trusted work that fills a cache, such as
 generating an item). Every other request runs in a fresh fork of this warm process -- the only place model
 output is interpreted -- made ahead of the call, which gets its own session, no capabilities over the
-sandbox (a nested user namespace), /dev/null for stdout, no descriptor but its request pipe and its result
-pipe, rlimits on CPU time and address space, and an interval timer. It writes one frame, ``{"reply":
-{...}}`` and a newline, and closes the pipe; anything else (a second frame, stray bytes, nothing) makes the
+sandbox (a nested user namespace), /dev/null for stdout, no descriptor but its request socket and its result
+socket, rlimits on CPU time and address space, and an interval timer. It writes one frame, ``{"reply":
+{...}}`` and a newline, and closes the socket; anything else (a second frame, stray bytes, nothing) makes the
 call fail with the handler's ``FAILED`` reply. Then every other process in the sandbox is killed (PID 1
-kills -1; without namespaces, the fork's process group), so nothing a call starts outlives it or sees the
-next call. Code that runs in the fork can still write a well-formed frame of its own and exit: it owns
+kills -1; without namespaces, the fork's process group and every other child of this process, which is a
+subreaper, so a double-forked process is its child too), so nothing a call starts outlives it or sees the
+next call -- unless, without namespaces, it kills this process first (docs/security.md). Code that runs in the fork can still write a well-formed frame of its own and exit: it owns
 that one call's reply (as it could by returning a value that compares equal to anything), never another's.
 """
 
@@ -40,12 +41,13 @@ import resource  # noqa: E402
 import select  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture cogym runs on (asm-generic and x86_64)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 MAX_FRAME = 1 << 20  # bytes a call's reply may take
@@ -83,17 +85,43 @@ def _read_only_one_by_one() -> None:
         _mount("none", target, "none", flags)
 
 
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # where any user leaves sockets (X11, ssh-agent, tmux, ...)
+
+
 def private_dir(needed: list[str]) -> str:
     """Where the private tmpfs goes: /tmp unless the interpreter, its packages or the handler live there."""
-    for candidate in ("/tmp", "/var/tmp", "/mnt", "/dev/shm"):
+    for candidate in (*SCRATCH, "/mnt"):
         if os.path.isdir(candidate) and not any(p == candidate or p.startswith(candidate + "/") for p in needed):
             return candidate
     raise OSError("no directory for the sandbox's private tmpfs (/tmp, /var/tmp, /mnt and /dev/shm hold what it runs)")
 
 
+def hide(directory: str, needed: list[str]) -> None:
+    """Cover ``directory`` with an empty tmpfs (a read-only mount does not stop connect() on the UNIX sockets
+    in it), then bind back only the ``needed`` paths that live in it: what this sandbox runs stays readable,
+    nothing beside it (a socket, another user's file) is reachable. A ``directory`` that is itself needed
+    stays as it is."""
+    inside = sorted({p for p in needed if p.startswith(directory + "/") and os.path.exists(p)})
+    if directory in needed:
+        return
+    outermost = [p for p in inside if not any(p.startswith(q + "/") for q in inside)]
+    handles = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in outermost]  # reachable once covered
+    _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=1024,mode=755")
+    for path, fd in handles:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+        _mount(f"/proc/self/fd/{fd}", path, "none", MS_BIND | MS_REC)
+        os.close(fd)
+
+
 def enter_namespaces(limits: dict[str, int], handler: str) -> str:
-    """As PID 1 of the new namespaces: /proc of this PID namespace, its PID cap, / read-only, a private
-    tmpfs (returned). Raises OSError when the kernel refuses a step (the parent then runs without them)."""
+    """As PID 1 of the new namespaces: /proc of this PID namespace, its PID cap, /run and the scratch
+    directories (/tmp, /var/tmp, /dev/shm) hidden but for what the sandbox runs from them, / read-only, and
+    a private tmpfs (returned). Raises OSError when the kernel refuses a step: the sandbox then does not
+    start (``cogym.core.sandbox`` probes this once, and chooses the fallback where it fails)."""
     if os.getpid() != 1:
         raise OSError("not the first process of a new PID namespace")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # the host's processes (and environs) vanish
@@ -104,8 +132,12 @@ def enter_namespaces(limits: dict[str, int], handler: str) -> str:
         pass  # older kernels: RLIMIT_NPROC bounds forks where the user is not root
     if os.path.isdir("/run"):  # sockets of host daemons (a read-only mount does not stop connect())
         _mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "size=16k,mode=755")
-    needed = [os.path.realpath(p) for p in [sys.prefix, sys.base_prefix, sys.executable, handler, *sys.path] if p]
+    paths = [sys.prefix, sys.base_prefix, sys.executable, handler, *sys.path]
+    needed = sorted({q for p in paths if p for q in (os.path.abspath(p), os.path.realpath(p))})
     tmp = private_dir(needed)
+    for directory in SCRATCH:
+        if directory != tmp and os.path.isdir(directory):
+            hide(directory, needed)
     _read_only_everywhere()
     _mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, f"size={limits['tmp_bytes']},nr_inodes=4096,mode=1777")
     return tmp
@@ -156,12 +188,12 @@ def timed_call(handler: Any, request: dict, timeout_s: float) -> dict:
 
 
 def _child(handler: Any, request_fd: int, result_fd: int, config: dict) -> None:
-    """A fork that will interpret model output: stripped of everything but its two private pipes, it waits
+    """A fork that will interpret model output: stripped of everything but its two private sockets, it waits
     for its one request (read to EOF), calls, writes its one frame and exits."""
     os.setsid()
     if config["namespaces"]:
         # No capability over the sandbox's namespaces any more: it cannot remount / read-write, open
-        # /proc/1/fd (the sandbox's pipe to cogym) or read the memory of PID 1.
+        # /proc/1/fd (the sandbox's socket to cogym) or read the memory of PID 1.
         _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     request_fd, result_fd = fcntl.fcntl(request_fd, fcntl.F_DUPFD, 10), fcntl.fcntl(result_fd, fcntl.F_DUPFD, 10)
     os.dup2(request_fd, 0)
@@ -189,6 +221,13 @@ def _child(handler: Any, request_fd: int, result_fd: int, config: dict) -> None:
     os._exit(0)
 
 
+def _channel() -> tuple[int, int]:
+    """A one-way channel (read end, write end) like ``os.pipe()``, but a socket: unlike a pipe it cannot
+    be opened again through /proc/<pid>/fd by a process that does not hold it."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return ours.detach(), theirs.detach()
+
+
 class _CogymGone(Exception):
     """The process that started this sandbox has exited (EOF on stdin during a call)."""
 
@@ -199,15 +238,15 @@ class Forks:
 
     def __init__(self, handler: Any, config: dict) -> None:
         self.handler, self.config = handler, config
-        self.spare: tuple[int, int, int] | None = None  # (pid, request pipe, result pipe)
+        self.spare: tuple[int, int, int] | None = None  # (pid, request socket, result socket)
         self.last: int | None = None  # the last call's fork: killed, maybe not reaped yet
         # The private directory, emptied before each call: the namespace's tmpfs, or the directory cogym made.
         tmp = os.environ.get("TMPDIR", "")
         self.tmp = tmp if config["namespaces"] or os.path.basename(tmp).startswith("cogym-sandbox-") else None
 
     def _spawn(self) -> tuple[int, int, int]:
-        request_r, request_w = os.pipe()
-        result_r, result_w = os.pipe()
+        request_r, request_w = _channel()
+        result_r, result_w = _channel()
         child = os.fork()
         if child == 0:
             try:
@@ -249,7 +288,7 @@ class Forks:
             try:
                 while data:
                     data = data[os.write(request_w, data):]
-            except BrokenPipeError:
+            except (BrokenPipeError, ConnectionResetError):
                 pass  # the fork died before its request: it exited, and says how below
             os.close(request_w)
             data, done, exited = self._collect(child, result_r, exit_fd, time.monotonic() + timeout_s + KILL_MARGIN_S)
@@ -280,7 +319,7 @@ class Forks:
         return reply["reply"]
 
     def _collect(self, child: int, result_r: int, exit_fd: int | None, deadline: float) -> tuple[bytes, bool, bool]:
-        """What the fork wrote until it closed its pipe or exited (done), or until the deadline (not done)."""
+        """What the fork wrote until it closed its socket or exited (done), or until the deadline (not done)."""
         data, exited = b"", False
         while len(data) <= MAX_FRAME:
             remaining = deadline - time.monotonic()
@@ -296,8 +335,10 @@ class Forks:
                     chunk = os.read(result_r, MAX_FRAME + 2)
                 except BlockingIOError:
                     chunk = b""
+                except ConnectionResetError:  # the fork died with its request unread
+                    return data, True, exited
                 data += chunk
-                if exited or (result_r in ready and not chunk):  # exited, or every writer closed the pipe
+                if exited or (result_r in ready and not chunk):  # exited, or every writer closed the socket
                     return data, True, exited
         return data, True, exited
 
@@ -317,11 +358,22 @@ class Forks:
                 kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # Then whatever left the fork's group (a double fork and setsid): this process is a subreaper, so
+        # such a process is still its child, and dies here with the call that made it (no spare exists now).
+        for _ in range(50):
+            children = _living_children()
+            if not children:
+                break
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.001)
 
     def reap(self, block: bool) -> None:
-        """Reap dead forks and, as PID 1, the orphans they left; ``block`` waits for every child (only when
-        all were killed: no spare). Without namespaces, a process that left its group is not reaped here: it
-        survives (docs/security.md says so)."""
+        """Reap dead forks and the orphans they left (this process is PID 1 or a subreaper); ``block`` waits
+        for every child (only when all were killed: no spare)."""
         while True:
             try:
                 pid = os.waitpid(-1, 0 if block else os.WNOHANG)[0]
@@ -351,6 +403,26 @@ class Forks:
                         os.unlink(entry.path)
                     except OSError:
                         pass
+
+
+def _living_children() -> list[int]:
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    living = []
+    for pid in found:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):  # killed, not reaped yet
+            living.append(pid)
+    return living
 
 
 def load_handler(path: str) -> Any:
@@ -388,6 +460,8 @@ def main() -> None:
     # Not dumpable: a call (same user) can neither open this process's descriptors in /proc nor read its memory.
     if hasattr(_libc, "prctl"):  # Linux
         _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if not config["namespaces"]:  # what a call starts stays this process's child (PID 1 is that already)
+            _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     handler = load_handler(config["handler"])
     handler.setup()
@@ -416,7 +490,7 @@ def main() -> None:
         if forked:
             forks.prepare()
     forks.discard()
-    os._exit(0)  # cogym closed the pipe: no interpreter teardown of the warm heap (as PID 1, all else dies too)
+    os._exit(0)  # cogym closed the socket: no interpreter teardown of the warm heap (as PID 1, all else dies too)
 
 
 if __name__ == "__main__":

@@ -10,25 +10,30 @@ The handler is a plain module (it must import nothing from cogym) with ``setup()
 ``handle(request) -> dict``, ``FAILED`` (the reply of a call that failed, e.g. ``{"score": 0.0}``) and
 optionally ``IN_PLACE`` (ops that run in the warm process itself because they fill a cache; only trusted
 work). Every other request runs in a fresh fork of the warm process (see ``_sandbox_serve.py``) that holds
-no channel but its own result pipe and is killed, with whatever it started, when it has answered or
+no channel but its own result socket and is killed, with whatever it started, when it has answered or
 overrun its ``timeout_s``. A failed, killed or malformed call answers ``FAILED`` plus ``"error"``.
 
 What the sandbox is (``isolation()`` says which one is in force here):
 
 * namespaces (``unshare`` from util-linux, user namespaces allowed): PID 1 of new user, PID, network,
   mount and IPC namespaces; no network (a loopback that is down); the file system read-only but for a
-  private tmpfs (``HOME`` and ``TMPDIR``), /run hidden, /proc showing only the sandbox; PIDs capped
+  private tmpfs (``HOME`` and ``TMPDIR``), /run, /tmp, /var/tmp and /dev/shm hidden (UNIX sockets live
+  there) but for what the sandbox runs from them, /proc showing only the sandbox; PIDs capped
   (Linux 6.14+, and RLIMIT_NPROC where the user is not root); everything dies with PID 1.
 * fallback (no ``unshare``, user namespaces refused, or ``COGYM_SANDBOX=fallback``), with a one-time
-  warning: the same forks, rlimits and scrubbed environment, in a process group killed whole, a private
-  temporary directory; but the network and the user's files stay reachable, so does /proc (the environment
-  of the user's other processes, cogym's own included), a process that leaves its group can outlive the
-  call, and root's forks are not bounded (RLIMIT_NPROC exempts root).
+  warning: the same forks, rlimits and scrubbed environment, a private temporary directory, and what a call
+  starts killed with it (its process group, and what left the group: the worker is a subreaper); but the
+  code runs as the user: the network and the user's files stay reachable (cogym's own code included), so
+  does /proc (the environment of the user's other processes, cogym's own included), a call that kills the
+  worker leaves what it started running (it can then fail every later call, or, where the kernel lets the
+  user ptrace his own processes, tamper with cogym itself), and root's forks are not bounded (RLIMIT_NPROC
+  exempts root). It stops accidents and careless code, not a deliberate attack: docs/security.md.
 
 Both: the environment is scrubbed to ``ENV_ALLOWED`` (no key is handed to a handler), rlimits bound CPU
 time, address space, file size, open files and processes; the sandbox ends when cogym does (EOF on its
-pipe), and replies carry a per-request nonce: a reply without it is taken as tampering, the worker is killed
-and replaced and the request answers None.
+socket, a socketpair: unlike a pipe it cannot be opened again through /proc/<cogym>/fd), and replies carry a
+per-request nonce: a reply without it is taken as tampering, the worker is killed and replaced and the
+request answers None. The caller checks what a reply says (a scorer's reply is model output's work).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -163,6 +169,8 @@ class Sandbox:
         self._env = dict(env or {})
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._namespaces_now = False
         self._pid: int | None = None
         self._tmp: str | None = None
         self._owner_pid = os.getpid()
@@ -181,19 +189,18 @@ class Sandbox:
     def request(self, message: Mapping[str, object], deadline_s: float) -> dict | None:
         """The worker's reply to ``message``, or None (worker killed) if none came within ``deadline_s``."""
         with self._lock:
-            proc = self._ensure_started()
+            self._ensure_started()
             nonce = secrets.token_hex(16)
             timeout_s = float(message.get("timeout_s", deadline_s))  # type: ignore[arg-type]
             line = (json.dumps({"id": nonce, "timeout_s": timeout_s, "request": dict(message)}) + "\n").encode()
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(line)
-            except BrokenPipeError:
+            if not self._send(line):
                 # The worker died between calls (killed from outside); one fresh start, then retry.
                 self._kill()
-                proc = self._ensure_started()
-                assert proc.stdin is not None
-                proc.stdin.write(line)
+                self._ensure_started()
+                if not self._send(line):
+                    self._kill()
+                    self.kills += 1
+                    return None
             reply = self._read_line(time.monotonic() + deadline_s)
             envelope = _parse(reply)
             if envelope is None or envelope.get("id") != nonce or not isinstance(envelope.get("reply"), dict):
@@ -202,6 +209,14 @@ class Sandbox:
                 self.kills += 1
                 return None
             return envelope["reply"]
+
+    def _send(self, line: bytes) -> bool:
+        assert self._sock is not None
+        try:
+            self._sock.sendall(line)
+            return True
+        except OSError:  # BrokenPipeError, ConnectionResetError: the worker is gone
+            return False
 
     def _command(self, namespaces: bool) -> list[str]:
         limits = asdict(self.limits)
@@ -214,7 +229,9 @@ class Sandbox:
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self._owner_pid != os.getpid():
             # We are a forked copy: the worker belongs to our parent, leave it alone.
-            self._proc, self._pid, self._tmp, self._owner_pid, self._buffer = None, None, None, os.getpid(), b""
+            if self._sock is not None:
+                self._sock.close()  # our copy of the parent's socket: the parent's worker keeps its own
+            self._proc, self._sock, self._pid, self._tmp, self._owner_pid, self._buffer = None, None, None, None, os.getpid(), b""
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
         self._kill()
@@ -222,9 +239,17 @@ class Sandbox:
         tmp = None if namespaces else tempfile.mkdtemp(prefix=f"cogym-sandbox-{self.name}-")
         env = scrubbed_env({**self._env, **({"HOME": tmp, "TMPDIR": tmp} if tmp else {})})
         stderr = tempfile.TemporaryFile()
-        proc = subprocess.Popen(self._command(namespaces), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, bufsize=0, env=env, cwd=tmp or "/", start_new_session=True)
-        self._proc, self._tmp, self._buffer = proc, tmp, b""
+        # A socket, not pipes: a pipe can be opened again through /proc/<cogym>/fd/N by any process of the
+        # user (one that escaped the fallback's process group could then read requests and write replies);
+        # a socket cannot be opened that way.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(self._command(namespaces), stdin=theirs.fileno(), stdout=theirs.fileno(),
+                                    stderr=stderr, env=env, cwd=tmp or "/", start_new_session=True)
+        finally:
+            theirs.close()
+        self._proc, self._sock, self._tmp, self._buffer = proc, ours, tmp, b""
+        self._namespaces_now = namespaces
         ready = _parse(self._read_line(time.monotonic() + STARTUP_TIMEOUT_S))
         if ready is None or not ready.get("ready"):
             self._kill()
@@ -236,8 +261,8 @@ class Sandbox:
 
     def _read_line(self, deadline: float) -> bytes | None:
         """One reply line, or None if the deadline passes or the worker dies first."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
+        assert self._sock is not None
+        fd = self._sock.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -245,7 +270,10 @@ class Sandbox:
             readable, _, _ = select.select([fd], [], [], remaining)
             if not readable:
                 return None
-            chunk = os.read(fd, 65536)
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # ECONNRESET: the worker died with a request unread
+                return None
             if not chunk:  # EOF: the worker exited
                 return None
             self._buffer += chunk
@@ -254,18 +282,19 @@ class Sandbox:
 
     def _kill(self) -> None:
         """Kill the worker's whole process group (and with it its PID namespace) and remove its directory."""
-        proc, tmp = self._proc, self._tmp
-        self._proc, self._pid, self._tmp, self._buffer = None, None, None, b""
+        proc, sock, tmp = self._proc, self._sock, self._tmp
+        self._proc, self._sock, self._pid, self._tmp, self._buffer = None, None, None, None, b""
         if proc is not None:
             if proc.poll() is None:
+                if not self._namespaces_now:
+                    _kill_descendants(proc.pid)
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    stream.close()
+        if sock is not None:
+            sock.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -273,6 +302,43 @@ class Sandbox:
         with self._lock:
             if self._owner_pid == os.getpid():
                 self._kill()
+
+
+def _living_children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    living = []
+    for child in found:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):  # a killed child stays listed until its parent reaps it
+            living.append(child)
+    return living
+
+
+def _kill_descendants(pid: int, rounds: int = 50) -> None:
+    """Fallback only: kill what the worker ``pid`` has started, before the worker (a subreaper, so a call's
+    double-forked, re-sessioned processes are still its children). Stopped first, it forks no spare."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    for _ in range(rounds):  # a killed process's children pass to the (stopped) worker: kill those next
+        children = _living_children(pid)
+        if not children:
+            return
+        for child in children:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.001)
 
 
 def _parse(line: bytes | None) -> dict | None:
