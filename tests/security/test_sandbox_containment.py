@@ -12,6 +12,7 @@ right. Payloads that would hurt the machine outside a sandbox (forks, allocation
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -315,3 +316,189 @@ def test_cogym_games_says_which_sandbox_scores_answers(capsys) -> None:
     assert main(["games", "--source", "reasoning_gym"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"Answers are scored in a sandbox: {isolation().description}" in out
+
+
+def frame(reply: str) -> str:
+    """A payload that writes ``{"reply": REPLY}`` as its call's one frame (descriptor 3) and exits at once."""
+    return payload(f"import os; os.write(3, b'{{\"reply\": {reply}}}\\n'); os._exit(0)")
+
+
+@pytest.mark.parametrize("reply", ['{"score": NaN}', '{"score": 7.5}', '{"score": -Infinity}', "{}",
+                                   '{"score": "abc"}', '{"score": true}', '{"score": 1.0, "error": 5}',
+                                   '{"missing": 1}'])
+def test_a_reply_the_answer_wrote_itself_is_checked(reply: str) -> None:
+    """The call that scores an answer runs it, so the answer can write its call's reply: anything but a
+    finite score in [0, 1] (and an optional string error) is a failed scorer's 0, never an exception."""
+    item = rg.generate("spiral_matrix", 0, 1)
+    assert rg.score(item, frame(reply)) == (0.0, "the scorer's reply was malformed")
+    assert rg.score(item, item.answer) == (1.0, None)  # the next score is right
+
+
+def test_a_scorer_error_the_answer_wrote_is_bounded() -> None:
+    item = rg.generate("spiral_matrix", 0, 1)
+    code = "import os; os.write(3, b'{\"reply\": {\"score\": 0.0, \"error\": \"' + b'x' * 100000 + b'\"}}\\n'); os._exit(0)"
+    value, error = rg.score(item, payload(code))
+    assert value == 0.0 and error == "x" * rg.MAX_ERROR_CHARS
+
+
+def test_math_verify_counts_only_a_literal_true(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cogym.envs import verifiers
+
+    for reply in ({}, {"ok": 1}, {"ok": "yes"}, {"ok": [1]}, {"ok": None}):
+        monkeypatch.setattr(verifiers._WORKER, "request", lambda message, deadline_s, reply=reply: reply)
+        assert verifiers._WORKER.check("1", "1", 0.3) is False, reply
+    monkeypatch.setattr(verifiers._WORKER, "request", lambda message, deadline_s: {"ok": True})
+    assert verifiers._WORKER.check("1", "1", 0.3) is True
+
+
+# Without namespaces a call can leave its process group (double fork, setsid) and, being the user, open
+# what /proc shows of cogym. It records what it managed in MARK, then tries to answer every later request.
+ESCAPE = """
+import json, os, select, signal, time
+worker = os.getppid()
+cogym = int(open(f'/proc/{worker}/stat').read().rsplit(')', 1)[1].split()[1])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]
+        opened = []
+        for mode in (os.O_RDONLY, os.O_WRONLY):
+            try:
+                opened.append(os.open(f'/proc/{cogym}/fd/{SOCKET}', mode | os.O_NONBLOCK))
+            except OSError:
+                pass
+        with open(MARK + '.tmp', 'w') as f:
+            json.dump({'pid': os.getpid(), 'start': start, 'opened': len(opened)}, f)
+        os.rename(MARK + '.tmp', MARK)
+        if STOP:
+            os.kill(worker, signal.SIGSTOP)
+        end = time.monotonic() + 30
+        while len(opened) == 2 and time.monotonic() < end:  # forge a reply to each request it reads
+            if select.select([opened[0]], [], [], 0.1)[0]:
+                for line in os.read(opened[0], 1 << 16).splitlines():
+                    nonce = json.loads(line)['id']
+                    os.write(opened[1], json.dumps({'id': nonce, 'reply': {'score': 1.0}}).encode() + b'\\n')
+        time.sleep(30)  # until killed: what escaped must not outlive its call
+        os._exit(0)
+    os._exit(0)
+os.waitpid(-1, 0)
+end = time.monotonic() + 10
+while not os.path.exists(MARK) and time.monotonic() < end:
+    time.sleep(0.01)
+"""
+
+
+def _running(pid: int, start: str) -> bool:
+    """Whether ``pid`` is still the process that started at ``start`` and has not died (a zombie has:
+    killed, it waits for its new parent, init here, to reap it)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[19] == start and fields[0] not in ("Z", "X")
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["forge", "stop-the-worker"])
+def test_the_fallback_keeps_an_escaped_call_from_later_calls(stop: bool, tmp_path: Path) -> None:
+    """The fallback (forced): a call escapes its process group and (forge) opens cogym's channel to the
+    worker through /proc to answer later requests itself, or (stop) stops the worker. It cannot open the
+    channel (a socket), it dies with its call (the worker is a subreaper; a stopped worker is killed with
+    what it started), and later answers score right."""
+    from cogym.core.sandbox import Sandbox
+
+    mark = tmp_path / "escaped.json"
+    box = Sandbox(Path(rg.__file__).with_name("_reasoning_gym_worker.py"), "escape_test", "", namespaces=False)
+    try:
+        box.start()
+        assert box.request({"op": "generate", "name": "spiral_matrix", "level": 0, "seed": 1, "timeout_s": 10}, 10.25)
+        ask = {"op": "score", "name": "spiral_matrix", "level": 0, "seed": 1, "timeout_s": 2.0}
+        code = f"SOCKET, MARK, STOP = {box._sock.fileno()}, {str(mark)!r}, {stop}\n" + ESCAPE
+        attacked = box.request({**ask, "answer": f"exec({code!r})"}, 2.25)
+        escaped = json.loads(mark.read_text())
+        assert escaped["opened"] == 0  # cogym's end of the channel cannot be opened again
+        if stop:
+            assert attacked is None and box.kills == 1  # no reply in time: the worker was killed and replaced
+            box.request({"op": "generate", "name": "spiral_matrix", "level": 0, "seed": 1, "timeout_s": 10}, 10.25)
+        else:
+            assert attacked == {"score": 0.0}
+        wrong = box.request({**ask, "answer": "[[1]]"}, 2.25)
+        assert wrong is not None and wrong["score"] == 0.0
+        right = rg.generate("spiral_matrix", 0, 1).answer
+        assert box.request({**ask, "answer": right}, 2.25) == {"score": 1.0}
+        assert not _running(escaped["pid"], escaped["start"])  # the escaped process is gone
+    finally:
+        box.close()
+        if mark.exists():  # only on failure: kill what escaped, by the PID and start time it recorded
+            escaped = json.loads(mark.read_text())
+            if _running(escaped["pid"], escaped["start"]):
+                os.kill(escaped["pid"], signal.SIGKILL)
+
+
+def test_a_request_whose_retry_cannot_be_sent_fails_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker gone before a request and its fresh start gone too: None (a failed call), no exception."""
+    from cogym.core.sandbox import Sandbox
+
+    box = Sandbox(Path(rg.__file__).with_name("_reasoning_gym_worker.py"), "retry_test", "", namespaces=False)
+    try:
+        box.start()
+        monkeypatch.setattr(box, "_send", lambda line: False)
+        assert box.request({"op": "catalog", "timeout_s": 10}, 10.25) is None and box.kills == 1
+        monkeypatch.undo()
+        assert "spiral_matrix" in box.request({"op": "catalog", "timeout_s": 10}, 10.25)["datasets"]
+    finally:
+        box.close()
+
+
+UNIX_CLIENT = """
+import os, socket
+FAILED = {"reached": None}
+def setup():
+    pass
+def handle(request):
+    reached = []
+    for path in request["sockets"]:
+        client = socket.socket(socket.AF_UNIX)
+        try:
+            client.connect(path)
+            reached.append(path)
+        except OSError:
+            pass
+        finally:
+            client.close()
+    return {"reached": reached, "tmp": os.environ["TMPDIR"]}
+"""
+
+
+@needs_namespaces
+@pytest.mark.parametrize("home", ["/tmp", "/var/tmp"])
+def test_no_unix_socket_in_the_scratch_directories_is_reachable(home: str) -> None:
+    """Even when what the sandbox runs lives in /tmp or /var/tmp (here: its handler), a listening UNIX
+    socket elsewhere in /tmp, /var/tmp or /dev/shm (X11, ssh-agent, tmux put theirs there) cannot be reached."""
+    from cogym.core.sandbox import Sandbox
+
+    if not os.access(home, os.W_OK):
+        pytest.skip(f"{home} is not writable here")
+    made, servers, paths = [tempfile.mkdtemp(prefix="cogym-handler-", dir=home)], [], []
+    try:
+        handler = Path(made[0]) / "handler.py"
+        handler.write_text(UNIX_CLIENT)
+        for scratch in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.access(scratch, os.W_OK):
+                made.append(tempfile.mkdtemp(prefix="cogym-sock-", dir=scratch))
+                server = socket.socket(socket.AF_UNIX)
+                server.bind(f"{made[-1]}/s")
+                server.listen(1)
+                servers.append(server)
+                paths.append(f"{made[-1]}/s")
+        box = Sandbox(handler, "socket_test", "", namespaces=None)
+        try:
+            reply = box.request({"sockets": paths, "timeout_s": 5}, 5.25)
+        finally:
+            box.close()
+        assert reply is not None and reply["reached"] == [], reply  # the handler loaded, and reached nothing
+        assert not reply["tmp"].startswith(home)  # the private directory is elsewhere
+    finally:
+        for server in servers:
+            server.close()
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
