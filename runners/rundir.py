@@ -52,7 +52,9 @@ KIND_FILES = {"train": TRAIN_FILES, "tournament": TOURNAMENT_FILES}
 # Deeper than any file cogym writes (a transcript row nests a handful of levels), and far below the
 # depth at which json's reader (or a later json.dumps of the row) runs out of stack.
 MAX_JSON_DEPTH = 100
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A string to its closing quote, or to the end of a cut line: always matching, so a line is scanned once
+# (a required closing quote would rescan an unterminated string from each escaped quote in it).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
 _BRACKET = re.compile(r"[\[\]{}]")
 
 

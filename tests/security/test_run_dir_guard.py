@@ -352,6 +352,10 @@ def test_parse_json_bounds_depth_and_numbers():
             rundir.parse_json(text)
     with pytest.raises(json.JSONDecodeError):
         rundir.parse_json('{"a": ')
+    # A cut string full of escaped quotes is scanned once (a scan that restarted at each quote took
+    # minutes on this line: quadratic).
+    with pytest.raises(ValueError):
+        rundir.parse_json("[" * 101 + '"' + '\\"x' * 100_000)
     brackets = '"' + "[{" * 500 + '\\"'  # brackets inside strings do not nest
     assert rundir.parse_json(json.dumps({"text": brackets, "moves": [{"a": [1]}] * 300})) == \
         {"text": brackets, "moves": [{"a": [1]}] * 300}
