@@ -139,9 +139,10 @@ def failure_notes(board: Sequence[dict]) -> list[str]:
 
 def _tournament_info(out_dir: Path) -> dict:
     try:
-        return json.loads((Path(out_dir) / "tournament.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        info = rundir.parse_json((Path(out_dir) / "tournament.json").read_text())  # depth and number size bounded
+    except (OSError, ValueError):
         return {}
+    return info if isinstance(info, dict) else {}
 
 
 def player_kinds(out_dir: Path) -> dict[str, str]:

@@ -118,7 +118,7 @@ def _record_settings(spec: TournamentSpec, out_dir: Path, settings: dict, extra:
     info_file = out_dir / "tournament.json"
     if info_file.is_file() and (out_dir / RESULTS_FILE).is_file() and (out_dir / RESULTS_FILE).stat().st_size:
         try:
-            before = json.loads(rundir.read_text(info_file))
+            before = rundir.parse_json(rundir.read_text(info_file))  # depth and number size bounded
         except ValueError:
             before = {}
         before = before.get("settings", {}) if isinstance(before, dict) else {}

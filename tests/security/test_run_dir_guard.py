@@ -398,6 +398,15 @@ def test_a_tournament_rerun_over_a_damaged_results_file_is_one_line(tmp_path, ca
     assert "results.jsonl: line 1 is not a JSON object" in _one_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("bad", [DEEP, HUGE, "[1]"])
+def test_a_tournament_json_past_the_readers_bounds_is_written_anew(tmp_path, bad):
+    out = tmp_path / "t"
+    assert len(run_tournament(_scripted_spec(), out, progress=False)) == 2
+    (out / "tournament.json").write_text(bad)
+    assert len(run_tournament(_scripted_spec(), out, progress=False)) == 2  # (was a RecursionError traceback)
+    assert isinstance(json.loads((out / "tournament.json").read_text()), dict)
+
+
 @pytest.mark.parametrize("bad", [DEEP, '{"iteration": ' + "9" * 5000 + "}"])
 def test_a_trainer_state_past_the_readers_bounds_is_a_run_dir_error(tmp_path, bad):
     from cogym.runners.train.checkpoint import read_trainer_state
