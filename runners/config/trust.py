@@ -53,9 +53,9 @@ def _where(module: str) -> list[str]:
 
 
 def _installed(module: str) -> bool:
-    """Whether dotted ``module`` comes from Python's installation: the standard library, site-packages
-    (a package installed editable included), cogym itself, or nothing on disk (built in; or not found,
-    which its import then says). Anything else on the path (the working directory, a PYTHONPATH entry)
+    """Whether dotted ``module`` comes from Python's installation: the standard library, site-packages,
+    cogym itself, or nothing on disk (built in, or only an import hook; or not found, which its import
+    then says). Anything else on the path (the working directory, a PYTHONPATH entry)
     may be a folder someone else's archive unpacked."""
     if module.split(".")[0] == "cogym":
         return True
