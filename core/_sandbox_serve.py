@@ -358,18 +358,26 @@ class Forks:
                 kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        # Then whatever left the fork's group (a double fork and setsid): this process is a subreaper, so
-        # such a process is still its child, and dies here with the call that made it (no spare exists now).
-        for _ in range(50):
-            children = _living_children()
-            if not children:
-                break
-            for pid in children:
+        self.sweep(spare_or_fork=child)
+
+    def sweep(self, spare_or_fork: int | None) -> None:
+        """Without namespaces: kill every child of this process but ``spare_or_fork``. This process is a
+        subreaper, so what left a call's process group (a double fork and setsid) is still its child and dies
+        with the call; what a killed process had started becomes its child as that one dies, and goes at
+        the latest before the next call (``_settle``). Never waits: a call's latency holds no sweep."""
+        if self.config["namespaces"]:
+            return
+        killed = {spare_or_fork}
+        for _ in range(100):
+            new = [pid for pid in _living_children() if pid not in killed]
+            if not new:
+                return
+            for pid in new:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            time.sleep(0.001)
+            killed.update(new)
 
     def reap(self, block: bool) -> None:
         """Reap dead forks and the orphans they left (this process is PID 1 or a subreaper); ``block`` waits
@@ -394,6 +402,7 @@ class Forks:
             except ChildProcessError:
                 pass
             self.last = None
+        self.sweep(self.spare[0] if self.spare else None)
         if self.tmp and os.path.isdir(self.tmp):
             for entry in os.scandir(self.tmp):
                 if entry.is_dir(follow_symlinks=False):
