@@ -77,8 +77,8 @@ PATHS = [pytest.param(score_path, id="score"), pytest.param(step_path, id="env.s
 
 @pytest.fixture
 def outside() -> Iterator[Path]:
-    """A directory outside the sandbox's private tmpfs where payloads try to leave files (/var/tmp: a place
-    the sandbox sees, unlike a directory in the host's /tmp)."""
+    """A directory outside the sandbox's private tmpfs where payloads try to leave files (in /var/tmp, which
+    the sandbox hides like the host's /tmp; the fallback sees both)."""
     base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
     path = Path(tempfile.mkdtemp(prefix="cogym-sandbox-test-", dir=base))
     yield path
