@@ -141,11 +141,7 @@ _WORKER_SCRIPT = Path(__file__).with_name("_math_verify_worker.py")
 _KILL_MARGIN_S = 0.25
 
 
-# The sandboxed worker every scorer of model output runs in (cogym.core.sandbox); the old name stays.
-WorkerProcess = Sandbox
-
-
-class _MathVerifyWorker(WorkerProcess):
+class _MathVerifyWorker(Sandbox):
     """One sandboxed worker per Python process, shared by every MathVerify; calls are serialized."""
 
     def __init__(self) -> None:
