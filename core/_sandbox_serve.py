@@ -18,8 +18,9 @@ socket, rlimits on CPU time and address space, and an interval timer. It writes 
 call fail with the handler's ``FAILED`` reply. Then every other process in the sandbox is killed (PID 1
 kills -1; without namespaces, the fork's process group and every other child of this process, which is a
 subreaper, so a double-forked process is its child too), so nothing a call starts outlives it or sees the
-next call -- unless, without namespaces, it kills this process first (docs/security.md). Code that runs in the fork can still write a well-formed frame of its own and exit: it owns
-that one call's reply (as it could by returning a value that compares equal to anything), never another's.
+next call -- unless, without namespaces, it kills this process first (docs/security.md). Code that runs in
+the fork can still write a well-formed frame of its own and exit: it owns that one call's reply (as it
+could by returning a value that compares equal to anything), never another's.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -37,7 +38,9 @@ import numpy as np
 
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
+from cogym.core.text import brief
 from cogym.core.types import SamplingParams
+from cogym.runners import rundir
 
 from cogym.runners.rollout.agents import model_agent
 from cogym.runners.config.schema import LeagueConfig
@@ -223,9 +226,7 @@ class League:
 
     def load(self, path: Path) -> None:
         """Restore a saved league exactly (members' weights, counts, ratings); ``size`` applies after."""
-        state = json.loads((path / STATE_FILE).read_text())
-        if state.get("version") != 1:
-            raise ValueError(f"{path / STATE_FILE}: unsupported league state version {state.get('version')!r}")
+        state = read_league_state(path / STATE_FILE)
         dtype, device = next(self.policy.model.parameters()).dtype, str(self.policy.device)
         self.members = []
         for name in state["members"]:
@@ -237,7 +238,10 @@ class League:
         self.iterations = {k: int(v) for k, v in state["iterations"].items()}
         self.wins = {k: float(v) for k, v in state["wins"].items()}
         self.games = {k: int(v) for k, v in state["games"].items()}
-        self.ratings = StreamingRatings.from_state_dict(state["ratings"])
+        try:
+            self.ratings = StreamingRatings.from_state_dict(state["ratings"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise rundir.RunDirError(f"{path / STATE_FILE}: its ratings cannot be read ({brief(str(exc))})") from None
 
     def start(self, iteration: int, checkpoint: Path | None) -> None:
         """At the start of training (``iteration`` = the last one done): the checkpoint's league, or, with
@@ -246,6 +250,32 @@ class League:
             self.load(checkpoint / "league")
         else:
             self.add(iteration)
+
+
+def read_league_state(file: Path) -> dict:
+    """A checkpoint's ``league.json`` (a checkpoint may come from anyone): a version-1 state whose members
+    are plain directory names of that folder (no path leaves it) and whose counts are numbers keyed by
+    them, else a one-line :class:`~cogym.runners.rundir.RunDirError`."""
+    try:
+        state = rundir.parse_json(rundir.read_text(file, file.parent))
+    except ValueError as exc:
+        raise rundir.RunDirError(f"{file}: not a league state ({brief(str(exc))})") from None
+    if not isinstance(state, dict) or state.get("version") != 1:
+        version = state.get("version") if isinstance(state, dict) else None
+        raise rundir.RunDirError(f"{file}: unsupported league state version {brief(version)}")
+    members = state.get("members")
+    names_ok = isinstance(members, list) and all(
+        isinstance(m, str) and m not in ("", ".", "..") and "/" not in m and "\\" not in m and "\0" not in m
+        for m in members)
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or math.isfinite(v))
+    counts_ok = all(isinstance(state.get(k), dict) and all(isinstance(n, str) and number(v) for n, v in state[k].items())
+                    for k in ("iterations", "wins", "games"))
+    if not names_ok or not counts_ok or not set(members) <= set(state["iterations"]) \
+            or not isinstance(state.get("ratings"), dict):
+        raise rundir.RunDirError(f"{file}: a league state of the wrong shape (members must be directory names "
+                                 "in that folder, iterations/wins/games numbers keyed by name)")
+    return state
 
 
 class LeagueHook(TrainHook):

@@ -416,3 +416,23 @@ def test_a_trainer_state_past_the_readers_bounds_is_a_run_dir_error(tmp_path, ba
     (ckpt / "trainer_state.json").write_text(bad)
     with pytest.raises(RunDirError, match="is not JSON"):
         read_trainer_state(ckpt)
+
+
+@pytest.mark.parametrize("state, why", [
+    ("[" * 100_000, "not a league state"), ('{"version": 2}', "unsupported league state version 2"),
+    ('{"version": 1, "members": ["../../elsewhere"], "iterations": {"../../elsewhere": 1}, "wins": {}, "games": {}, '
+     '"ratings": {}}', "wrong shape"),
+    ('{"version": 1, "members": ["a"], "iterations": {"a": "x"}, "wins": {}, "games": {}, "ratings": {}}', "wrong shape"),
+    ('{"version": 1, "members": ["a"], "iterations": {}, "wins": {}, "games": {}, "ratings": {}}', "wrong shape"),
+])
+def test_a_checkpoints_league_state_of_the_wrong_shape_is_one_line(tmp_path: Path, state: str, why: str) -> None:
+    from cogym.runners.train.league import STATE_FILE, read_league_state
+
+    (tmp_path / STATE_FILE).write_text(state)
+    with pytest.raises(RunDirError, match=why) as err:  # member names are paths: none may leave the folder
+        read_league_state(tmp_path / STATE_FILE)
+    assert "\n" not in str(err.value)
+    good = {"version": 1, "members": ["m1"], "iterations": {"m1": 1}, "wins": {"m1": 0.5}, "games": {"m1": 2},
+            "ratings": {}}
+    (tmp_path / STATE_FILE).write_text(json.dumps(good))
+    assert read_league_state(tmp_path / STATE_FILE) == good
