@@ -29,16 +29,18 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("config", nargs="?", default=None, help="YAML config (default: the shipped proposer_solver.yaml)")
     t.add_argument("overrides", nargs="*", help="dotted overrides, e.g. learners.solver.lr=1e-4 run.iterations=10")
     t.add_argument("--run-dir", help="where to write the run (default: <run.out_dir>/<run.name>-<time>); a directory "
-                   "that holds files cogym did not write is refused unless --overwrite")
+                   "that holds files (yours, or an earlier run's) is refused unless --overwrite or --resume")
     t.add_argument("--overwrite", action="store_true",
-                   help="use a --run-dir that holds files cogym did not write: cogym replaces only the files it "
-                        "writes itself (config.yaml, metrics.jsonl, summary.json, ...) and deletes nothing else")
+                   help="use a --run-dir that holds files: cogym replaces only the files it writes itself "
+                        "(config.yaml, metrics.jsonl, summary.json, an earlier run's checkpoints, ...) and deletes "
+                        "nothing else")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint (a finished "
-                   "run is left as it is); it prints the game modules of RUN_DIR/config.yaml it imports and refuses "
-                   "one inside RUN_DIR, or one that CONFIG (when given) does not name, unless --trust-run-modules")
+                   "run is left as it is); it prints the game modules RUN_DIR/config.yaml names and refuses each one "
+                   "the command line (CONFIG or game.modules=[...]) does not name, unless it is part of Python's "
+                   "installation or --trust-run-modules is given")
     t.add_argument("--trust-run-modules", action="store_true",
-                   help="--resume: import the game/algorithm modules RUN_DIR/config.yaml names even when they live "
-                        "inside RUN_DIR or CONFIG does not name them (they run as your code: trust the run's author)")
+                   help="--resume: import the game/algorithm modules RUN_DIR/config.yaml names although the command "
+                        "line does not name them (they run as your code: trust the run's author)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--strict", action="store_true",
                    help="warnings about the run are errors (run.strict=true): a policy that got no turns, or only "
