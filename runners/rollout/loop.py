@@ -480,11 +480,10 @@ def game_failure(env: Any, seed: int, where: str, seat: str | None, role: str | 
     who = f"seat {seat!r} (role {role!r}{f', policy {policy_id!r}' if policy_id else ''})" if seat else "no seat (reset)"
     if broke:  # a report may hold model output: each part escaped to one line
         what, value, rule = (printable(x, keep="") for x in (exc.what, shown_value(exc.value), exc.rule))
-    if isinstance(exc, PlayLimit):  # one line: the game, the seat, the size and the limit
-        return GameContractError(
-            f"game {game_id} (seed {seed}, {where}): {who} {what} {value}, "
-            f"over the limit: {rule}; game.on_error=skip drops such games and counts them", record)
-    if broke:
+        if isinstance(exc, PlayLimit):  # one line: the game, the seat, the size and the limit
+            return GameContractError(
+                f"game {game_id} (seed {seed}, {where}): {who} {what} {value}, "
+                f"over the limit: {rule}; game.on_error=skip drops such games and counts them", record)
         faulty = who if exc.seat == seat else f"seat {exc.seat!r} (role {_role_of(game, exc.seat)!r})"
         lines = [f"game {game_id} broke the game contract during play ({where}, seed {seed}):",
                  f"  {faulty} {what} {value}",
