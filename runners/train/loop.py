@@ -67,32 +67,36 @@ from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.iteration import Sampler, data_parallel, grouped, iteration_seeds, mixed_prompt_groups
 from cogym.runners.train.sinks import forget_attempt, Sinks, open_sinks
 from cogym.runners.rollout.tokens import token_rollout
+from cogym.core.threads import cpu_capacity, ThreadPolicy
 from cogym.runners.tournament.transcripts import train_rows, transcripts_due
 
 __all__ = ["train", "driver_threads"]
 
 
-def driver_threads(cfg: Config, cores: int, default: int) -> int:
-    """The torch threads of the training process (0: torch's default, ``default``). ``run.threads`` when
-    set. Else 1 at token level: play is many small forwards (one id a row, a forward a step), which
-    threads split at a loss, and under CPU contention OpenMP's spin-waits make tens of times slower.
-    Else, in one-step off-policy mode on a local Ray cluster with the learners in the driver and
-    rollout workers without GPUs, the ``cores`` the workers' threads leave (each runs
-    :func:`~cogym.runners.ray.pool.actor_threads` of ``ray.num_cpus``), at least 1 and at most
-    ``default``: the update runs while the workers roll out, and threads beyond the cores only make
-    both wait on each other (on 2 cores the default `cogym train --ray run.async=one_step` went from
-    0.33 to 0.29 s an iteration; docs/ray.md)."""
+def driver_threads(cfg: Config, capacity: int, default: int, world: int = 1) -> ThreadPolicy:
+    """The torch threads of the training process, as a :class:`~cogym.core.threads.ThreadPolicy` whose
+    ``adjust`` each iteration calls. ``run.threads`` pins them when set. Else 1 at token level: play is many
+    small forwards (one id a row, a forward a step), which threads split at a loss. Else at most ``default``
+    (torch's, which respects ``OMP_NUM_THREADS``) and the ``capacity`` cores this process may use
+    (affinity, cgroup quota) less what cogym runs beside it: with ``--nproc`` (``world`` ranks) a rank's
+    share; in one-step off-policy mode on a local Ray cluster with the learners in the driver and rollout
+    workers without GPUs, the cores the workers' threads take (each runs
+    :func:`~cogym.runners.ray.pool.actor_threads` of ``ray.num_cpus``): the update runs while they roll
+    out (on 2 cores the default `cogym train --ray run.async=one_step` went from 0.33 to 0.29 s an
+    iteration; docs/ray.md). Under that ceiling the count follows the load other processes put on the
+    cores, at least 1 (docs/performance.md)."""
     if cfg.run.threads:
-        return cfg.run.threads
+        return ThreadPolicy(pinned=cfg.run.threads, capacity=capacity)
     if cfg.game.granularity == "token":
-        return 1
+        return ThreadPolicy(pinned=1, capacity=capacity)
+    reserved = capacity - capacity / max(1, world)
     rc = cfg.ray
     if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
             and rc.learners == "driver" and not rc.num_gpus):
         from cogym.runners.ray.pool import actor_threads
 
-        return max(1, min(cores - rc.num_rollout_workers * actor_threads(rc.num_cpus), default))
-    return 0
+        reserved += rc.num_rollout_workers * actor_threads(rc.num_cpus)
+    return ThreadPolicy(ceiling=default, reserved=reserved, capacity=capacity)
 
 
 def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progress: bool = True,
@@ -130,14 +134,13 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                       f"to resume, its summary.json is kept (add run.iterations=N to train on)", file=sys.stderr)
             return {**kept, "already_finished": True}
     threads_before = torch.get_num_threads()
-    threads = driver_threads(cfg, os.cpu_count() or 1, threads_before)
-    if threads:
-        torch.set_num_threads(threads)
+    threads = driver_threads(cfg, cpu_capacity(), threads_before, dist.world_size())
+    threads.apply()
     try:
         restarts = 0
         while True:
             try:
-                return _train(cfg, run_path, start_it, ckpt, t_start, progress, restarts)
+                return _train(cfg, run_path, start_it, ckpt, t_start, progress, threads, restarts)
             except LearnerDied as exc:  # Ray only: a learner actor died with its optimizer state
                 ckpt = last_checkpoint(run_path)
                 if restarts >= cfg.ray.max_restarts:
@@ -253,21 +256,21 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
 
 
 def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
-           restarts: int = 0) -> dict:
+           threads: ThreadPolicy, restarts: int = 0) -> dict:
     pool = None
     if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray/rollout.py)
         from cogym.runners.ray.rollout import RayRollout
 
         pool = RayRollout(cfg, ckpt)
     try:
-        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool, restarts)
+        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool, threads, restarts)
     finally:
         if pool is not None:
             pool.close()
 
 
 def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
-          pool, learner_restarts: int = 0) -> dict:
+          pool, threads: ThreadPolicy, learner_restarts: int = 0) -> dict:
     run = _restore(cfg, ckpt, pool.learners if pool is not None and pool.learners else None)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg, run.roles, start_it, main)
@@ -297,10 +300,15 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         trained = start_it - 1  # the last iteration whose update is done
         if main and start_it > 1:
             _trim_game_errors(run_path, start_it)  # the iterations a resumed run replays log theirs again
+        said = 0  # the thread changes told on stderr
         try:
             started = sampler.start(start_it) if one_step else None
             for it in bar:
                 t_it = time.perf_counter()
+                n_threads = threads.adjust()  # fewer while other processes hold cores (docs/performance.md)
+                if len(threads.changes) > said:
+                    said = len(threads.changes)
+                    _say_threads(threads.changes[-1], said, main)
                 if one_step:  # this iteration's rollout is done or under way; start the next before updating
                     res, batches, metrics = sampler.finish(started)
                     started = sampler.start(it + 1) if it < cfg.run.iterations else None
@@ -312,7 +320,7 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
                     sinks.transcripts(_transcripts(cfg, res, it, len(run.games)))
                 if pool is not None:
                     metrics.update(_staleness(run, batches, cfg.ray.max_staleness))
-                rec = {"iteration": it, **metrics, **_update(run, batches, main)}
+                rec = {"iteration": it, **metrics, **_update(run, batches, main), "threads": n_threads}
                 trained = it
                 if pool is not None:  # the new weights reach every worker before it samples with them
                     rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
@@ -348,6 +356,8 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         summary["tokens_per_s"] = mean_last(history, "tokens_per_s", k=len(history) or 1)
         for hook in hooks:
             summary.update(hook.summary())
+        if threads.changes:
+            summary["threads_changed"] = len(threads.changes)
         if pool is not None:
             summary.update(pool.summary())
             if pool.learners:
@@ -362,6 +372,17 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
         if main:
             rundir.write_json(run_path / "summary.json", summary)
     return summary
+
+
+def _say_threads(change: tuple[int, int, float], count: int, main: bool) -> None:
+    """One stderr line for each of a run's first 3 changes of its torch threads; later ones go to metrics only."""
+    if not main or count > 3:
+        return
+    was, now, load = change
+    why = "other processes use" if now < was else "other processes now use only"
+    more = "; later changes only in metrics.jsonl's threads" if count == 3 else ""
+    tqdm.write(f"cogym train: {why} {load:.1f} of this process's cores: torch threads {was} -> {now} "
+               f"(run.threads=N pins them{more})", file=sys.stderr)
 
 
 def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:

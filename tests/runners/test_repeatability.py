@@ -1,8 +1,9 @@
 """Same seed, same numbers: the default config, run in separate processes, repeats bit for bit.
 
-Each run is a real `cogym train` process with torch's default threads (not one thread, which hides
-thread-order effects), and the two straight runs play at the same time, so each trains on a loaded
-machine: the conditions in which the packed training forward's backward once added a shared prompt's
+Each run is a real `cogym train` process with several torch threads (not one, which hides thread-order
+effects), pinned with ``run.threads`` (by default the count follows the load, core/threads.py, and a run
+whose count changed agrees with one whose did not only to float rounding), and the two straight runs play
+at the same time, so each trains on a loaded machine: the conditions in which the packed training forward's backward once added a shared prompt's
 gradient rows in thread order and two runs drifted apart from iteration 4 (learners/batch.py
 ``_positions``). A third run is killed with SIGKILL after its first checkpoint and resumed; it must
 log what the uninterrupted runs log.
@@ -22,14 +23,15 @@ from tests.processes import sigkill_once_written
 
 pytestmark = pytest.mark.extended  # four `cogym train` processes of the full default config; docs/testing.md
 COGYM = Path(sys.executable).with_name("cogym")
-TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements
+TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s", "threads")  # wall-clock measurements, the load
+THREADS = max(2, min(4, os.cpu_count() or 1))
 ITERATIONS = 5  # the drift this guards against showed from iteration 4
-ARGS = ["--no-progress", f"run.iterations={ITERATIONS}", "run.checkpoint_every=2", "eval.declared=false",
-        "run.tensorboard=false", "run.plot=false"]  # the default config (configs/proposer_solver.yaml) otherwise
+ARGS = ["--no-progress", f"run.iterations={ITERATIONS}", f"run.threads={THREADS}", "run.checkpoint_every=2",
+        "eval.declared=false", "run.tensorboard=false", "run.plot=false"]  # the default config (configs/proposer_solver.yaml) otherwise
 
 
 def _env() -> dict:
-    # Each `cogym train` is its own single-process job, with torch's default threads.
+    # Each `cogym train` is its own single-process job (no launcher's variables, no thread cap but run.threads).
     drop = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     return {**env, "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}

@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from cogym.core.threads import ThreadPolicy
 from cogym.runners.train import loop as train_mod
 from cogym.runners.config.load import load_config
 from cogym.runners.train.checkpoint import last_checkpoint
@@ -278,37 +279,50 @@ def test_resume_after_a_crash_between_checkpoints_has_no_duplicate_iterations(ru
     assert [r["iteration"] for r in _iteration_rows(path)] == [1, 2, 3]
 
 
-@pytest.mark.parametrize(("overrides", "cores", "expected"), [
-    ([], 8, 0),                                                                     # torch's default
-    (["run.threads=3"], 8, 3),                                                      # asked for
-    (["game.granularity=token"], 8, 1),
-    (["run.backend=ray"], 8, 0),                                                    # sync: they take turns
-    (["run.backend=ray", "run.async=one_step"], 8, 6),                              # 2 workers x 1 thread
-    (["run.backend=ray", "run.async=one_step"], 2, 1),
-    (["run.backend=ray", "run.async=one_step"], 64, 7),                             # at most torch's default
-    (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=4"], 2, 1),  # at least 1
-    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=0.5"], 2, 1),          # a worker runs 1 thread
-    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=1.5"], 8, 6),
-    (["run.backend=ray", "run.async=one_step", "run.threads=2"], 2, 2),
-    (["run.backend=ray", "run.async=one_step", "ray.address=local"], 8, 6),        # Ray's word for null
-    (["run.backend=ray", "run.async=one_step", "ray.address=auto"], 8, 0),         # workers maybe elsewhere
-    (["run.backend=ray", "run.async=one_step", "ray.learners=separate"], 8, 0),    # the driver does not update
-    (["run.backend=ray", "run.async=one_step", "ray.num_gpus=0.5"], 8, 0),
+@pytest.mark.parametrize(("overrides", "cores", "expected", "adaptive"), [
+    ([], 8, 7, True),                                                                       # torch's default
+    ([], 4, 4, True),                                                                       # at most the cores
+    (["run.threads=3"], 8, 3, False),                                                       # asked for: pinned
+    (["run.threads=12"], 8, 12, False),                                                     # ... even past the cores
+    (["game.granularity=token"], 8, 1, False),
+    (["run.backend=ray"], 8, 7, True),                                                      # sync: they take turns
+    (["run.backend=ray", "run.async=one_step"], 8, 6, True),                                # 2 workers x 1 thread
+    (["run.backend=ray", "run.async=one_step"], 2, 1, True),
+    (["run.backend=ray", "run.async=one_step"], 64, 7, True),                               # at most torch's default
+    (["run.backend=ray", "run.async=one_step", "ray.num_rollout_workers=1", "ray.num_cpus=4"], 2, 1, True),  # >= 1
+    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=0.5"], 2, 1, True),            # a worker runs 1 thread
+    (["run.backend=ray", "run.async=one_step", "ray.num_cpus=1.5"], 8, 6, True),
+    (["run.backend=ray", "run.async=one_step", "run.threads=2"], 2, 2, False),
+    (["run.backend=ray", "run.async=one_step", "ray.address=local"], 8, 6, True),          # Ray's word for null
+    (["run.backend=ray", "run.async=one_step", "ray.address=auto"], 8, 7, True),           # workers maybe elsewhere
+    (["run.backend=ray", "run.async=one_step", "ray.learners=separate"], 8, 7, True),      # the driver does not update
+    (["run.backend=ray", "run.async=one_step", "ray.num_gpus=0.5"], 8, 7, True),
 ])
-def test_driver_threads(overrides, cores, expected) -> None:
-    """One-step on a local cluster: the driver updates while the workers roll out, so it takes the cores
-    they leave (here torch's default is 7 threads)."""
+def test_driver_threads(overrides, cores, expected, adaptive) -> None:
+    """The driver's ceiling: torch's default (7 here) capped by the cores; one-step on a local cluster takes
+    the cores the workers leave, since the driver updates while they roll out. Below it, the count follows
+    the load unless pinned."""
     from importlib import resources
 
     cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))), overrides)
-    assert train_mod.driver_threads(cfg, cores, 7) == expected
+    policy = train_mod.driver_threads(cfg, cores, 7)
+    assert (policy.threads, policy.ceiling, policy.adaptive) == (expected, expected, adaptive)
+
+
+@pytest.mark.parametrize(("cores", "world", "expected"), [(8, 2, 4), (8, 3, 2), (2, 2, 1), (2, 4, 1)])
+def test_driver_threads_of_a_data_parallel_rank(cores, world, expected) -> None:
+    """With --nproc, a rank computes with its share of the cores (the others' ranks take the rest)."""
+    from importlib import resources
+
+    cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))), [])
+    assert train_mod.driver_threads(cfg, cores, 16, world).ceiling == expected
 
 
 def test_train_runs_with_the_driver_threads_and_restores_them(monkeypatch, tmp_path) -> None:
     from importlib import resources
 
     seen = []
-    monkeypatch.setattr(train_mod, "driver_threads", lambda cfg, cores, default: 3)
+    monkeypatch.setattr(train_mod, "driver_threads", lambda *a: ThreadPolicy(pinned=3))
     monkeypatch.setattr(train_mod, "_train", lambda *a, **k: seen.append(torch.get_num_threads()) or {})
     before = torch.get_num_threads()
     cfg = load_config(Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml"))),
