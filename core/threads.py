@@ -28,6 +28,8 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
 __all__ = ["cpu_capacity", "cgroup_cpu_quota", "LoadMonitor", "ThreadPolicy"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -238,7 +240,5 @@ class ThreadPolicy:
 
     def apply(self) -> None:
         """Set torch's intra-op threads to :attr:`threads` (nothing if they already are)."""
-        import torch
-
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
