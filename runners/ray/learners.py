@@ -25,7 +25,7 @@ from cogym.learners import torch_dist as dist
 from cogym.learners.engines import ZERO_FILE
 from cogym.runners.config.schema import Config
 from cogym.agents.backends.broadcast import gpu_id, Groups, Meet, spec
-from cogym.runners.ray.pool import enter, node_ip, ray  # ray through pool: if missing, the error names the extra
+from cogym.runners.ray.pool import adjust_threads, enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
 from cogym.runners.train.launch import free_port
@@ -56,8 +56,9 @@ class LearnerWorker:
     and its learner. After each update, rank 0 puts the new weights in the object store itself, so they
     go from here to the rollout workers without passing through the driver."""
 
-    def __init__(self, cwd: str, env: dict[str, str], threads: int, rank: int = 0, world: int = 1) -> None:
-        enter(cwd, env, threads)
+    def __init__(self, cwd: str, env: dict[str, str], threads: int, pinned: bool = True, rank: int = 0,
+                 world: int = 1) -> None:
+        enter(cwd, env, threads, pinned)
         self.rank, self.world = rank, world
         self.pid, self.policy, self.learner = None, None, None
         self.groups = Groups()  # weight groups with rollout workers (ray.weight_sync: collective)
@@ -100,6 +101,7 @@ class LearnerWorker:
     def update(self, turns: list, put: bool = True) -> tuple[dict, int, list]:
         """The learner's step on ``turns``: its metrics, its step count and :meth:`weights` (``put``: else
         ``[None, 0]``, when the weights go to the workers by :meth:`send_weights`)."""
+        adjust_threads()
         rec = self.learner.update(turns)
         return rec, self.learner.steps, (self.weights() if put else [None, 0])
 

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 from cogym.core.errors import ConfigError
+from cogym.core.threads import ThreadPolicy
 
 log = logging.getLogger("cogym.ray")
 RAY_EXTRA = "pip install 'cogym[ray]'"
@@ -55,15 +56,26 @@ def say(text: str) -> None:
     tqdm.write(f"[ray] {text}", file=sys.stderr)
 
 
-def enter(cwd: str, env: dict[str, str], threads: int) -> None:
+_THREADS: list[ThreadPolicy] = []  # the actor's thread policy (one actor a process)
+
+
+def enter(cwd: str, env: dict[str, str], threads: int, pinned: bool = True) -> None:
     """An actor's start: the driver's environment keys and working directory (relative paths in the
-    config, game.modules and models, mean the driver's), its torch threads, no loading bars."""
+    config, game.modules and models, mean the driver's), its torch threads, no loading bars. ``threads``
+    are kept when ``pinned`` (``run.threads``); else they are a ceiling, capped by the machine's cores,
+    under which :func:`adjust_threads` follows the load (core/threads.py)."""
     os.environ.update(env)
     if cwd and os.path.isdir(cwd):
         os.chdir(cwd)
-    torch.set_num_threads(threads)
+    _THREADS[:] = [ThreadPolicy(pinned=threads) if pinned else ThreadPolicy(ceiling=threads)]
+    _THREADS[0].apply()
 
     hf_logging.disable_progress_bar()  # no per-actor weight-loading bars in the driver's output
+
+
+def adjust_threads() -> int:
+    """The actor's torch threads for the work it starts now (fewer while other processes load its cores)."""
+    return _THREADS[0].adjust() if _THREADS else torch.get_num_threads()
 
 
 def node_ip() -> str:

@@ -60,7 +60,7 @@ from cogym.core.errors import LearnerDied
 from cogym.agents.backends.broadcast import COLLECTIVE_TIMEOUT_S, gpu_id, Groups, Meet, Sending, spec
 from cogym.runners.ray.colocate import engines_sleep, sleep_all, Sleepers, wake_all, with_sleep_mode
 from cogym.runners.ray.learners import first_error_first, RemoteLearner, start_learners
-from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, log, node_ip, say, StaleWorker
+from cogym.runners.ray.pool import actor_threads, ActorPool, adjust_threads, driver_env, enter, log, node_ip, say, StaleWorker
 from cogym.runners.ray.weights import attach, check, read, sees_shm, ShmWeights, WeightSlots
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
 from cogym.runners.rollout.agents import model_agent
@@ -76,8 +76,9 @@ from cogym.runners.train.league import freeze, LeagueSeating, PREFIX
 class RolloutWorker:
     """A Ray actor: the config's games and generation backends (no learners), playing shares of rollouts."""
 
-    def __init__(self, cfg: Config, index: int, cwd: str, env: dict[str, str], threads: int) -> None:
-        enter(cwd, env, threads)
+    def __init__(self, cfg: Config, index: int, cwd: str, env: dict[str, str], threads: int,
+                 pinned: bool = True) -> None:
+        enter(cwd, env, threads, pinned)
         self.cfg, self.index = cfg, index
         if any(pc.generation.backend == "vllm" for pc in cfg.policies.values()):
             bind_cpu_threads(index, threads)  # the engines this worker starts get cores of their own
@@ -175,6 +176,7 @@ class RolloutWorker:
                 league: tuple | None = None) -> RolloutResult:
         """Play games ``indices`` of the rollout (their places in its game list) with ``seeds``; ``league``:
         (each game's league opponent or None, the league's seats)."""
+        adjust_threads()
         mine = self.versions()
         wrong = {pid: (mine.get(pid), v) for pid, v in versions.items() if mine.get(pid) != v}
         lacking = sorted({o for o in league[0] if o is not None} - set(self.members)) if league is not None else []
@@ -210,7 +212,8 @@ class RayRollout(ActorPool):
         self._trained = trained_policies(cfg) if rc.learners != "driver" else []
         sleeps = engines_sleep(cfg)
         wcfg = with_sleep_mode(cfg) if sleeps else cfg
-        super().__init__(rc, RolloutWorker, lambda i: (wcfg, i, os.getcwd(), self._env, threads),
+        pinned = bool(cfg.run.threads)
+        super().__init__(rc, RolloutWorker, lambda i: (wcfg, i, os.getcwd(), self._env, threads, pinned),
                          n_learners=len(self._trained) * rc.learner_workers)
         self._sleepers = Sleepers(self, sleeps)  # vLLM engines asleep during colocated updates (GPU)
         self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
@@ -248,7 +251,7 @@ class RayRollout(ActorPool):
         threads = cfg.run.threads or actor_threads(cpus)
         self._t_learners = time.perf_counter()
         self._learner_handles = start_learners(self.ray, cfg, self._trained, self.plan.learners,
-                                               (os.getcwd(), self._env, threads), self.ckpt)
+                                               (os.getcwd(), self._env, threads, bool(cfg.run.threads)), self.ckpt)
 
     def _started(self) -> None:
         if not self._trained:

@@ -7,7 +7,7 @@ import os
 from typing import Sequence
 
 from cogym.envs import make
-from cogym.runners.ray.pool import actor_threads, ActorPool, driver_env, enter, node_ip, say
+from cogym.runners.ray.pool import actor_threads, ActorPool, adjust_threads, driver_env, enter, node_ip, say
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.settle import sides_and_fixed
 from cogym.runners.train.build import import_game_modules
@@ -19,7 +19,7 @@ class TournamentWorker:
     most ``spec.max_loaded`` at once) and games; plays shares of batches and returns their result rows."""
 
     def __init__(self, spec, index: int, cwd: str, env: dict[str, str], threads: int, modules: list[str]) -> None:
-        enter(cwd, env, threads)
+        enter(cwd, env, threads, pinned=False)
 
         import_game_modules(modules)  # games registered by --module / modules: in the driver
         self.spec, self.index, self.agents, self.envs = spec, index, Agents(spec), []
@@ -29,6 +29,7 @@ class TournamentWorker:
         return {"pid": os.getpid(), "node": node_ip()}
 
     def play(self, batch: list, seeds: list[int], batch_no: int) -> list[dict]:
+        adjust_threads()
         spec = self.spec
         self.agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
         self.envs.extend(make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(self.envs)))
