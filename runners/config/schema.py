@@ -137,7 +137,7 @@ class RunConfig:
     eval_every: int = 0  # run the evaluators every N iterations too (0: only before and after training)
     tensorboard: bool = True  # TensorBoard event files in the run directory
     plot: bool = True  # learning-curve PNGs in the run directory at the end
-    threads: int = 0  # torch intra-op threads; 0: torch's default at turn level, 1 at token level
+    threads: int = 0  # torch intra-op threads, pinned; 0: automatic, the cores free of other load (1 at token level)
     backend: Backend = "local"  # where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)
     # "off": each rollout uses the newest weights; "one_step": iteration i+1's rollout overlaps
     # iteration i's update (weights one version behind; ray only). Written ``run.async`` in YAML.

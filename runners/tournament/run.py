@@ -46,10 +46,12 @@ import math
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
 from cogym.envs import make
 from cogym.core.errors import ConfigError
+from cogym.core.threads import ThreadPolicy
 from cogym.runners import rundir
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.players import NO_RUN_CONFIG, Player
@@ -185,6 +187,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     def play(batch: list[GameKey], batch_no: int) -> list[dict]:
         if pool is not None:  # the workers hold their own agents and games
             return pool.play(batch, seeds, batch_no)
+        threads.adjust()  # fewer torch threads while other processes load this process's cores (core/threads.py)
         agents.keep_only({k.a for k in batch} | {k.b for k in batch}, spec.max_loaded)
         envs.extend(make(spec.game, **spec.game_kwargs) for _ in range(len(batch) - len(envs)))
         return play_batch(spec, batch, envs, agents, sides, fixed, seeds, batch_no)
@@ -196,6 +199,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     else:
         pool = None
     batch_no = 0
+    threads_before = torch.get_num_threads()
+    threads = ThreadPolicy(ceiling=threads_before)
     try:
         for round_no in range(rounds):
             pairs = schedule.pairs(round_no, log)
@@ -218,6 +223,7 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                 batch_no += 1
             bar.close()
     finally:
+        torch.set_num_threads(threads_before)
         if pool is not None:
             pool.close()
     # Only this tournament's games (a directory reused with other players or more games keeps those too).
