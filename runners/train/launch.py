@@ -28,6 +28,7 @@ from pathlib import Path
 from cogym.learners import registry
 
 from cogym.core.errors import ConfigError
+from cogym.core.threads import cpu_capacity
 from cogym.runners import rundir
 from cogym.runners.config.schema import Config
 
@@ -105,7 +106,7 @@ def run_workers(cmd: list[str], nproc: int, env: dict | None = None, name: str =
     base = dict(os.environ if env is None else env)
     for key in WORKER_ENV:
         base.pop(key, None)
-    base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    base.setdefault("OMP_NUM_THREADS", str(max(1, cpu_capacity() // nproc)))  # affinity and cgroup quota
     base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nproc),
                 LOCAL_WORLD_SIZE=str(nproc))
     procs: list[subprocess.Popen] = []
