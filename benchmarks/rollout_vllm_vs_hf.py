@@ -69,6 +69,11 @@ the profiles)::
     mid     30.47M       810         432     0.54       16.7s        3
     big     99.19M       249         131     0.53       16.6s        3
 
+    VLLM_CPU_OMP_THREADS_BIND=auto ... --model mid big --threads 2 --engine-arg block_size=128
+    (as before the backend's 32-token blocks and binding: vLLM's worker on 1 core)
+    mid     30.47M       740         238     0.32       17.0s        3
+    big     99.19M       290          73     0.26       17.0s        3
+
 Between runs HF's medians moved by up to 30% (mid at 2 threads: 625 and 810 tok/s), vLLM's by under
 5%; within a run both held within about 10%.
 
