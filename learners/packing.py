@@ -68,10 +68,15 @@ class _Unit:
     prompt: list[int]
     rows: list[int]
     segments: list[list[int]]  # per row: the ids fed after the prompt
+    width: int = 0  # len(prompt) + the segments' lengths, kept up to date by add()
 
-    @property
-    def width(self) -> int:
-        return len(self.prompt) + sum(len(s) for s in self.segments)
+    def __post_init__(self) -> None:
+        self.width = len(self.prompt) + sum(len(s) for s in self.segments)
+
+    def add(self, row: int, segment: list[int]) -> None:
+        self.rows.append(row)
+        self.segments.append(segment)
+        self.width += len(segment)
 
 
 def _units(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], share: bool,
@@ -96,8 +101,7 @@ def _units(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
             if unit.rows and unit.width + len(seg) > budget:
                 units.append(unit)
                 unit = _Unit(prompt, [], [])
-            unit.rows.append(i)
-            unit.segments.append(seg)
+            unit.add(i, seg)
         units.append(unit)
     return units
 
@@ -129,7 +133,10 @@ def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], h
          force: bool = False) -> PackedLayout | None:
     """The cheapest packed layout of these rows, or None when it costs more than :data:`MIN_SAVING`
     of the plain right-padded forward (never, with ``force``) or when a row is wider than
-    :data:`MAX_PACKED_WIDTH` (with ``force`` too). ``hidden``: the model's width."""
+    :data:`MAX_PACKED_WIDTH` (with ``force`` too). ``hidden``: the model's width.
+
+    The budgets are compared on widths alone (:func:`_unit_widths`, :func:`_bin_widths`: the same
+    splits and first-fit as :func:`_units` and :func:`_bins`); only the chosen one is laid out."""
     n = len(prompts)
     if n == 0:
         return None
@@ -138,70 +145,125 @@ def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], h
     widest = max(full)
     if widest > MAX_PACKED_WIDTH:  # its mask would be too large (also with packing: on)
         return None
+    groups = _group_lengths(prompts, responses, share)
     best, best_cost = None, None
     budget = widest
     while True:
-        bins = _bins(_units(prompts, responses, share, budget), budget)
-        width = max(sum(u.width for u in b) for b in bins)
-        cost = _cost([width], len(bins), hidden)
+        totals = _bin_widths(_unit_widths(groups, budget), budget)
+        cost = _cost([max(totals)], len(totals), hidden)
         if best_cost is None or cost < best_cost:
-            best, best_cost = bins, cost
+            best, best_cost = budget, cost
         if budget >= MAX_PACKED_WIDTH or budget >= sum(full):
             break
         budget = min(2 * budget, MAX_PACKED_WIDTH)
     if not force and best_cost > MIN_SAVING * plain:
         return None
-    return _layout(best, prompts, responses)
+    return _layout(_bins(_units(prompts, responses, share, best), best), prompts, responses)
+
+
+def _group_lengths(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                   share: bool) -> list[tuple[int, list[int]]]:
+    """The rows as :func:`_units` groups them, by length only, in its order: ``(prompt length, segment
+    lengths)`` of a group sharing a prompt, ``(0, [width])`` of a row laid out plain."""
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p) if share and len(p) > 0 else ("row", i), []).append(i)
+    out: list[tuple[int, list[int]]] = []
+    for key, rows in groups.items():
+        if len(rows) == 1 or key[:1] == ("row",):
+            for i in rows:
+                f = len(prompts[i]) + len(responses[i])
+                out.append((0, [max(1, f - 1) if f else 0]))
+        else:
+            out.append((len(prompts[rows[0]]), [max(0, len(responses[i]) - 1) for i in rows]))
+    return out
+
+
+def _unit_widths(groups: list[tuple[int, list[int]]], budget: int) -> list[int]:
+    """The widths of :func:`_units`' units at ``budget``, from :func:`_group_lengths`."""
+    widths = []
+    for prompt, segments in groups:
+        if prompt == 0:
+            widths.extend(segments)
+            continue
+        width, rows = prompt, 0
+        for k in segments:
+            if rows and width + k > budget:
+                widths.append(width)
+                width, rows = prompt, 0
+            width += k
+            rows += 1
+        widths.append(width)
+    return widths
+
+
+def _bin_widths(widths: list[int], budget: int) -> list[int]:
+    """The width of each packed row :func:`_bins` fills with units of these widths."""
+    room: list[int] = []
+    for w in sorted(widths, reverse=True):
+        for k, free in enumerate(room):
+            if w <= free:
+                room[k] -= w
+                break
+        else:
+            room.append(budget - w)
+    return [budget - free for free in room]
 
 
 def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
     n = len(prompts)
     lmax = max((len(r) for r in responses), default=0)
     width = max(sum(u.width for u in b) for b in bins)
-    ids = torch.zeros((len(bins), width), dtype=torch.long)
-    pos = torch.zeros((len(bins), width), dtype=torch.long)
-    seg = torch.full((len(bins), width), -1, dtype=torch.long)  # segment of each slot (-1: padding)
+    # built as Python lists, one tensor each at the end (a tensor op per slice costs more than the rest)
+    ids: list[list[int]] = []
+    pos: list[list[int]] = []
+    seg: list[list[int]] = []  # segment of each slot (-1: padding)
     parents: list[int] = []  # per segment: the segment it also reads (its prompt), or -2
-    score_row = torch.zeros((n, max(1, lmax)), dtype=torch.long)
-    score_col = torch.zeros((n, max(1, lmax)), dtype=torch.long)
+    score_row = [[0] * max(1, lmax) for _ in range(n)]
+    score_col = [[0] * max(1, lmax) for _ in range(n)]
     shared_rows = 0
     for b, units in enumerate(bins):
-        at = 0
+        ids_b: list[int] = []
+        pos_b: list[int] = []
+        seg_b: list[int] = []
         for unit in units:
             parent = -2
-            if unit.prompt:
-                p = len(unit.prompt)
-                ids[b, at:at + p] = torch.tensor(unit.prompt)
-                pos[b, at:at + p] = torch.arange(p)
+            p = len(unit.prompt)
+            if p:
+                ids_b += unit.prompt
+                pos_b += range(p)
                 parent = len(parents)
-                seg[b, at:at + p] = parent
+                seg_b += [parent] * p
                 parents.append(-2)
-                last_prompt = at + p - 1
-                at += p
+                last_prompt = len(ids_b) - 1
                 shared_rows += len(unit.rows)
             for i, s in zip(unit.rows, unit.segments):
-                k = len(s)
-                start_pos = len(unit.prompt)
-                ids[b, at:at + k] = torch.tensor(s, dtype=torch.long)
-                pos[b, at:at + k] = torch.arange(start_pos, start_pos + k)
-                seg[b, at:at + k] = len(parents)
+                at, k = len(ids_b), len(s)
+                ids_b += s
+                pos_b += range(p, p + k)
+                seg_b += [len(parents)] * k
                 parents.append(parent)
                 r = len(responses[i])
                 if r:
-                    score_row[i, :r] = b
-                    if unit.prompt:  # token 0 from the prompt's last slot, token c from response slot c-1
-                        score_col[i, 0] = last_prompt
-                        score_col[i, 1:r] = torch.arange(at, at + r - 1)
+                    score_row[i][:r] = [b] * r
+                    if p:  # token 0 from the prompt's last slot, token c from response slot c-1
+                        score_col[i][0] = last_prompt
+                        score_col[i][1:r] = range(at, at + r - 1)
                     else:  # a plain row: response token c is predicted at prompt length - 1 + c
-                        p = len(prompts[i])
-                        score_col[i, :r] = torch.arange(at + p - 1, at + p - 1 + r)
-                at += k
+                        q = len(prompts[i])
+                        score_col[i][:r] = range(at + q - 1, at + q - 1 + r)
+        fill = width - len(ids_b)
+        ids.append(ids_b + [0] * fill)
+        pos.append(pos_b + [0] * fill)
+        seg.append(seg_b + [-1] * fill)
+    ids_t, pos_t, seg_t = (torch.tensor(x, dtype=torch.long) for x in (ids, pos, seg))
+    score_row_t, score_col_t = torch.tensor(score_row, dtype=torch.long), torch.tensor(score_col, dtype=torch.long)
     parent_of = torch.tensor(parents + [-2], dtype=torch.long)  # index -1 (padding) -> -2: reads no prompt
-    up = parent_of[seg]  # (B, T) the prompt segment each slot's segment reads
+    up = parent_of[seg_t]  # (B, T) the prompt segment each slot's segment reads
     causal = torch.ones((width, width), dtype=torch.bool).tril()
-    allowed = causal & ((seg[:, :, None] == seg[:, None, :]) | (up[:, :, None] == seg[:, None, :]))
-    allowed &= (seg[:, None, :] >= 0) | torch.eye(width, dtype=torch.bool)  # padding is read by nothing but itself
-    return PackedLayout(ids, pos, allowed, score_row, score_col, shared_rows)
+    allowed = causal & ((seg_t[:, :, None] == seg_t[:, None, :]) | (up[:, :, None] == seg_t[:, None, :]))
+    allowed &= (seg_t[:, None, :] >= 0) | torch.eye(width, dtype=torch.bool)  # padding is read by nothing but itself
+    return PackedLayout(ids_t, pos_t, allowed, score_row_t, score_col_t, shared_rows)
 
 
 # ---------------------------------------------------------------------------------------------- exactness
