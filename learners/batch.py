@@ -44,22 +44,28 @@ class TokenBatch:
         n = len(turns)
         width = max(len(t.prompt_ids) + len(t.response_ids) for t in turns)
         lmax = max(len(t.response_ids) for t in turns)
-        input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-        attn = torch.zeros((n, width), dtype=torch.long)
-        resp_ids = torch.zeros((n, lmax), dtype=torch.long)
-        resp_index = torch.zeros((n, lmax), dtype=torch.long)
-        mask = torch.zeros((n, lmax))
-        logp_old = torch.zeros((n, lmax))
-        for i, t in enumerate(turns):
+        # Each tensor is built from one list of rows: a tensor op per row costs more than the rest.
+        ids, attn, resp_ids, resp_index, mask, logp_old = [], [], [], [], [], []
+        for t in turns:
             p, r = len(t.prompt_ids), len(t.response_ids)
-            input_ids[i, : p + r] = torch.tensor(t.prompt_ids + t.response_ids)
-            attn[i, : p + r] = 1
-            resp_ids[i, :r] = torch.tensor(t.response_ids)
-            resp_index[i, :r] = torch.arange(p - 1, p + r - 1)
-            mask[i, :r] = 1.0 if t.mask is None else torch.tensor(t.mask, dtype=torch.float32)
-            logp_old[i, :r] = torch.tensor(t.logprobs, dtype=torch.float32)
+            fill, rest = width - p - r, lmax - r
+            ids.append(list(t.prompt_ids) + list(t.response_ids) + [pad_id] * fill)
+            attn.append([1] * (p + r) + [0] * fill)
+            resp_ids.append(list(t.response_ids) + [0] * rest)
+            resp_index.append(list(range(p - 1, p + r - 1)) + [0] * rest)
+            if t.mask is not None and len(t.mask) != r:
+                raise ValueError(f"a turn's mask has {len(t.mask)} entries for {r} response tokens")
+            mask.append(([1.0] * r if t.mask is None else [float(m) for m in t.mask]) + [0.0] * rest)
+            if len(t.logprobs) != r:
+                raise ValueError(f"a turn has {len(t.logprobs)} log-probs for {r} response tokens")
+            logp_old.append(list(t.logprobs) + [0.0] * rest)
         scores = torch.tensor([float(t.reward) for t in turns])
-        return cls(input_ids, attn, resp_ids, resp_index, mask, logp_old, scores,
+        as_long = dict(dtype=torch.long)
+        return cls(torch.tensor(ids, **as_long).reshape(n, width), torch.tensor(attn, **as_long).reshape(n, width),
+                   torch.tensor(resp_ids, **as_long).reshape(n, lmax),
+                   torch.tensor(resp_index, **as_long).reshape(n, lmax),
+                   torch.tensor(mask, dtype=torch.float32).reshape(n, lmax),
+                   torch.tensor(logp_old, dtype=torch.float32).reshape(n, lmax), scores,
                    [t.role for t in turns], [t.group_key for t in turns], list(turns))
 
     def to(self, device: torch.device) -> "TokenBatch":
