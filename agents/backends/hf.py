@@ -7,7 +7,7 @@ import inspect
 from typing import Mapping, Sequence, TYPE_CHECKING
 
 import torch
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from cogym.agents.backends.checks import check_keys, check_update
 from cogym.agents.sampling import draw, random_keys
@@ -88,7 +88,7 @@ class HFBackend:
             with policy.gather():
                 input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
                 if self.share_prompts:
-                    kwargs.update(shared_prefill(model, input_ids, attention))
+                    kwargs.update(shared_prefill(model, input_ids, attention, room=sampling.max_new_tokens))
                 hook = getattr(model, "hf_model", model).register_forward_hook(steps, with_kwargs=True)
                 try:
                     out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
@@ -113,7 +113,7 @@ class HFBackend:
         return results
 
 
-def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: torch.Tensor) -> dict:
+def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: torch.Tensor, room: int = 0) -> dict:
     """Prefill every distinct prompt of a left-padded batch once and fan its KV cache out to the rows
     that hold it: ``generate``'s extra keyword arguments (the cache), or ``{}`` for a model that takes no
     cache this way.
@@ -122,7 +122,12 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     row, so the first sampling step is the usual one. In group sampling (the k solvers of one problem,
     ``game.group_size`` seeds) the rows of a group hold one prompt, so the prefill runs on the
     distinct prompts only. Every batch takes this path, shared prompts or not, so a row's logits do not
-    depend on whether its prompt has twins in its batch."""
+    depend on whether its prompt has twins in its batch.
+
+    ``room``: how many more ids each row will add (``max_new_tokens``). Each layer's keys and values
+    are then copied once into buffers with that room to spare, and every step writes its keys and
+    values in place (:class:`_RoomyLayer`) instead of concatenating a whole new cache. The attention
+    reads the same numbers either way, through a view of the buffer."""
     base = getattr(model, "hf_model", model)
     params = inspect.signature(base.forward).parameters
     gen = getattr(base, "generation_config", None)
@@ -148,8 +153,56 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     cache = DynamicCache(config=getattr(base, "config", None))
     model(input_ids=head_ids, attention_mask=head_mask, position_ids=positions, use_cache=True, logits_to_keep=1,
           **{arg: cache})
-    cache.batch_select_indices(torch.tensor(owner, device=input_ids.device))
+    owner_t = torch.tensor(owner, device=input_ids.device)
+    if room > 0 and all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", ())):
+        for layer in cache.layers:
+            _RoomyLayer.adopt(layer, owner_t, room)
+    else:
+        cache.batch_select_indices(owner_t)
     return {arg: cache}
+
+
+class _RoomyLayer(DynamicLayer):
+    """A :class:`DynamicLayer` whose keys and values are views of buffers with room for more ids: an
+    update writes the new ids' keys and values into the buffers in place and the layer's ``keys`` and
+    ``values`` become longer views of them (a dynamic layer concatenates a new tensor at every step,
+    copying the whole cache). Anything that replaces ``keys`` or ``values`` by other tensors (reordering,
+    a reset) turns the layer back into a concatenating one for its later updates."""
+
+    @classmethod
+    def adopt(cls, layer: DynamicLayer, rows: torch.Tensor, room: int) -> None:
+        """Turn a filled ``layer`` into a roomy one that holds its rows ``rows`` (as
+        ``batch_select_indices`` would), with space for ``room`` more ids."""
+        layer.__class__ = cls
+        layer._room = []
+        for name in ("keys", "values"):
+            old = getattr(layer, name)
+            n = old.shape[-2]
+            buf = old.new_empty((len(rows), *old.shape[1:-2], n + room, old.shape[-1]))
+            buf[..., :n, :].copy_(old.index_select(0, rows))
+            layer._room.append(buf)
+            setattr(layer, name, buf[..., :n, :])
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self._in_place(key_states.shape[-2]):
+            self._room = []
+            return super().update(key_states, value_states, *args, **kwargs)
+        keys_buf, values_buf = self._room
+        n, m = self.keys.shape[-2], key_states.shape[-2]
+        keys_buf[..., n:n + m, :].copy_(key_states)
+        values_buf[..., n:n + m, :].copy_(value_states)
+        self.keys, self.values = keys_buf[..., :n + m, :], values_buf[..., :n + m, :]
+        return self.keys, self.values
+
+    def _in_place(self, m: int) -> bool:
+        """Whether ``keys`` and ``values`` are still the buffers' views and ``m`` more ids fit."""
+        if not self._room or not self.is_initialized or self.keys is None or self.values is None:
+            return False
+        keys_buf, values_buf = self._room
+        return (self.keys.data_ptr() == keys_buf.data_ptr() and self.values.data_ptr() == values_buf.data_ptr()
+                and self.keys.shape[:-2] == keys_buf.shape[:-2] and self.values.shape[:-2] == values_buf.shape[:-2]
+                and self.keys.stride() == keys_buf.stride() and self.values.stride() == values_buf.stride()
+                and self.keys.shape[-2] == self.values.shape[-2] and self.keys.shape[-2] + m <= keys_buf.shape[-2])
 
 
 class _KeyedDraw:
