@@ -27,7 +27,8 @@ from typing import Any, Mapping, Sequence, TYPE_CHECKING
 import torch
 
 from cogym.agents.backends.checks import check_update
-from cogym.agents.backends.vllm import LLM, engine_arguments, load_into, require_vllm, sample, shutdown, Sleeper
+from cogym.agents.backends.vllm import LLM, cpu_threads_bound, engine_arguments, load_into, require_vllm, sample, shutdown, \
+    Sleeper
 from cogym.agents.loading import resolve_model_dir
 from cogym.core.types import Generation, SamplingParams
 
@@ -89,7 +90,8 @@ class LoraEngine(Sleeper):
             first = next(iter(self.adapters.values()))
             lora = dict(enable_lora=True, max_loras=len(self.adapters), max_lora_rank=lora_rank(max(self.ranks.values())))
             self._dir = tempfile.mkdtemp(prefix="cogym-vllm-lora-")
-            self._llm = LLM(model=self.base_dir, **engine_arguments(first, self.engine_args, **lora))
+            with cpu_threads_bound():  # on a small CPU machine the engine computes on every core
+                self._llm = LLM(model=self.base_dir, **engine_arguments(first, self.engine_args, **lora))
         return self._llm
 
     def publish(self, name: str) -> Any:
