@@ -200,8 +200,12 @@ class ThreadPolicy:
 
     def __init__(self, pinned: int = 0, ceiling: int | None = None, reserved: float = 0.0, capacity: int | None = None,
                  adaptive: bool = True, interval_s: float = 1.0, monitor: LoadMonitor | None = None,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, seen: int | None = None) -> None:
         self.capacity = capacity if capacity is not None else cpu_capacity()
+        # the cores the load is measured on (the affinity's): a cgroup quota below them caps the threads,
+        # but other processes' load on them leaves min(quota, cores - load), not quota - load
+        self.seen = seen if seen is not None else len(monitor.cores) if isinstance(monitor, LoadMonitor) else \
+            len(_affinity())
         if pinned:
             self.ceiling = pinned
         else:
@@ -218,7 +222,7 @@ class ThreadPolicy:
         self.last_load: float | None = None
 
     def _target(self, load: float) -> int:
-        free = self.capacity - load
+        free = min(self.capacity, max(self.seen, self.capacity) - load)
         down = math.floor(free + self.DOWN_AT)  # 2 cores: 0.3 cores of other load leave 1.7: one thread
         up = math.floor(free + self.UP_BELOW)  # ... and it comes back once the load is under 0.2
         target = down if down < self.threads else up if up > self.threads else self.threads

@@ -83,7 +83,7 @@ def test_threads_follow_the_load_with_hysteresis() -> None:
     loads = [0.0, 0.29, 0.31, 0.25, 0.21, 0.19, 1.0, 1.9, 0.0]
     expected = [2, 2, 1, 1, 1, 2, 1, 1, 2]
     clock = Clock()
-    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=FakeMonitor(loads), clock=clock, interval_s=1.0)
+    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=FakeMonitor(loads), clock=clock, interval_s=1.0, seen=2)
     got = []
     for _ in loads:
         clock.t += 1.0
@@ -93,10 +93,22 @@ def test_threads_follow_the_load_with_hysteresis() -> None:
     assert [(a, b) for a, b, _ in policy.changes] == [(2, 1), (1, 2), (2, 1), (1, 2)]
 
 
+def test_a_quota_below_the_cores_counts_only_the_cores_left() -> None:
+    """A container with a 2-core quota on a 64-core host: 40 cores of other tenants' load still leave it
+    its 2; 63 leave one."""
+    clock = Clock()
+    policy = ThreadPolicy(ceiling=8, capacity=2, monitor=FakeMonitor([40.0, 63.0]), clock=clock, seen=64)
+    assert policy.ceiling == 2
+    clock.t = 2
+    assert policy.adjust() == 2
+    clock.t = 4
+    assert policy.adjust() == 1
+
+
 def test_no_measure_before_the_interval() -> None:
     clock = Clock()
     monitor = FakeMonitor([1.5])
-    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=monitor, clock=clock, interval_s=2.0)
+    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=monitor, clock=clock, interval_s=2.0, seen=2)
     clock.t = 1.0
     assert policy.adjust() == 2 and monitor.loads == [1.5]  # not measured yet
     clock.t = 2.5
@@ -105,7 +117,7 @@ def test_no_measure_before_the_interval() -> None:
 
 def test_an_unreadable_load_keeps_the_count() -> None:
     clock = Clock()
-    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=FakeMonitor([None, None]), clock=clock)
+    policy = ThreadPolicy(ceiling=2, capacity=2, monitor=FakeMonitor([None, None]), clock=clock, seen=2)
     clock.t = 5
     assert policy.adjust() == 2 and not policy.changes
 
