@@ -212,7 +212,7 @@ class ThreadPolicy:
             room = max(1, math.floor(self.capacity - reserved + 1e-9))
             self.ceiling = max(1, min(ceiling or room, room))
         self.pinned = bool(pinned)
-        self.adaptive = adaptive and not pinned
+        self.adaptive = adaptive and not pinned and self.ceiling > 1  # at 1 there is nothing to give back
         self.threads = self.ceiling
         self.interval_s = interval_s
         self._clock = clock
