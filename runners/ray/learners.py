@@ -56,8 +56,8 @@ class LearnerWorker:
     and its learner. After each update, rank 0 puts the new weights in the object store itself, so they
     go from here to the rollout workers without passing through the driver."""
 
-    def __init__(self, cwd: str, env: dict[str, str], threads: int, pinned: bool = True, rank: int = 0,
-                 world: int = 1) -> None:
+    def __init__(self, cwd: str, env: dict[str, str], threads: int, rank: int = 0, world: int = 1,
+                 pinned: bool = True) -> None:
         enter(cwd, env, threads, pinned)
         self.rank, self.world = rank, world
         self.pid, self.policy, self.learner = None, None, None
@@ -227,11 +227,12 @@ class RemoteLearner:
 def start_learners(ray, cfg: Config, trained: list[str], options: list[dict], args: tuple, ckpt: Path | None
                    ) -> dict[str, tuple[list, list]]:
     """Each trained policy's learner actors (``options[k]``: actor k's Ray options, policies in order,
-    ``ray.learner_workers`` each), joining their groups and building their learners; returns
+    ``ray.learner_workers`` each; ``args``: :class:`LearnerWorker`'s cwd, env, threads and optionally pinned),
+    joining their groups and building their learners; returns
     ``{policy: (handles in rank order, their build calls)}``: each call's answer is the actor's ping."""
     n = cfg.ray.learner_workers
     actor = ray.remote(LearnerWorker)
-    handles = {pid: [actor.options(max_restarts=0, **options[i * n + r]).remote(*args, r, n) for r in range(n)]
+    handles = {pid: [actor.options(max_restarts=0, **options[i * n + r]).remote(*args[:3], r, n, *args[3:]) for r in range(n)]
                for i, pid in enumerate(trained)}
     meet = dict.fromkeys(trained)
     if n > 1:  # every group's rank 0 is up (all start at once) and names its rendezvous
