@@ -191,9 +191,9 @@ class ThreadPolicy:
     ``pinned`` (``run.threads``) is kept whatever happens. Otherwise the ceiling is ``ceiling`` (torch's
     default, which respects ``OMP_NUM_THREADS``) capped by :func:`cpu_capacity` less ``reserved`` cores
     (what cogym runs beside this process), at least 1; under it, the count follows the load: the cores
-    left by other processes, rounded so that a third of a core of other load already costs a thread (a
-    neighbour that takes a core now and then stalls every barrier it lands on), and back up only when
-    less than a fifth of one is in use. ``adaptive=False`` keeps the ceiling (token-level play, which
+    left by other processes, rounded so that more than 0.3 of a core of other load already costs a thread
+    (a neighbour that takes a core now and then stalls every barrier it lands on), given back only when
+    at most 0.2 of one is in use. ``adaptive=False`` keeps the ceiling (token-level play, which
     runs on one thread whatever the machine)."""
 
     DOWN_AT, UP_BELOW = 0.3, 0.2  # cores of other load that cost a thread, and that give it back
@@ -223,8 +223,8 @@ class ThreadPolicy:
 
     def _target(self, load: float) -> int:
         free = min(self.capacity, max(self.seen, self.capacity) - load)
-        down = math.floor(free + self.DOWN_AT)  # 2 cores: 0.3 cores of other load leave 1.7: one thread
-        up = math.floor(free + self.UP_BELOW)  # ... and it comes back once the load is under 0.2
+        down = math.floor(free + self.DOWN_AT)  # 2 cores: over 0.3 cores of other load leave 1 thread
+        up = math.floor(free + self.UP_BELOW)  # ... and the second comes back at 0.2 or less
         target = down if down < self.threads else up if up > self.threads else self.threads
         return max(1, min(self.ceiling, target))
 

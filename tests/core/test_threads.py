@@ -79,7 +79,7 @@ def test_the_ceiling_is_the_cores_left_and_torch_default() -> None:
 
 
 def test_threads_follow_the_load_with_hysteresis() -> None:
-    """2 cores: a third of a core of other load costs a thread; it comes back under a fifth."""
+    """2 cores: more than 0.3 cores of other load cost a thread; it comes back at 0.2 or less."""
     loads = [0.0, 0.29, 0.31, 0.25, 0.21, 0.19, 1.0, 1.9, 0.0]
     expected = [2, 2, 1, 1, 1, 2, 1, 1, 2]
     clock = Clock()
