@@ -380,9 +380,9 @@ def _say_threads(change: tuple[int, int, float], count: int, main: bool) -> None
         return
     was, now, load = change
     why = "other processes use" if now < was else "other processes now use only"
-    more = "; later changes only in metrics.jsonl's threads" if count == 3 else ""
-    tqdm.write(f"cogym train: {why} {load:.1f} of this process's cores: torch threads {was} -> {now} "
-               f"(run.threads=N pins them{more})", file=sys.stderr)
+    more = "; later changes go to metrics.jsonl only" if count == 3 else ""
+    tqdm.write(f"cogym train: torch threads {was} -> {now}: {why} {load:.1f} cores\n"
+               f"  (run.threads=N pins the count{more})", file=sys.stderr)
 
 
 def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:
