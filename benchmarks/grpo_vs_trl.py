@@ -109,13 +109,19 @@ def require_trl() -> None:
 
 # ------------------------------------------------------------------------------ workload files
 def build_mid_model(directory: Path, seed: int = 0) -> Path:
-    """A random-init Llama of :data:`MID_MODEL`'s shape over the tiny model's char tokenizer, saved
-    (weights, tokenizer, chat template) to ``directory``: both sides load these exact weights."""
+    """A random-init Llama of :data:`MID_MODEL`'s shape (:func:`build_llama`): both sides load these exact
+    weights."""
+    return build_llama(directory, MID_MODEL, seed)
+
+
+def build_llama(directory: Path, shape: dict, seed: int = 0) -> Path:
+    """A random-init Llama of ``shape`` over the tiny model's char tokenizer (tied embeddings), saved
+    (weights, tokenizer, chat template) to ``directory``."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tiny = json.loads((tiny_model_path() / "config.json").read_text())
     cfg = LlamaConfig(vocab_size=tiny["vocab_size"], bos_token_id=tiny["bos_token_id"], eos_token_id=tiny["eos_token_id"],
-                      pad_token_id=tiny["pad_token_id"], tie_word_embeddings=True, **MID_MODEL)
+                      pad_token_id=tiny["pad_token_id"], tie_word_embeddings=True, **shape)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(cfg)
     directory.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,6 @@ import json
 import os
 import random
 import re
-import shutil
 import statistics
 import tempfile
 import time
@@ -106,14 +105,14 @@ from cogym.agents.backends.vllm import VLLMBackend, require_vllm
 from cogym.agents.loading import tiny_model_path
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
+from grpo_vs_trl import build_llama, MID_MODEL  # benchmarks/ is on sys.path when this script runs
 
 # Random-init Llama shapes over the tiny model's char tokenizer (tied embeddings); mid is grpo_vs_trl.py's
 # MID_MODEL (the same weights for the same seed).
 SHAPES = {
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
                   intermediate_size=768, max_position_embeddings=512),
-    "mid": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
-                intermediate_size=1792, max_position_embeddings=512),
+    "mid": MID_MODEL,
     "big": dict(hidden_size=768, num_hidden_layers=14, num_attention_heads=12, num_key_value_heads=12,
                 intermediate_size=2048, max_position_embeddings=512),
 }
@@ -136,23 +135,6 @@ class Options:
 def params(policy: Policy) -> int:
     """The model's parameter count (a tied embedding counted once)."""
     return sum(p.numel() for p in policy.model.parameters())
-
-
-def build_llama(directory: Path, shape: dict, seed: int = 0) -> Path:
-    """A random-init Llama of ``shape`` over the tiny model's char tokenizer, saved (weights, tokenizer, chat
-    template) to ``directory``, built as ``grpo_vs_trl.build_mid_model`` builds its model."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tiny = json.loads((tiny_model_path() / "config.json").read_text())
-    cfg = LlamaConfig(vocab_size=tiny["vocab_size"], bos_token_id=tiny["bos_token_id"], eos_token_id=tiny["eos_token_id"],
-                      pad_token_id=tiny["pad_token_id"], tie_word_embeddings=True, **shape)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(tiny_model_path() / name, directory / name)
-    return directory
 
 
 def start_vllm(policy: Policy, opts: Options, tag: str) -> float:
