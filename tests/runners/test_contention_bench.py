@@ -3,24 +3,19 @@ they started), and one real tiny run's figures (the comparisons themselves are r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "contention.py"
+from tests.bench_scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("contention_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    with benchmark_module("contention", "contention_bench") as module:
+        yield module
 
 
 def test_modes(bench) -> None:

@@ -3,29 +3,24 @@ same weights, see the same prompt ids, make the same number of completions and o
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.bench_scripts import benchmark_module
+
 pytest.importorskip("trl", reason="TRL is the benchmark extra: pip install -e '.[bench]'")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "grpo_vs_trl.py"
 # TRL itself still asks the model the deprecated name
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("grpo_vs_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with benchmark_module("grpo_vs_trl") as module:
+        yield module
 
 
 def test_one_alternating_step_sees_the_same_prompts_and_completions(bench, tmp_path: Path) -> None:

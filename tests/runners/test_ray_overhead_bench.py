@@ -3,23 +3,16 @@ made-up timings (the benchmark itself runs `cogym train` per mode and is run by 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "ray_overhead.py"
+from tests.bench_scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ray_overhead", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with benchmark_module("ray_overhead") as module:
+        yield module
 
 
 def test_the_modes_split_the_cores_and_the_one_thread_pair_leaves_the_driver_one(bench) -> None:

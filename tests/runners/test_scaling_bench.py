@@ -4,26 +4,22 @@ is asserted: the benchmark itself is run by hand (docs/performance.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling.py"
+from tests.bench_scripts import benchmark_module, benchmark_path
+
+BENCH = benchmark_path("scaling")
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("scaling_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with benchmark_module("scaling", "scaling_bench") as module:
+        yield module
 
 
 def test_each_curve_changes_one_thing_of_the_default_config(bench) -> None:
