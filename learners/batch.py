@@ -301,34 +301,54 @@ def takes_logits_to_keep(model: torch.nn.Module) -> bool:
 
 
 def micro_batches(widths: Sequence[int], micro_batch_size: int, max_tokens: int | None = None,
-                  rank: int = 0, world: int = 1) -> list[torch.Tensor]:
+                  rank: int = 0, world: int = 1, groups: Sequence[object] | None = None) -> list[torch.Tensor]:
     """Row indices of one rank's micro-batches. Rank ``r`` takes rows ``r::world``; consecutive rows
     go into one micro-batch while it has at most ``micro_batch_size`` rows and at most ``max_tokens``
     padded tokens (rows x its widest row; a row wider than that alone is a micro-batch by itself).
-    Every rank gets the same number of micro-batches (empty ones where a rank has fewer)."""
+    ``groups``: a key per row (its prompt); a micro-batch then ends before a group of consecutive rows
+    with one key rather than inside it where it can, so a packed forward shares each prompt once
+    (:func:`pack_rows`). Every rank gets the same number of micro-batches (empty ones where a rank
+    has fewer)."""
     packs = []
     for r in range(world):
         idx = list(range(r, len(widths), world))
-        packs.append([[idx[i] for i in run] for run in pack_rows([widths[i] for i in idx], micro_batch_size, max_tokens)])
+        keys = [groups[i] for i in idx] if groups is not None else None
+        runs = pack_rows([widths[i] for i in idx], micro_batch_size, max_tokens, keys)
+        packs.append([[idx[i] for i in run] for run in runs])
     count = max(1, max(len(p) for p in packs))
     mine = packs[rank] + [[]] * (count - len(packs[rank]))
     return [torch.tensor(run, dtype=torch.long) for run in mine]
 
 
-def pack_rows(widths: Sequence[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+def pack_rows(widths: Sequence[int], max_rows: int, max_tokens: int | None = None,
+              groups: Sequence[object] | None = None) -> list[list[int]]:
     """Consecutive runs of ``range(len(widths))``, each of at most ``max_rows`` items whose count x
     largest width is at most ``max_tokens`` (None: no token limit); an item wider than ``max_tokens``
-    makes a run of its own."""
+    makes a run of its own. With ``groups`` (a key per item), a run that would end inside a group of
+    consecutive items with one key ends before the group instead, unless the group began the run."""
+    def fits(n: int, top: int) -> bool:
+        return n <= max_rows and (max_tokens is None or n * top <= max_tokens)
+
     runs: list[list[int]] = []
     run: list[int] = []
-    top = 0
+    top = 0  # the widest item of ``run``
+    start = 0  # where in ``run`` the group of its last item began
     for i, w in enumerate(widths):
-        wider = max(top, int(w))
-        if run and (len(run) >= max_rows or (max_tokens is not None and (len(run) + 1) * wider > max_tokens)):
-            runs.append(run)
-            run, wider = [], int(w)
+        w = int(w)
+        if run and not fits(len(run) + 1, max(top, w)):
+            tail = run[start:] if groups is not None and start > 0 and groups[i] == groups[run[-1]] else []
+            tail_top = max((int(widths[j]) for j in tail), default=0)
+            if tail and fits(len(tail) + 1, max(tail_top, w)):
+                runs.append(run[:start])
+                run, top = tail, tail_top
+            else:
+                runs.append(run)
+                run, top = [], 0
+            start = 0
+        if groups is not None and run and groups[i] != groups[run[-1]]:
+            start = len(run)
         run.append(i)
-        top = wider
+        top = max(top, w)
     if run:
         runs.append(run)
     return runs
@@ -337,6 +357,14 @@ def pack_rows(widths: Sequence[int], max_rows: int, max_tokens: int | None = Non
 def batch_widths(b: TokenBatch) -> list[int]:
     """Each row's prompt + response length (its width in a right-padded forward)."""
     return b.attention_mask.sum(1).tolist()
+
+
+def batch_groups(b: TokenBatch) -> list[object] | None:
+    """Each row's prompt, the key :func:`micro_batches` keeps groups together by (None: rows not from turns)."""
+    if not b.turns or len(b.turns) != b.input_ids.shape[0]:
+        return None
+    index: dict[tuple, int] = {}
+    return [index.setdefault(tuple(t.prompt_ids), len(index)) for t in b.turns]
 
 
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:

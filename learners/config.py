@@ -33,8 +33,10 @@ class LearnerConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     # A micro-batch (one forward/backward) holds at most micro_batch_size rows and at most
-    # max_tokens_per_micro_batch padded tokens (rows x its longest row; null: no token limit). The
-    # loss is normalised over the whole step, so the split changes memory, not the update.
+    # max_tokens_per_micro_batch padded tokens (rows x its longest row; null: no token limit). It
+    # ends before a group of rows sharing a prompt rather than inside it where it can, so a packed
+    # forward reads each prompt once. The loss is normalised over the whole step, so the split
+    # changes memory, not the update.
     micro_batch_size: int = 256
     max_tokens_per_micro_batch: Optional[int] = 4096
     epochs: int = 1

@@ -18,7 +18,7 @@ from cogym.core.types import Turn
 from cogym.learners import advantages as adv_fns
 from cogym.learners import torch_dist as dist
 from cogym.learners.rows import RoleRows, TrainBatch
-from cogym.learners.batch import TokenBatch, batch_widths, micro_batches, response_logp
+from cogym.learners.batch import TokenBatch, batch_groups, batch_widths, micro_batches, response_logp
 from cogym.learners.dapo import mask_truncated
 from cogym.learners.losses import kl_estimate
 
@@ -86,7 +86,8 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
     b = _token_batch(learner, turns, metrics)
     ref_logp = None
     if learner.ref_model is not None:
-        chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch)
+        chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch,
+                               groups=batch_groups(b))
         with torch.no_grad():
             ref_logp = torch.cat([response_logp(learner.ref_model, b.rows(ix), learner.temperature, cfg.packing)
                                   for ix in chunks])
@@ -103,7 +104,7 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
         return TrainBatch(None, metrics)  # nothing left to learn from this batch: no step
     # Data parallel (W ranks): every rank holds the same global batch and trains on rows rank::W.
     chunks = micro_batches(batch_widths(b), cfg.micro_batch_size, cfg.max_tokens_per_micro_batch,
-                           dist.rank(), dist.world_size())
+                           dist.rank(), dist.world_size(), batch_groups(b))
     return TrainBatch(b, metrics, rows={"adv": adv, "ref_logp": ref_logp}, chunks=chunks,
                       num_tokens=float(b.mask.sum()), num_seqs=float(len(b.turns)), extra={"carry": carry})
 
