@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from cogym.core.types import Turn
+from cogym.agents import cascade
 from cogym.learners import packing as packing_mod, torch_dist as dist
 from cogym.learners.losses import entropy_from_logits
 
@@ -211,19 +212,20 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: 
                       attention_mask=layout.additive_mask(_dtype(_transformers_model(model)), device))
         at = (layout.score_row.to(device)[rows, cols], layout.score_col.to(device)[rows, cols])
     parts = _decoder_and_head(model)
-    if parts is None:  # a model without the standard decoder/head split: full logits, then select
-        hidden, head = _positions(model(**inputs).logits, at), None
-        vocab = hidden.shape[-1]
-    else:
-        decoder, head, vocab = parts
-        seen: list[torch.Tensor] = []
-        hook = decoder.register_forward_hook(lambda _m, _a, out: seen.append(
-            out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
-        try:  # through the model's own forward (engine hooks run); its head only at the last position
-            model(**inputs, logits_to_keep=1, use_cache=False)
-        finally:
-            hook.remove()
-        hidden = _positions(seen[-1], at)  # (K, H): the K scored positions
+    with _unit_attention(model, layout):
+        if parts is None:  # a model without the standard decoder/head split: full logits, then select
+            hidden, head = _positions(model(**inputs).logits, at), None
+            vocab = hidden.shape[-1]
+        else:
+            decoder, head, vocab = parts
+            seen: list[torch.Tensor] = []
+            hook = decoder.register_forward_hook(lambda _m, _a, out: seen.append(
+                out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]))
+            try:  # through the model's own forward (engine hooks run); its head only at the last position
+                model(**inputs, logits_to_keep=1, use_cache=False)
+            finally:
+                hook.remove()
+            hidden = _positions(seen[-1], at)  # (K, H): the K scored positions
     targets = b.resp_ids[rows, cols]
     step = max(1, HEAD_CHUNK_ELEMENTS // max(1, vocab))
     pieces = []
@@ -241,6 +243,20 @@ def _scores(model: torch.nn.Module, b: TokenBatch, temperature: float, entropy: 
     if entropy:
         ent = ent.index_put((rows, cols), torch.cat([p[1] for p in pieces]))
     return logp, ent
+
+
+def _unit_attention(model: torch.nn.Module, layout: "packing_mod.PackedLayout | None"):
+    """The packed forward attends per unit (:func:`~cogym.agents.cascade.unit_attention`) where that pays and the
+    model allows it: ``sdpa`` attention, and no gradient checkpointing (its recomputation in the backward
+    would run outside this block)."""
+    if layout is None or not layout.spans:
+        return contextlib.nullcontext()
+    base = _transformers_model(model)
+    hidden = int(getattr(packing_mod.text_config(base), "hidden_size", 0) or 0)
+    if (getattr(base, "is_gradient_checkpointing", False)
+            or not cascade.units_pay(layout.spans, layout.input_ids.shape[1], hidden)):
+        return contextlib.nullcontext()
+    return cascade.unit_attention(base, layout.spans)
 
 
 def _positions(x: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

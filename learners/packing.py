@@ -53,6 +53,7 @@ class PackedLayout:
     score_row: torch.Tensor
     score_col: torch.Tensor
     shared_rows: int  # rows that read a prompt shared with other rows
+    spans: list[list[tuple[int, int]]] | None = None  # per packed row: each unit's (start, end), then the padding's
 
     def additive_mask(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """The (B, 1, T, T) additive mask transformers takes as ``attention_mask``: 0 where allowed."""
@@ -222,11 +223,14 @@ def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
     score_row = [[0] * max(1, lmax) for _ in range(n)]
     score_col = [[0] * max(1, lmax) for _ in range(n)]
     shared_rows = 0
+    spans: list[list[tuple[int, int]]] = []
     for b, units in enumerate(bins):
+        spans_b: list[tuple[int, int]] = []
         ids_b: list[int] = []
         pos_b: list[int] = []
         seg_b: list[int] = []
         for unit in units:
+            spans_b.append((len(ids_b), len(ids_b) + unit.width))
             parent = -2
             p = len(unit.prompt)
             if p:
@@ -253,6 +257,9 @@ def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
                         q = len(prompts[i])
                         score_col[i][:r] = range(at + q - 1, at + q - 1 + r)
         fill = width - len(ids_b)
+        if fill:
+            spans_b.append((len(ids_b), width))
+        spans.append(spans_b)
         ids.append(ids_b + [0] * fill)
         pos.append(pos_b + [0] * fill)
         seg.append(seg_b + [-1] * fill)
@@ -263,7 +270,7 @@ def _layout(bins: list[list[_Unit]], prompts, responses) -> PackedLayout:
     causal = torch.ones((width, width), dtype=torch.bool).tril()
     allowed = causal & ((seg_t[:, :, None] == seg_t[:, None, :]) | (up[:, :, None] == seg_t[:, None, :]))
     allowed &= (seg_t[:, None, :] >= 0) | torch.eye(width, dtype=torch.bool)  # padding is read by nothing but itself
-    return PackedLayout(ids_t, pos_t, allowed, score_row_t, score_col_t, shared_rows)
+    return PackedLayout(ids_t, pos_t, allowed, score_row_t, score_col_t, shared_rows, spans)
 
 
 # ---------------------------------------------------------------------------------------------- exactness

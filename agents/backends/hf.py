@@ -9,7 +9,9 @@ from typing import Mapping, Sequence, TYPE_CHECKING
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from cogym.agents import cascade
 from cogym.agents.backends.checks import check_keys, check_update
+from cogym.agents.batch_kv import MIN_SAVED
 from cogym.agents.sampling import draw, random_keys
 from cogym.core.types import Generation, SamplingParams
 
@@ -89,9 +91,11 @@ class HFBackend:
                 input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
                 if self.share_prompts:
                     kwargs.update(shared_prefill(model, input_ids, attention, room=sampling.max_new_tokens))
+                plan = kwargs.pop("cascade", None)
                 hook = getattr(model, "hf_model", model).register_forward_hook(steps, with_kwargs=True)
                 try:
-                    out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+                    with cascade.use_cascade(getattr(model, "hf_model", model), plan):
+                        out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
                 finally:
                     hook.remove()
         finally:
@@ -127,7 +131,11 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     ``room``: how many more ids each row will add (``max_new_tokens``). Each layer's keys and values
     are then copied once into buffers with that room to spare, and every step writes its keys and
     values in place (:class:`_RoomyLayer`) instead of concatenating a whole new cache. The attention
-    reads the same numbers either way, through a view of the buffer."""
+    reads the same numbers either way, through a view of the buffer. Where rows share prompts and the
+    model's attention is plain, the result also holds a ``cascade`` plan (not a ``generate`` argument:
+    :func:`~cogym.agents.cascade.use_cascade` applies it)
+    (:func:`~cogym.agents.cascade.generate_plan`): each decode step then reads a shared prompt's keys
+    and values once per block of its rows, not once per row (the step's cost at long prompts)."""
     base = getattr(model, "hf_model", model)
     params = inspect.signature(base.forward).parameters
     gen = getattr(base, "generation_config", None)
@@ -155,11 +163,22 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
           **{arg: cache})
     owner_t = torch.tensor(owner, device=input_ids.device)
     if room > 0 and all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", ())):
+        distinct_kv = [(layer.keys, layer.values) for layer in cache.layers]  # before the rows' copies
         for layer in cache.layers:
             _RoomyLayer.adopt(layer, owner_t, room)
+        prefix = head_ids.shape[1]
+        if cascade.supports(base) and cascade.generate_saving(owner, prefix) >= MIN_SAVED:
+            plan = cascade.generate_plan(owner, head_mask[:len(lead)] > 0, prefix, input_ids.device, _dtype(base),
+                                         distinct_kv)
+            if plan is not None:
+                return {arg: cache, "cascade": plan}
     else:
         cache.batch_select_indices(owner_t)
     return {arg: cache}
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 class _RoomyLayer(DynamicLayer):
