@@ -192,7 +192,7 @@ def _packed_layout(model: torch.nn.Module, b: TokenBatch, packing: str):
         prompts.append(ids[i][:p])
         responses.append(ids[i][p:lengths[i]])
     hidden = int(getattr(packing_mod.text_config(base), "hidden_size", 0) or 0)
-    return packing_mod.plan(prompts, responses, hidden, force=packing == "on")
+    return packing_mod.plan(prompts, responses, hidden, force=packing == "on", per_unit=_may_attend_per_unit(base))
 
 
 def _dtype(base: torch.nn.Module) -> torch.dtype:
@@ -253,10 +253,15 @@ def _unit_attention(model: torch.nn.Module, layout: "packing_mod.PackedLayout | 
         return contextlib.nullcontext()
     base = _transformers_model(model)
     hidden = int(getattr(packing_mod.text_config(base), "hidden_size", 0) or 0)
-    if (getattr(base, "is_gradient_checkpointing", False)
-            or not cascade.units_pay(layout.spans, layout.input_ids.shape[1], hidden)):
+    if not _may_attend_per_unit(base) or not cascade.units_pay(layout.spans, layout.input_ids.shape[1], hidden):
         return contextlib.nullcontext()
     return cascade.unit_attention(base, layout.spans)
+
+
+def _may_attend_per_unit(base: torch.nn.Module) -> bool:
+    """SDPA attention and no gradient checkpointing (whose recomputation would run outside the block)."""
+    return (getattr(getattr(base, "config", None), "_attn_implementation", None) == "sdpa"
+            and not getattr(base, "is_gradient_checkpointing", False))
 
 
 def _positions(x: torch.Tensor, at: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -36,6 +36,8 @@ from typing import Sequence
 
 import torch
 
+from cogym.agents.cascade import CALL_PAIRS, UNIT_SAVING
+
 PACKING = ("auto", "on", "off")
 MAX_PACKED_WIDTH = 2048  # a packed row is at most this wide: its mask is width^2 (wider rows: plain, even with on)
 MIN_SAVING = 0.9  # pack only when the packed cost is at most this fraction of the plain cost
@@ -130,11 +132,24 @@ def _cost(widths: Sequence[int], rows: int, hidden: int) -> float:
     return rows * t * (1.0 + t / (6.0 * max(1, hidden)))
 
 
+def _unit_cost(widths: list[int], rows: int, width: int, hidden: int, call_pairs: float) -> float | None:
+    """The cost of ``rows`` packed rows of ``width`` holding units of these ``widths``, each unit attending on
+    its own (:func:`~cogym.agents.cascade.unit_attention`): tokens fed plus each unit's quadratic term and a
+    fixed cost a call; None when attending per unit would not pay (:func:`~cogym.agents.cascade.units_pay`)."""
+    h = max(1, hidden)
+    pairs = sum(w * w for w in widths) + (len(widths) + rows) * call_pairs / h  # + one padding span a row
+    if pairs > UNIT_SAVING * rows * width * width:
+        return None
+    return rows * width + pairs / (6.0 * h)
+
+
 def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], hidden: int, share: bool = True,
-         force: bool = False) -> PackedLayout | None:
+         force: bool = False, per_unit: bool = False) -> PackedLayout | None:
     """The cheapest packed layout of these rows, or None when it costs more than :data:`MIN_SAVING`
     of the plain right-padded forward (never, with ``force``) or when a row is wider than
-    :data:`MAX_PACKED_WIDTH` (with ``force`` too). ``hidden``: the model's width.
+    :data:`MAX_PACKED_WIDTH` (with ``force`` too). ``hidden``: the model's width. ``per_unit``: the forward
+    may attend per unit (:func:`~cogym.agents.cascade.unit_attention`), so a wide row of several units costs
+    its units' attention, not the whole row's.
 
     The budgets are compared on widths alone (:func:`_unit_widths`, :func:`_bin_widths`: the same
     splits and first-fit as :func:`_units` and :func:`_bins`); only the chosen one is laid out."""
@@ -152,6 +167,9 @@ def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], h
     while True:
         totals = _bin_widths(_unit_widths(groups, budget), budget)
         cost = _cost([max(totals)], len(totals), hidden)
+        if per_unit:
+            units = _unit_cost(_unit_widths(groups, budget), len(totals), max(totals), hidden, CALL_PAIRS)
+            cost = cost if units is None else min(cost, units)
         if best_cost is None or cost < best_cost:
             best, best_cost = budget, cost
         if budget >= MAX_PACKED_WIDTH or budget >= sum(full):

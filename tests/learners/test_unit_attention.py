@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cogym.agents import cascade
+from cogym.learners import packing as packing_mod
 from cogym.learners.batch import TokenBatch, _packed_layout, batch_groups, micro_batches, pack_rows
 from tests.learners.test_packing import _assert_same, _group_turns, _random_llama
 
@@ -105,3 +106,20 @@ def test_micro_batches_keep_groups_per_rank_and_batch_groups_keys_rows_by_prompt
             rows = c.tolist()
             for g in {keys[i] for i in rows if keys[i] < 3}:
                 assert sum(keys[i] == g for i in rows) == 2
+
+
+def test_the_plan_packs_units_into_wider_rows_when_they_may_attend_on_their_own():
+    rng = __import__("random").Random(0)
+    prompts, responses = [], []
+    for g in range(3):  # three groups of 8 like the mid GRPO workload's: 128-id prompts, answers of 20-31 ids
+        prompt = [rng.randrange(4, 100) for _ in range(128)]
+        for _ in range(8):
+            prompts.append(prompt)
+            responses.append([rng.randrange(4, 100) for _ in range(rng.randint(20, 31))])
+    dense = packing_mod.plan(prompts, responses, hidden=256)
+    units = packing_mod.plan(prompts, responses, hidden=256, per_unit=True)
+    # dense attention over a row costs its width squared: narrower rows, each group split with a prompt copy
+    assert dense.input_ids.shape[0] == 4
+    assert units.input_ids.shape[0] == 1 and len(units.spans[0]) == 3  # each group once, its prompt once
+    assert units.input_ids.numel() < dense.input_ids.numel()
+    assert cascade.units_pay(units.spans, units.input_ids.shape[1], 256)
