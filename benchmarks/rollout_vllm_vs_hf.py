@@ -16,8 +16,8 @@ Models (``--model``, one or more, in order; default ``both``: tiny mid):
            settings. A rollout is timed end to end (game resets, prompts, batched generation, log-probs,
            Turns) and its generated tokens counted up to and including the end token (the tiny model
            ends most answers early).
-    small  3.4M, mid 30.5M, big 99.2M: random-init Llamas over the tiny model's char tokenizer (tied
-           embeddings; ``SHAPES``; mid is ``grpo_vs_trl.py``'s ``MID_MODEL``, the same weights for the
+    small  3.4M, mid 30.5M, big 99.2M, large 268.6M: random-init Llamas over the tiny model's char
+           tokenizer (tied embeddings; ``SHAPES``; mid is ``grpo_vs_trl.py``'s ``MID_MODEL``, the same weights for the
            same seed), built with ``--seed`` and saved to a temporary directory; nothing is downloaded.
            The timed work is one ``policy.generate(prompts, sampling, keys)`` call: 8 prompts of 128
            token ids drawn at random from the vocabulary without the special ids (new ones every repeat,
@@ -115,9 +115,11 @@ SHAPES = {
     "mid": MID_MODEL,
     "big": dict(hidden_size=768, num_hidden_layers=14, num_attention_heads=12, num_key_value_heads=12,
                 intermediate_size=2048, max_position_embeddings=512),
+    "large": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+                  intermediate_size=4096, max_position_embeddings=512),
 }
 MODELS = ("tiny", *SHAPES)
-REPEATS = {"tiny": 10, "small": 5, "mid": 5, "big": 3}  # timed repeats per model, after one warm-up
+REPEATS = {"tiny": 10, "small": 5, "mid": 5, "big": 3, "large": 3}  # timed repeats per model, after one warm-up
 WORK = dict(prompts=8, samples=8, prompt_tokens=128, new_tokens=32)
 
 # run(side, repeat) -> (generated tokens, seconds of the timed work)
