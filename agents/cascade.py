@@ -52,8 +52,9 @@ class CascadePlan:
     """One decode forward of ``b`` rows, ``G`` groups of rows sharing a prefix, at most ``size`` rows a group.
 
     Own part: every row attends slots ``[own_from, W)`` of its own row under ``own_mask`` (b, 1, 1, W - own_from),
-    which hides a grouped row's prefix slots (None: every one of those slots is visible, as in ``generate``). Prefix part: group ``g`` attends slots ``[prefix_from, prefix_to)``
-    of row ``reps[g]`` (``rep_slice``, when set, selects the same rows as a slice) under ``prefix_mask`` (G, 1, 1, P).
+    which hides a grouped row's prefix slots (None: every one of those slots is visible, as in ``generate``).
+    Prefix part: group ``g`` attends slots ``[prefix_from, prefix_to)`` of row ``reps[g]`` (``rep_slice``, when
+    set, selects the same rows as a slice) under ``prefix_mask`` (G, 1, 1, P).
     ``stack`` (G * size,) lists the row in each place of each group's query block (padding places repeat a row;
     their results are never read), ``place`` (b,) the place of each row in ``stack`` and ``gate`` (b, 1, 1) is
     0 for a row in a group and -inf for a row in none (whose prefix part then weighs nothing). ``ordered``: the
@@ -80,13 +81,14 @@ class CascadePlan:
     loner_from: int = 0
     loner_mask: torch.Tensor | None = None
     loner_slice: slice | None = None
-    prefix_kv: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer: each group's prefix keys, values
+    prefix_kv: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer: each group's prefix k, v
 
 
 def _manual(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``q`` (n, Hkv, t, D) over ``k``/``v`` (n, Hkv, S, D) under an additive ``mask`` (n, 1, 1, S;
-    None: none), in float32 whatever the inputs: (output (n, Hkv, t, D), log-sum-exp of the scaled scores (n, Hkv, t))."""
+    None: none), in float32 whatever the inputs: (output (n, Hkv, t, D), log-sum-exp of the scaled scores
+    (n, Hkv, t))."""
     scores = torch.matmul(q.float() * scale, k.float().transpose(-1, -2))
     if mask is not None:
         scores = scores + mask.float()
@@ -116,10 +118,11 @@ def cascade_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         cascade = _plan.get()
     if cascade is None or query.shape[2] != 1:
         spans = _unit_spans.get()
-        if (spans is not None and cascade is None and attention_mask is not None and attention_mask.dim() == 4
-                and len(spans) == query.shape[0] and query.shape[2] == key.shape[2] == attention_mask.shape[-1]):
-            return _per_unit(module, query, key, value, attention_mask, spans, dropout=dropout, scaling=scaling,
-                             **kwargs)
+        if (spans is not None and cascade is None and attention_mask is not None
+                and attention_mask.dim() == 4 and len(spans) == query.shape[0]
+                and query.shape[2] == key.shape[2] == attention_mask.shape[-1]):
+            return _per_unit(module, query, key, value, attention_mask, spans, dropout=dropout,
+                             scaling=scaling, **kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     unsupported = [name for name in ("softcap", "s_aux", "sliding_window") if kwargs.get(name) is not None]
     if unsupported or value.shape[-1] != query.shape[-1]:  # supports() keeps such models off this path
@@ -229,14 +232,13 @@ def generate_plan(owner: Sequence[int], prefix_mask: torch.Tensor, prefix: int, 
     are that row's own (the last prompt id, then each new id; never padded). ``owner`` (b,): each row's
     distinct prompt; ``prefix_mask`` (G, prefix) bool: which prefix slots of each distinct prompt are its
     ids (the rest is left padding); ``prefix_kv``: per layer, the keys and values (G, Hkv, prefix, D) of the
-    distinct prompts (the prefill's), read in place of the rows' copies. None when nothing is shared (no
-    two rows hold one prompt).
+    distinct prompts (the prefill's), read in place of the rows' copies. None only for no rows or no prefix.
 
     Each distinct prompt is read once per :data:`GENERATE_BLOCK` rows holding it, from its first row; each
     block of queries has exactly that many rows (padding places repeat a row), whatever the group's
     size, so a row's logits are bitwise those of the same row with more or fewer twins in its batch."""
     b = len(owner)
-    if b == 0 or len(set(owner)) == b or prefix < 1:
+    if b == 0 or prefix < 1:
         return None
     rows_of: dict[int, list[int]] = {}
     for i, g in enumerate(owner):
@@ -262,17 +264,6 @@ def generate_plan(owner: Sequence[int], prefix_mask: torch.Tensor, prefix: int, 
                        stack=torch.tensor(stack, device=dev), place=torch.tensor(place, device=dev),
                        gate=torch.zeros((b, 1, 1), device=dev), size=size, ordered=stack == list(range(b)),
                        prefix_kv=prefix_kv)
-
-
-def generate_saving(owner: Sequence[int], prefix: int) -> int:
-    """Slot reads per layer and step that :func:`generate_plan` saves over plain attention."""
-    blocks = 0
-    counts: dict[int, int] = {}
-    for g in owner:
-        counts[g] = counts.get(g, 0) + 1
-    for n in counts.values():
-        blocks += -(-n // GENERATE_BLOCK)
-    return (len(owner) - blocks) * prefix
 
 
 # ---------------------------------------------------------------------------------------- packed training

@@ -11,7 +11,6 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from cogym.agents import cascade
 from cogym.agents.backends.checks import check_keys, check_update
-from cogym.agents.batch_kv import MIN_SAVED
 from cogym.agents.sampling import draw, random_keys
 from cogym.core.types import Generation, SamplingParams
 
@@ -131,11 +130,14 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
     ``room``: how many more ids each row will add (``max_new_tokens``). Each layer's keys and values
     are then copied once into buffers with that room to spare, and every step writes its keys and
     values in place (:class:`_RoomyLayer`) instead of concatenating a whole new cache. The attention
-    reads the same numbers either way, through a view of the buffer. Where rows share prompts and the
-    model's attention is plain, the result also holds a ``cascade`` plan (not a ``generate`` argument:
-    :func:`~cogym.agents.cascade.use_cascade` applies it)
-    (:func:`~cogym.agents.cascade.generate_plan`): each decode step then reads a shared prompt's keys
-    and values once per block of its rows, not once per row (the step's cost at long prompts)."""
+    reads the same numbers either way, through a view of the buffer.
+
+    Where the model's attention is plain, the result also holds a ``cascade`` plan
+    (:func:`~cogym.agents.cascade.generate_plan`; not a ``generate`` argument: the caller applies it with
+    :func:`~cogym.agents.cascade.use_cascade`). Each decode step then reads a shared prompt's keys and
+    values once per block of its rows, not once per row: at long prompts most of a step's attention.
+    Every batch takes the plan, shared prompts or not, so that a row's numbers do not depend on which
+    path its batch took."""
     base = getattr(model, "hf_model", model)
     params = inspect.signature(base.forward).parameters
     gen = getattr(base, "generation_config", None)
@@ -166,12 +168,10 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
         distinct_kv = [(layer.keys, layer.values) for layer in cache.layers]  # before the rows' copies
         for layer in cache.layers:
             _RoomyLayer.adopt(layer, owner_t, room)
-        prefix = head_ids.shape[1]
-        if cascade.supports(base) and cascade.generate_saving(owner, prefix) >= MIN_SAVED:
-            plan = cascade.generate_plan(owner, head_mask[:len(lead)] > 0, prefix, input_ids.device, _dtype(base),
-                                         distinct_kv)
-            if plan is not None:
-                return {arg: cache, "cascade": plan}
+        if cascade.supports(base):  # every batch, shared prompts or not: a row's numbers never depend on its batch
+            plan = cascade.generate_plan(owner, head_mask[:len(lead)] > 0, head_ids.shape[1], input_ids.device,
+                                         _dtype(base), distinct_kv)
+            return {arg: cache, "cascade": plan}
     else:
         cache.batch_select_indices(owner_t)
     return {arg: cache}

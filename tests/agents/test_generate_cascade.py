@@ -1,6 +1,6 @@
 """The HF backend's decode steps read a shared prompt once per block of its rows (agents/cascade.py
 ``generate_plan``): the same draws as plain attention, log-probs those of a full forward, and a row's
-numbers bitwise the same whatever the number of its twins in the batch."""
+numbers bitwise the same whatever else its batch holds (its twins, or no twin at all)."""
 
 from __future__ import annotations
 
@@ -27,19 +27,12 @@ def plans(monkeypatch):
     return seen
 
 
-@pytest.fixture
-def always(monkeypatch, plans):
-    """A plan whenever two rows share a prompt, however little it saves."""
-    monkeypatch.setattr("cogym.agents.backends.hf.MIN_SAVED", 0)
-    return plans
-
-
-def test_shared_prompt_decoding_matches_a_full_forward(any_policy, always):
+def test_shared_prompt_decoding_matches_a_full_forward(any_policy, plans):
     from tests.model_helpers import full_logp
 
     prompts = [p for p in _group_prompts(any_policy) for _ in range(11)]  # blocks of 8: one full, one of 3
     out = any_policy.backend.generate(prompts, SamplingParams(max_new_tokens=6), keys=list(range(len(prompts))))
-    assert always and always[-1] is not None
+    assert plans and plans[-1] is not None
     for g in out[::5]:
         assert g.logprobs == pytest.approx(full_logp(any_policy, g.prompt_ids, g.response_ids, 1.0), abs=1e-4)
 
@@ -48,9 +41,8 @@ def test_shared_prompt_decoding_draws_what_plain_attention_draws(policy, plans, 
     prompts = [p for p in _group_prompts(policy) for _ in range(8)]
     sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
     keys = list(range(len(prompts)))
-    monkeypatch.setattr("cogym.agents.backends.hf.MIN_SAVED", 0)
     shared = HFBackend(policy).generate(prompts, sampling, keys=keys)
-    monkeypatch.setattr("cogym.agents.backends.hf.MIN_SAVED", 10 ** 9)
+    monkeypatch.setattr(cascade, "supports", lambda model: False)  # as for a model whose attention is not plain
     plain = HFBackend(policy).generate(prompts, sampling, keys=keys)
     assert plans[0] is not None and plans[1] is None
     assert [g.response_ids for g in shared] == [g.response_ids for g in plain]
@@ -58,20 +50,34 @@ def test_shared_prompt_decoding_draws_what_plain_attention_draws(policy, plans, 
         assert s.logprobs == pytest.approx(p.logprobs, abs=1e-4)
 
 
-def test_a_row_decodes_bitwise_alike_with_or_without_twins_under_the_plan(policy, always):
+def test_a_row_decodes_bitwise_alike_with_or_without_twins_under_the_plan(policy, plans):
     sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
     a, b, c, d = _group_prompts(policy)
     few = policy.backend.generate([a, b, c, d] * 4, sampling, keys=list(range(100, 116)))
     many = policy.backend.generate([a] * 13 + [b, c, d], sampling, keys=[100] + list(range(200, 212)) + [101, 102, 103])
-    assert always[0] is not None and always[1] is not None
+    assert plans[0] is not None and plans[1] is not None
     assert many[0] == few[0] and many[13:] == few[1:4]
 
 
-def test_the_default_rule_plans_long_shared_prompts_and_not_short_lone_ones(policy, plans):
-    long = [policy.render([{"role": "user", "content": f"{k} " + "1+2+3+4+5+6+7+8+9+" * 3}]) for k in range(8)]
-    policy.backend.generate([p for p in long for _ in range(8)], SamplingParams(max_new_tokens=2), keys=list(range(64)))
-    policy.backend.generate(_group_prompts(policy), SamplingParams(max_new_tokens=2), keys=list(range(4)))
-    assert plans[0] is not None and plans[1] is None  # (64 - 8) x ~60 slot reads saved a step; then nothing shared
+def test_a_row_decodes_bitwise_alike_in_a_batch_that_shares_no_prompt(policy, plans):
+    """Every batch takes the plan (one block a prompt), so a row without twins among rows without twins
+    gets the numbers it gets beside groups: what keeps a run the same split over Ray workers or not."""
+    sampling = SamplingParams(max_new_tokens=8, temperature=1.0)
+    lone = _group_prompts(policy, tuple(f"{k}+{k * 3}" for k in range(16)))
+    alone = policy.backend.generate(lone, sampling, keys=list(range(16)))
+    keys = [0] + list(range(100, 108)) + list(range(1, 8))
+    grouped = policy.backend.generate([lone[0]] * 9 + lone[1:8], sampling, keys=keys)
+    assert plans[0] is not None and plans[1] is not None
+    assert grouped[0] == alone[0] and grouped[9:] == alone[1:8]
+
+
+def test_a_model_whose_attention_is_not_plain_generates_without_a_plan(policy, plans):
+    policy.model.config.sliding_window, policy.model.config.use_sliding_window = 8, True
+    try:
+        out = policy.backend.generate(_group_prompts(policy), SamplingParams(max_new_tokens=2), keys=list(range(4)))
+    finally:
+        policy.model.config.sliding_window = None
+    assert plans == [None] and len(out) == 4
 
 
 def test_generate_plan_blocks_have_a_fixed_size_and_place_every_row():
@@ -82,5 +88,5 @@ def test_generate_plan_blocks_have_a_fixed_size_and_place_every_row():
     assert plan.reps.tolist() == [0, 0, 11, 12]  # two blocks for prompt 0, one each for 1 and 2
     stack, place = plan.stack.tolist(), plan.place.tolist()
     assert all(stack[place[i]] == i for i in range(len(owner)))
-    assert cascade.generate_plan([0, 1, 2], torch.ones(3, 5, dtype=torch.bool), 5, "cpu", torch.float32) is None
-    assert cascade.generate_saving(owner, 5) == (14 - 4) * 5
+    lone = cascade.generate_plan([0, 1, 2], torch.ones(3, 5, dtype=torch.bool), 5, "cpu", torch.float32)
+    assert lone.reps.tolist() == [0, 1, 2] and lone.stack.numel() == 3 * size  # a block of its own for each row

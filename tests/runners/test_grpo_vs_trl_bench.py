@@ -81,4 +81,6 @@ def test_the_table_fits_80_columns(bench) -> None:
     r.trl = [bench.StepStats(s, 64, 1800, 0.0) for s in (30.0, 20.0, 21.0)]
     text = bench.table([r])
     assert max(len(line) for line in text.splitlines()) <= 80
-    assert "9.500" in text and "20.500" in text and "0.46" in text and "pass" in text
+    assert "9.500" in text and "20.500" in text and "0.463" in text and "<=0.3" in text and "FAIL" in text
+    r.cogym = [bench.StepStats(s, 64, 1800, 0.0) for s in (20.0, 5.0, 6.0)]  # 5.5 / 20.5 = 0.268: under the bar
+    assert "0.268" in bench.table([r]) and "pass" in bench.table([r])
