@@ -132,12 +132,12 @@ def _cost(widths: Sequence[int], rows: int, hidden: int) -> float:
     return rows * t * (1.0 + t / (6.0 * max(1, hidden)))
 
 
-def _unit_cost(widths: list[int], rows: int, width: int, hidden: int, call_pairs: float) -> float | None:
+def _unit_cost(widths: list[int], rows: int, width: int, hidden: int) -> float | None:
     """The cost of ``rows`` packed rows of ``width`` holding units of these ``widths``, each unit attending on
     its own (:func:`~cogym.agents.cascade.unit_attention`): tokens fed plus each unit's quadratic term and a
     fixed cost a call; None when attending per unit would not pay (:func:`~cogym.agents.cascade.units_pay`)."""
     h = max(1, hidden)
-    pairs = sum(w * w for w in widths) + (len(widths) + rows) * call_pairs / h  # + one padding span a row
+    pairs = sum(w * w for w in widths) + (len(widths) + rows) * CALL_PAIRS / h  # + one padding span a row
     if pairs > UNIT_SAVING * rows * width * width:
         return None
     return rows * width + pairs / (6.0 * h)
@@ -168,7 +168,7 @@ def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], h
         totals = _bin_widths(_unit_widths(groups, budget), budget)
         cost = _cost([max(totals)], len(totals), hidden)
         if per_unit:
-            units = _unit_cost(_unit_widths(groups, budget), len(totals), max(totals), hidden, CALL_PAIRS)
+            units = _unit_cost(_unit_widths(groups, budget), len(totals), max(totals), hidden)
             cost = cost if units is None else min(cost, units)
         if best_cost is None or cost < best_cost:
             best, best_cost = budget, cost

@@ -244,6 +244,7 @@ def test_generate_restores_training_mode(any_policy):
 def _generate_keeping_every_step(policy, prompts, sampling, keys):
     """Generation as it was before log-probs were taken step by step: every step's raw logits kept
     (``output_logits``), stacked (B, T, V), then one log-softmax (the same padding and keyed draws)."""
+    from cogym.agents import cascade
     from cogym.agents.backends.hf import PAD_MULTIPLE, _KeyedDraw, shared_prefill
 
     pad = policy.tokenizer.pad_token_id
@@ -257,8 +258,10 @@ def _generate_keeping_every_step(policy, prompts, sampling, keys):
     if not sampling.greedy:
         kwargs.update(logits_processor=[_KeyedDraw(sampling, keys)])
     policy.model.eval()
-    kwargs.update(shared_prefill(policy.model, ids, mask))  # the backend's prefill: each distinct prompt once
-    out = policy.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    # the backend's prefill (each distinct prompt once) and its decode plan (each prompt read once per block of rows)
+    kwargs.update(shared_prefill(policy.model, ids, mask, room=sampling.max_new_tokens))
+    with cascade.use_cascade(policy.model, kwargs.pop("cascade", None)):
+        out = policy.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
     new = out.sequences[:, width:]
     temp = 1.0 if sampling.greedy else sampling.temperature
     logp = torch.log_softmax(torch.stack(out.logits, dim=1).float() / temp, dim=-1)
