@@ -91,3 +91,27 @@ def test_generate_gives_a_prompt_the_same_response_in_any_batch(any_policy, samp
 def test_generate_needs_one_key_per_prompt(policy):
     with pytest.raises(ValueError, match="one sampling key per prompt"):
         policy.generate([[1, 2], [3]], PLAIN, [1])
+
+
+def test_derive_key_is_the_splitmix_chain_on_uint64_whatever_the_integers():
+    """derive_key runs on Python ints: the same keys as the splitmix64 chain on numpy uint64 (every run's keys,
+    and so every golden run, hang on them), for negative, huge and ordinary parts alike."""
+    import random
+
+    import numpy as np
+
+    from cogym.agents.sampling import _GOLDEN, _mix64
+
+    def on_numpy(*parts: int) -> int:
+        x = np.zeros(1, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for p in parts:
+                x = _mix64(x ^ np.uint64(int(p) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN)
+        return int(x[0] >> np.uint64(1))
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        parts = [rng.choice([0, 1, -1, 2**63, 2**64 - 1, -2**63, rng.randrange(-2**70, 2**70), rng.randrange(1000)])
+                 for _ in range(rng.randint(0, 5))]
+        assert derive_key(*parts) == on_numpy(*parts), parts
+    assert derive_key(0, 0) == on_numpy(0, 0) and 0 <= derive_key(5) < 2**63
