@@ -294,9 +294,14 @@ def units_pay(spans: Sequence[Sequence[tuple[int, int]]], width: int, hidden: in
     each call (:data:`CALL_PAIRS` / ``hidden`` pairs), at most :data:`UNIT_SAVING` of the dense rows' pairs.
     Narrow rows of a narrow model stay dense: a call costs more there than the pairs it skips."""
     dense = len(spans) * width * width
-    calls = sum(len(row) for row in spans)
-    units = sum((e - s) ** 2 for row in spans for s, e in row) + calls * CALL_PAIRS / max(1, hidden)
+    units = unit_pairs([e - s for row in spans for s, e in row], hidden)
     return dense > 0 and units <= UNIT_SAVING * dense
+
+
+def unit_pairs(widths: Sequence[int], hidden: int) -> float:
+    """What attending per span of these ``widths`` costs, in query-key pairs: each span's pairs plus the
+    fixed cost of its call (:data:`CALL_PAIRS` / ``hidden``)."""
+    return sum(w * w for w in widths) + len(widths) * CALL_PAIRS / max(1, hidden)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from typing import Sequence
 
 import torch
 
-from cogym.agents.cascade import CALL_PAIRS, UNIT_SAVING
+from cogym.agents.cascade import UNIT_SAVING, unit_pairs
 
 PACKING = ("auto", "on", "off")
 MAX_PACKED_WIDTH = 2048  # a packed row is at most this wide: its mask is width^2 (wider rows: plain, even with on)
@@ -136,11 +136,10 @@ def _unit_cost(widths: list[int], rows: int, width: int, hidden: int) -> float |
     """The cost of ``rows`` packed rows of ``width`` holding units of these ``widths``, each unit attending on
     its own (:func:`~cogym.agents.cascade.unit_attention`): tokens fed plus each unit's quadratic term and a
     fixed cost a call; None when attending per unit would not pay (:func:`~cogym.agents.cascade.units_pay`)."""
-    h = max(1, hidden)
-    pairs = sum(w * w for w in widths) + (len(widths) + rows) * CALL_PAIRS / h  # + one padding span a row
+    pairs = unit_pairs([*widths, *[0] * rows], hidden)  # and one padding span a row
     if pairs > UNIT_SAVING * rows * width * width:
         return None
-    return rows * width + pairs / (6.0 * h)
+    return rows * width + pairs / (6.0 * max(1, hidden))
 
 
 def plan(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], hidden: int, share: bool = True,

@@ -170,15 +170,11 @@ def shared_prefill(model: torch.nn.Module, input_ids: torch.Tensor, attention: t
             _RoomyLayer.adopt(layer, owner_t, room)
         if cascade.supports(base):  # every batch, shared prompts or not: a row's numbers never depend on its batch
             plan = cascade.generate_plan(owner, head_mask[:len(lead)] > 0, head_ids.shape[1], input_ids.device,
-                                         _dtype(base), distinct_kv)
+                                         distinct_kv[0][0].dtype, distinct_kv)
             return {arg: cache, "cascade": plan}
     else:
         cache.batch_select_indices(owner_t)
     return {arg: cache}
-
-
-def _dtype(model: torch.nn.Module) -> torch.dtype:
-    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 class _RoomyLayer(DynamicLayer):
