@@ -102,7 +102,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "configs" / "proposer_solver.yaml"
+CONFIG = REPO / "cogym" / "configs" / "proposer_solver.yaml"
 MODELS = ("tiny", "qwen-fixture", "qwen-100m")  # the default set
 EXTRA_MODELS = ("qwen-0.5b",)  # on request (--models): Qwen2.5-0.5B's shape, 2 GB of weights, slow on a CPU
 WORKS = ("generate", "step", "train", "eval")  # the default set

@@ -235,7 +235,7 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False, ba
                   "policies.solver.generation.vllm.kv_cache_memory_bytes=268435456"] if backend == "vllm" else []
         for via in ("auto", "object_store", "collective") if backend == "hf" else ("auto", "collective"):
             print(f"[bench] sync {name} into {backend}, {via}", file=sys.stderr, flush=True)
-            cfg = load_config(REPO / "configs" / "proposer_solver.yaml",
+            cfg = load_config(REPO / "cogym" / "configs" / "proposer_solver.yaml",
                               [*BASE, "seats.proposer=scripted:random", f"policies.solver.model={model}",
                                "run.backend=ray", "ray.num_rollout_workers=2", f"ray.weight_sync={via}", *engine,
                                *(GPU_SHARE[:1] if gpu else [])])

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "configs" / "proposer_solver.yaml"
+CONFIG = REPO / "cogym" / "configs" / "proposer_solver.yaml"
 # No evaluation, checkpoints, transcripts, plots or TensorBoard: an iteration's time is rollout + update.
 QUIET = ["run.eval_every=0", "run.checkpoint_every=0", "eval.declared=false", "run.plot=false",
          "run.tensorboard=false", "run.transcripts_every=0"]

@@ -14,7 +14,7 @@ they never run). The rules, each reported with file and line:
 - **no source file over** ``MAX_LINES`` lines (the five largest are printed).
 
 The ``cogym`` command loads the module of the subcommand it runs by name (``importlib``, from the
-table in ``runners/cli/__init__.py``), so that ``cogym --help`` loads no torch; that load is not an
+table in ``cogym/runners/cli/__init__.py``), so that ``cogym --help`` loads no torch; that load is not an
 import statement and is not in the graph.
 
 Exit status 1 when a rule is broken, 0 otherwise. ``tests/test_import_graph.py`` runs it.
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The folders that install as cogym's packages (pyproject.toml's package-dir).
-PACKAGES = {"core": "cogym.core", "envs": "cogym.envs", "agents": "cogym.agents",
-            "learners": "cogym.learners", "runners": "cogym.runners"}
+# The folder that installs as the cogym package, and its subpackages.
+PACKAGE = "cogym"
+PACKAGES = ("core", "envs", "agents", "learners", "runners")
 # Optional or heavy dependencies a module may import inside a function, so that importing cogym
 # does not pay for them (or need them installed).
 OPTIONAL = ("ray", "vllm", "deepspeed", "faiss", "peft", "trl", "matplotlib", "torch.utils.tensorboard",
@@ -63,10 +63,9 @@ class Graph:
 
 def module_name(path: Path, root: Path = ROOT) -> str | None:
     rel = path.relative_to(root)
-    package = PACKAGES.get(rel.parts[0])
-    if package is None:
+    if rel.parts[0] != PACKAGE or len(rel.parts) < 3 or rel.parts[1] not in PACKAGES:
         return None
-    parts = [package, *rel.parts[1:]]
+    parts = list(rel.parts)
     parts[-1] = parts[-1][:-3]
     if parts[-1] == "__init__":
         parts.pop()
@@ -108,7 +107,7 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 
 def build(root: Path = ROOT) -> Graph:
     graph = Graph(root=root)
-    files = sorted(p for folder in PACKAGES for p in (root / folder).rglob("*.py"))
+    files = sorted(p for folder in PACKAGES for p in (root / PACKAGE / folder).rglob("*.py"))
     for path in files:
         name = module_name(path, root)
         if name:

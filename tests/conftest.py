@@ -33,14 +33,14 @@ torch.set_num_threads(1)
 # file of several minutes would run alone at the end while the other workers wait. So the suite runs these
 # first (longest processing time first); every other file keeps its collection order after them.
 LONG_FILES = (
-    "runners/test_ray_learners.py", "agents/test_vllm_on_ray.py", "runners/test_ray_backend.py",
-    "runners/test_ray_cluster.py", "runners/test_ray_faults.py", "runners/test_runners_identity_learning.py",
+    "runners/ray/test_ray_learners.py", "agents/test_vllm_on_ray.py", "runners/ray/test_ray_backend.py",
+    "runners/ray/test_ray_cluster.py", "runners/ray/test_ray_faults.py", "runners/train/test_runners_identity_learning.py",
     "golden/test_golden_metrics.py",
-    "runners/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
-    "runners/test_league.py", "runners/test_repeatability.py", "runners/test_tournament.py",
-    "runners/test_evaluation.py", "runners/test_build_reasoner.py", "runners/test_runners_kill_resume.py",
-    "envs/test_openspiel.py", "envs/test_textarena.py", "runners/test_ray_learner_groups.py",
-    "runners/test_ray_collective.py",
+    "runners/train/test_distributed.py", "agents/test_backend_contract.py", "learners/test_learner.py",
+    "runners/train/test_league.py", "runners/train/test_repeatability.py", "runners/tournament/test_tournament.py",
+    "runners/evaluation/test_evaluation.py", "runners/research/test_build_reasoner.py", "runners/train/test_runners_kill_resume.py",
+    "envs/test_openspiel.py", "envs/test_textarena.py", "runners/ray/test_ray_learner_groups.py",
+    "runners/ray/test_ray_collective.py",
 )
 
 

@@ -30,23 +30,23 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 def test_the_script_finds_each_kind_of_break(tmp_path, capsys):
     _write(tmp_path, {
-        "core/__init__.py": "",
-        "core/a.py": "def f():\n    from cogym.core.b import g\n    return g\n",   # a cycle through a function
-        "core/b.py": "from cogym.core.a import f\n\ndef g():\n    return f\n",
-        "envs/__init__.py": "",
-        "envs/c.py": "from cogym.core.b import _hidden\n",                     # a private name
-        "envs/d.py": "def h():\n    import json\n    import ray\n    return json, ray\n",  # json: needless; ray: optional
-        "envs/e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cogym.envs.c import x\n",
-        "agents/__init__.py": "", "learners/__init__.py": "", "runners/__init__.py": "",
-        "agents/long.py": "x = 1\n" * 601,
+        "cogym/core/__init__.py": "",
+        "cogym/core/a.py": "def f():\n    from cogym.core.b import g\n    return g\n",   # a cycle through a function
+        "cogym/core/b.py": "from cogym.core.a import f\n\ndef g():\n    return f\n",
+        "cogym/envs/__init__.py": "",
+        "cogym/envs/c.py": "from cogym.core.b import _hidden\n",                     # a private name
+        "cogym/envs/d.py": "def h():\n    import json\n    import ray\n    return json, ray\n",  # json: needless; ray: optional
+        "cogym/envs/e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cogym.envs.c import x\n",
+        "cogym/agents/__init__.py": "", "cogym/learners/__init__.py": "", "cogym/runners/__init__.py": "",
+        "cogym/agents/long.py": "x = 1\n" * 601,
     })
     module = _script()
     assert module.main(["--root", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "cogym.core.a <-> cogym.core.b" in out
-    assert "envs/c.py:1: from cogym.core.b import _hidden" in out
-    assert "envs/d.py:2: json  [NOT OPTIONAL]" in out and "envs/d.py:3: ray  [ray]" in out
+    assert "cogym/envs/c.py:1: from cogym.core.b import _hidden" in out
+    assert "cogym/envs/d.py:2: json  [NOT OPTIONAL]" in out and "cogym/envs/d.py:3: ray  [ray]" in out
     assert "cogym.envs.e" not in out.split("cycles")[1]  # a TYPE_CHECKING import never runs: no edge
-    assert "TOO LONG: agents/long.py 601 lines" in out
+    assert "TOO LONG: cogym/agents/long.py 601 lines" in out
     found = module.check(module.build(tmp_path))
     assert [len(found[k]) for k in ("cycles", "private", "lazy_bad", "long")] == [1, 1, 2, 1]  # a.py's import and json

@@ -12,7 +12,7 @@ from cogym.agents.backends import GenerationBackend, HFBackend
 from cogym.agents.policy import Policy
 from cogym.core.types import Generation, SamplingParams
 
-DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
+DEFAULT = str(Path(__file__).resolve().parents[2] / "cogym" / "configs" / "proposer_solver.yaml")
 
 
 def test_every_policy_generates_through_its_backend(any_policy):

@@ -26,7 +26,7 @@ from cogym.core.errors import ConfigError
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "cogym" / "configs" / "proposer_solver.yaml"
 MESSAGES = [[{"role": "system", "content": "Solve."}, {"role": "user", "content": f"{g}{g}+{g}"}] for g in range(4)]
 
 

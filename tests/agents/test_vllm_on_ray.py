@@ -6,7 +6,7 @@ per worker and only their adapters travel (the last test).
 
 vLLM samples each row from its own seeded generator, so the Ray run plays the very games of the
 one-process vLLM run: tokens, rewards and counts equal exactly; what is built on behaviour log-probs
-(losses, ppo_kl, mismatch) to float rounding, as in tests/runners/test_ray_backend.py."""
+(losses, ppo_kl, mismatch) to float rounding, as in tests/runners/ray/test_ray_backend.py."""
 
 from __future__ import annotations
 

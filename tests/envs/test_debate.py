@@ -35,7 +35,7 @@ from pettingzoo.test import api_test
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 SEATS = ["debater_0", "debater_1", "judge"]
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "debate.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "cogym" / "configs" / "debate.yaml"
 
 
 ZERO = {"debater_0": 0.0, "debater_1": 0.0, "judge": 0.0}

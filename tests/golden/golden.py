@@ -46,11 +46,11 @@ def runs() -> dict[str, tuple[Path, list[str]]]:
     """name -> (config path, overrides) of every golden run."""
     common = ["run.tensorboard=false", "run.checkpoint_every=0"]
     out: dict[str, tuple[Path, list[str]]] = {
-        "default_torch_30": (REPO / "configs" / "proposer_solver.yaml",
+        "default_torch_30": (REPO / "cogym" / "configs" / "proposer_solver.yaml",
                              ["run.iterations=30", "learners.proposer.engine=torch",
                               "learners.solver.engine=torch", *common]),
     }
-    for path in sorted((REPO / "configs").glob("*.yaml")) + [REPO / "examples" / "number_guess.yaml"]:
+    for path in sorted((REPO / "cogym" / "configs").glob("*.yaml")) + [REPO / "examples" / "number_guess.yaml"]:
         out[f"{path.stem}_5"] = (path, ["run.iterations=5", *common, *AS_SHIPPED_BUT.get(path.stem, [])])
     return out
 

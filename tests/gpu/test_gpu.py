@@ -1,6 +1,6 @@
 """Checks that need a CUDA GPU (marked ``gpu``: skipped without one; ``scripts/gpu_check.sh`` runs them
 with the scale benchmarks on a GPU machine). The logic of each is tested on the CPU elsewhere:
-tests/runners/test_colocate.py (when and how engines sleep), tests/runners/test_ray_collective.py
+tests/runners/ray/test_colocate.py (when and how engines sleep), tests/runners/ray/test_ray_collective.py
 (weights through a collective group, gloo)."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from cogym.learners.learner import Learner
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 
-DEFAULT = str(Path(__file__).resolve().parents[2] / "configs" / "proposer_solver.yaml")
+DEFAULT = str(Path(__file__).resolve().parents[2] / "cogym" / "configs" / "proposer_solver.yaml")
 
 
 def _turns(policy: Policy, n: int = 8) -> list[Turn]:

@@ -13,7 +13,7 @@ from cogym.envs import registry
 from cogym.runners.cli import main
 from cogym.runners.config.load import load_config
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _user_dir(tmp_path: Path) -> Path:

@@ -21,7 +21,7 @@ import pytest
 
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
-from tests.runners.ray_runs import SMALL, metric_rows, raw_rows, small_config
+from tests.runners.ray.ray_runs import SMALL, metric_rows, raw_rows, small_config
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
 pytestmark = pytest.mark.slow

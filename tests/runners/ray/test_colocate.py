@@ -11,7 +11,7 @@ import torch
 
 from cogym.agents.backends.vllm import Sleeper
 from cogym.runners.ray.colocate import engines_sleep, Sleepers, with_sleep_mode
-from tests.runners.ray_runs import small_config
+from tests.runners.ray.ray_runs import small_config
 
 GPU_COLOCATED = ("run.backend=ray", "ray.learners=colocated", "ray.num_gpus=0.5", "policies.solver.generation.backend=vllm")
 

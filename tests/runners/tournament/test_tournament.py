@@ -249,7 +249,7 @@ def test_a_training_runs_checkpoints_rank_the_latest_above_the_first(tmp_path):
     from cogym.runners.config.load import load_config
     from cogym.runners.train.loop import train
 
-    cfg = load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
+    cfg = load_config(Path(__file__).parents[3] / "cogym" / "configs" / "kuhn_poker.yaml",
                       ["run.checkpoint_every=10", "run.tensorboard=false", "run.plot=false"])
     train(cfg, tmp_path / "run", progress=False)
     players = resolve_players([str(tmp_path / "run")])

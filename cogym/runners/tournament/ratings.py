@@ -26,7 +26,7 @@ Newton's method on the same (concave) objective; fits MM finishes are exactly as
 fit is never an error for not converging: one that Newton cannot finish either (not seen in
 practice) keeps its last iterate, with a RuntimeWarning.
 
-The prior, and the degenerate cases (each decision is tested in tests/runners/test_ratings.py):
+The prior, and the degenerate cases (each decision is tested in tests/runners/tournament/test_ratings.py):
 
 * **Prior** (``prior``, default 1.0). Each player also plays ``prior`` virtual games against a
   fixed virtual reference player of strength 1, all scored as draws (``prior/2`` wins and

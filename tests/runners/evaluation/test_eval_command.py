@@ -7,7 +7,7 @@ import pytest
 
 from cogym.runners.cli import main
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "cogym" / "configs"
 
 
 def _rows(out: str) -> dict[tuple[str, str], float]:
@@ -103,14 +103,14 @@ def test_a_bad_request_is_one_line_and_exit_2(capsys, argv, words):
 def test_the_generic_evaluation_layer_names_no_game():
     """Evaluation belongs to games: runners/evaluation holds the registry, the context and the loop, and no
     game's name or code; the games' evaluators import no model and no runner (only cogym.core and cogym.envs)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     words = re.compile(r"kuhn|arithmetic|proposer|solver|heldout|held-out|exploitab", re.IGNORECASE)
-    for path in sorted((root / "runners" / "evaluation").glob("*.py")):
+    for path in sorted((root / "cogym" / "runners" / "evaluation").glob("*.py")):
         named = [f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
                  if words.search(line)]
         assert not named, "\n".join(named)
     for name in ("evaluation", "arithmetic_eval", "kuhn_poker_eval", "proposer_solver_eval"):
-        text = (root / "envs" / f"{name}.py").read_text()
+        text = (root / "cogym" / "envs" / f"{name}.py").read_text()
         assert not re.search(r"^\s*(from|import) cogym\.(agents|learners|runners)", text, re.MULTILINE), name
 
 

@@ -1,7 +1,7 @@
 """Learner groups on Ray (``ray.learner_workers``): a policy's learner as 2 Ray actors in one
 torch.distributed group (gloo) trains as one process does.
 
-* One update on a fixed global batch (tests/runners/test_distributed.py's: uneven groups and lengths),
+* One update on a fixed global batch (tests/runners/train/test_distributed.py's: uneven groups and lengths),
   GRPO and PPO on the torch engine and DeepSpeed ZeRO-1/2/3, by a group of 2 :class:`LearnerWorker`
   actors and by one learner in this process: the same metrics (loss, grad_norm, ...) and weights to
   1e-5 relative. The two actors are started once and build each case's learner in turn.
@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from cogym.runners.train.loop import train
-from tests.runners.ray_runs import metric_rows, raw_rows, ROUNDED, small_config
-from tests.runners.test_distributed import _make_turns
+from tests.runners.ray.ray_runs import metric_rows, raw_rows, ROUNDED, small_config
+from tests.runners.train.test_distributed import _make_turns
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
 pytestmark = pytest.mark.slow

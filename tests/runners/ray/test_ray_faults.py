@@ -4,7 +4,7 @@ last iteration's rollout. Each run ends as the
 uninterrupted one-process run: the same metrics (to float rounding for those built on behaviour
 log-probs, exactly for tokens and rewards), every game played once. The moments are made exact by
 killing from inside the driver's own calls; scripts/ray_faults.py kills from outside at random moments.
-On a local 2-CPU cluster with the tiny model (tests/runners/ray_runs.py: the shrunken config)."""
+On a local 2-CPU cluster with the tiny model (tests/runners/ray/ray_runs.py: the shrunken config)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ import pytest
 
 from cogym.runners.train.loop import train
 from tests.rounding import same
-from tests.runners.ray_runs import metric_rows, small_config
+from tests.runners.ray.ray_runs import metric_rows, small_config
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

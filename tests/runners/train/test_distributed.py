@@ -25,7 +25,7 @@ import pytest
 import torch
 
 COGYM = Path(sys.executable).with_name("cogym")
-KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
+KUHN = str(Path(__file__).resolve().parents[3] / "cogym" / "configs" / "kuhn_poker.yaml")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")  # wall-clock measurements differ between any two runs
 RTOL = 1e-5  # metrics and parameters, 2 processes vs 1: float32 sums in another order
 ATOL = 1e-6

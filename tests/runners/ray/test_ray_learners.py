@@ -2,7 +2,7 @@
 rollout workers' placement group trains as the driver would, through a killed driver and --resume, with
 LoRA adapters and one-step off-policy; a learner actor killed mid-update resumes the run from its
 checkpoint by itself. ZeRO-3 in learner actors (a group of 2): test_ray_learner_groups.py.
-On a local 2-CPU cluster with the tiny model (tests/runners/ray_runs.py: the shrunken config)."""
+On a local 2-CPU cluster with the tiny model (tests/runners/ray/ray_runs.py: the shrunken config)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cogym.runners.train.loop import train
-from tests.runners.ray_runs import ONE_THREAD, metric_rows, raw_rows, small_config
+from tests.runners.ray.ray_runs import ONE_THREAD, metric_rows, raw_rows, small_config
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def test_learner_actors_train_as_the_driver_would(one_thread_reference, local_cl
     (its optimizer state dies with it): the run resumes by itself from the checkpoint of iteration 1
     with new actors (which load the checkpoint's learner state) and ends as the uninterrupted run.
     ``separate`` learner actors: the one-step test below, the LoRA test and the learner groups
-    (tests/runners/test_ray_learner_groups.py: separate bundles, ZeRO-3 weights gathered for each sync);
+    (tests/runners/ray/test_ray_learner_groups.py: separate bundles, ZeRO-3 weights gathered for each sync);
     a driver killed and --resume: the LoRA test below."""
     from ray.util import placement_group_table
 

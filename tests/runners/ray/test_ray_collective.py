@@ -4,8 +4,8 @@
 * A gloo broadcast among three groups in one process (threads) delivers the sender's state exactly.
 * On Ray (2 workers): after a sync every worker holds exactly the driver's weights, for full weights
   and for LoRA adapters; a worker killed between syncs is restarted and given the next version in a
-  group of its own. Whole training runs through collective sync: tests/runners/test_ray_backend.py
-  (from the driver) and tests/runners/test_ray_learner_groups.py (from a learner group's rank 0).
+  group of its own. Whole training runs through collective sync: tests/runners/ray/test_ray_backend.py
+  (from the driver) and tests/runners/ray/test_ray_learner_groups.py (from a learner group's rank 0).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from cogym.agents.backends.broadcast import flatten, Groups, Meet, size_of, spec, unflatten
-from tests.runners.ray_runs import small_config
+from tests.runners.ray.ray_runs import small_config
 
 
 def _state() -> dict[str, torch.Tensor]:

@@ -126,7 +126,7 @@ def test_an_algorithm_needs_the_outcome_facts_it_reads(tiny_model_dir):
 
     spin_ok = _cfg(tiny_model_dir, "learners.solver.algorithm=spin", "seats.proposer=scripted:random")
     assert "reference" in build(spin_ok).games[0].spec.outcomes["solver"]
-    kuhn = load_config(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml",
+    kuhn = load_config(Path(__file__).resolve().parents[3] / "cogym" / "configs" / "kuhn_poker.yaml",
                        [f"policies.player.model={tiny_model_dir}", "learners.player.algorithm=spin"])
     with pytest.raises(ConfigError, match=r"spin reads each turn's 'reference'.*kuhn_poker-v0 declares none for role\(s\) first"):
         build(kuhn)

@@ -29,7 +29,7 @@ from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from pettingzoo.test import api_test
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GAME_FILE = ROOT / "examples" / "number_guess.py"
 CONFIG = ROOT / "examples" / "number_guess.yaml"
 GUIDE = ROOT / "docs" / "write_your_own_game.md"
@@ -192,7 +192,7 @@ def test_config_trains_one_iteration(game, tmp_path, tiny_model_dir, monkeypatch
 def test_guide_names_the_example_and_files_that_exist():
     text = GUIDE.read_text()
     for needed in ("examples/number_guess.py", "examples/number_guess.yaml", "cogym train examples/number_guess.yaml\n",
-                   "tests/runners/test_guide_example.py"):
+                   "tests/runners/cli/test_guide_example.py"):
         assert needed in text
     paths = set(re.findall(r"(?<![\w/.])((?:examples|docs|envs|runners|configs|tests)/[\w/]+\.(?:py|yaml|md))", text))
     assert paths, "no file paths found in the guide"

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from cogym.learners import registry
 from cogym.runners.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "median_baseline.yaml"
 
 
@@ -51,7 +51,7 @@ def test_cogym_train_trains_the_example_algorithm(private_registry, tmp_path, ca
     trained = [r for r in rows if "solver/median_singleton_groups" in r]
     assert len(trained) == 3 and all(r["solver/median_singleton_groups"] == 0.0 for r in trained)
     assert any(r.get("solver/adv_abs_mean", 0) > 0 for r in trained)
-    start = load_file(str(next((ROOT / "agents" / "tiny").glob("*.safetensors"))))
+    start = load_file(str(next((ROOT / "cogym" / "agents" / "tiny").glob("*.safetensors"))))
     final = load_file(str(next((run_dir / "checkpoints").glob("step_*/policies/solver/*.safetensors"))))
     assert any(not torch.equal(start[k], final[k]) for k in start if k in final), "the solver's weights changed"
     assert "median_scale: 1.0" in (run_dir / "config.yaml").read_text()  # its key is written back flat

@@ -33,7 +33,7 @@ from cogym.runners.config.schema import LeagueConfig
 from cogym.runners.train.league import League, Member, game_score, pfsp_weights
 from cogym.runners.train.loop import train
 
-KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
+KUHN = str(Path(__file__).resolve().parents[3] / "cogym" / "configs" / "kuhn_poker.yaml")
 COGYM = Path(sys.executable).with_name("cogym")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
 LEAGUE = ["seats.second=player", "league.seats=[second]"]

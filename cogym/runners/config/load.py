@@ -23,7 +23,7 @@ from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.safe_yaml import parse_yaml, read_yaml_file
-from cogym.runners.config.schema import algorithm_choices, Config, default_config_path, MAP_OWNERS, suggest, TYPED_MAPS
+from cogym.runners.config.schema import algorithm_choices, Config, config_path, default_config_path, MAP_OWNERS, suggest, TYPED_MAPS
 from cogym.runners.config.validate import check_choice, validate
 
 
@@ -183,7 +183,7 @@ def load_tree(path: str | Path | None, overrides: list[str] | None = None, what:
     """The YAML mapping at ``path`` (an empty one when None) with the dotted ``overrides`` applied."""
     tree: Any = {}
     if path is not None:
-        path = Path(path)
+        path = config_path(path)
         tree = read_yaml_file(path, what) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
@@ -225,7 +225,7 @@ def _moved_eval_keys(tree: dict) -> None:
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
-    path = default_config_path() if path is None else Path(path)
+    path = default_config_path() if path is None else config_path(path)
     tree = load_tree(path, overrides)
     _moved_eval_keys(tree)
     _drop_null_seats(tree)

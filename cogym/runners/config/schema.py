@@ -264,6 +264,20 @@ def default_config_path() -> Path:
     return Path(str(resources.files("cogym.configs").joinpath(DEFAULT_CONFIG)))
 
 
+def config_path(path: str | Path) -> Path:
+    """``path`` as given when it is a file; else, for ``configs/<name>.yaml`` or a bare ``<name>.yaml``, the
+    config of that name that ships with cogym (``cogym/configs/``), so that the commands in the docs work from
+    any directory and after ``pip install``. Otherwise ``path`` unchanged (reading it names the missing file)."""
+    path = Path(path)
+    if path.is_file() or path.suffix not in (".yaml", ".yml"):
+        return path
+    if len(path.parts) == 1 or (len(path.parts) == 2 and path.parts[0] == "configs"):
+        shipped = default_config_path().with_name(path.name)
+        if shipped.is_file():
+            return shipped
+    return path
+
+
 @dataclass
 class TournamentSampling:
     """``sampling:`` of ``cogym tournament``: the keys of a training config's ``sampling`` its model players use."""

@@ -20,7 +20,7 @@ from cogym.runners.evaluation.context import PolicyModel, RunContext, forked_rng
 from cogym.runners.evaluation.evaluators import EVALUATORS, VsScripted, evaluate, evaluators_of, register_evaluator
 from cogym.runners.train.loop import train
 
-KUHN = str(Path(__file__).resolve().parents[2] / "configs" / "kuhn_poker.yaml")
+KUHN = str(Path(__file__).resolve().parents[3] / "cogym" / "configs" / "kuhn_poker.yaml")
 TIMING = ("rollout_s", "update_s", "iteration_s", "tokens_per_s")
 
 

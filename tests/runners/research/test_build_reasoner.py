@@ -153,7 +153,7 @@ def test_the_vote_accuracy_script_prints_the_vote_and_threshold_tables(capsys) -
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "vote_accuracy.py"
+    path = Path(__file__).resolve().parents[3] / "scripts" / "vote_accuracy.py"
     spec = importlib.util.spec_from_file_location("vote_accuracy", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

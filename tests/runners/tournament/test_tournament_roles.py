@@ -26,7 +26,7 @@ from cogym.runners.tournament.scoring import paired_rows
 from cogym.runners.tournament.spec import TournamentSpec
 from pettingzoo.test import api_test
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GAME_FILE = ROOT / "examples" / "hint_guess.py"
 CONFIG = ROOT / "examples" / "hint_guess.yaml"
 GAME = "hint_guess-v0"

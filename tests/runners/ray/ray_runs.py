@@ -1,4 +1,4 @@
-"""What the Ray test modules share (tests/runners/test_ray_*.py): the default config shrunk, its rows
+"""What the Ray test modules share (tests/runners/ray/test_ray_*.py): the default config shrunk, its rows
 without wall-clock and Ray bookkeeping, and the one-thread settings learner actors are compared under."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def _rows(path: Path) -> list[dict]:
 def _kuhn(model_dir, *extra: str):
     from cogym.runners.config.load import load_config
 
-    return load_config(Path(__file__).parents[2] / "configs" / "kuhn_poker.yaml",
+    return load_config(Path(__file__).parents[3] / "cogym" / "configs" / "kuhn_poker.yaml",
                        [f"policies.player.model={model_dir}", "game.num_games=4", "run.checkpoint_every=0",
                         "run.plot=false", "eval.evaluators={}", *extra])
 

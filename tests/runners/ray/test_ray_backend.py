@@ -18,7 +18,7 @@ from cogym.core.errors import ConfigError
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from tests.rounding import same
-from tests.runners.ray_runs import DEFAULT, ROUNDED, SMALL, metric_rows, raw_rows, small_config
+from tests.runners.ray.ray_runs import DEFAULT, ROUNDED, SMALL, metric_rows, raw_rows, small_config
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
 pytestmark = pytest.mark.slow
