@@ -22,8 +22,8 @@ from cogym.core.text import printable
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("cogym.runners.cli.train", "train the policies of a config"),
-    "eval": ("cogym.runners.cli.eval", "greedy solver accuracy of a model on the 500-problem held-out set "
-             "(and pass@1 with --temperature)"),
+    "eval": ("cogym.runners.cli.eval", "measure a model with the evaluators a game declares (held-out accuracy, "
+             "win rates against scripted twins, exploitability)"),
     "games": ("cogym.runners.cli.games", "list registered games: roles, scripted twins, zero-sum, reward range, versions"),
     "tournament": ("cogym.runners.cli.tournament", "rate checkpoints, models and scripted agents against each other"),
     "show": ("cogym.runners.cli.show", "print the games a run or tournament kept (transcripts.jsonl): each move and "
