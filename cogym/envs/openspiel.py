@@ -44,7 +44,6 @@ both read from the observation text alone.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import os
 import re
@@ -55,6 +54,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
+from cogym.core.names import did_you_mean
 from cogym.envs.base import CogymEnv, GameSpec, text_space
 from cogym.envs.errors import GameError
 from cogym.envs.registry import Registration
@@ -259,8 +259,7 @@ def load(game: str, params: Mapping[str, Any] | None = None) -> Any:
         raise GameError(f"openspiel: the game must be an OpenSpiel game name, got {game!r}")
     name = _name_of(game)
     if name not in pyspiel.registered_names():
-        close = difflib.get_close_matches(name, pyspiel.registered_names(), n=1)
-        hint = f"; did you mean 'openspiel:{close[0]}'?" if close else ""
+        hint = did_you_mean(name, pyspiel.registered_names(), form="; did you mean {}?", show=lambda c: f"'openspiel:{c}'")
         raise GameError(f"unknown OpenSpiel game {name!r}{hint} (cogym games --source openspiel lists them)")
     if name in EXCLUDED:
         raise GameError(f"openspiel:{name} is not offered: {EXCLUDED[name]}")

@@ -57,7 +57,6 @@ Observation text
 from __future__ import annotations
 
 import atexit
-import difflib
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -66,6 +65,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cogym.core.names import did_you_mean
 from cogym.core.sandbox import Sandbox
 from cogym.envs._reasoning_gym_worker import generate_item, level_count  # noqa: F401 - re-exported
 
@@ -227,8 +227,7 @@ def menu_entries(tasks: Any, levels: Any) -> list[tuple[str, int]]:
         if name in EXCLUDED:
             raise ValueError(f"reasoning-gym dataset {name!r} is excluded: {EXCLUDED[name]}")
         if name not in known:
-            close = difflib.get_close_matches(name, list(known), n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            hint = did_you_mean(name, known, n=3, form="; did you mean {}?")
             raise ValueError(f"unknown reasoning-gym dataset {name!r}{hint} (cogym.envs.reasoning_gym.catalog() lists them)")
         for level in levels:
             if int(level) not in known[name].usable:

@@ -7,7 +7,6 @@ for any role of any registered game without importing the game module.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import re
@@ -17,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from cogym.core.names import did_you_mean
 from cogym.envs.base import CogymEnv
 from cogym.envs.errors import GameError
 from cogym.envs.token_level import Codec, TokenLevelEnv, wrap
@@ -65,8 +65,7 @@ def _check_arguments(reg: Registration, kwargs: Mapping[str, Any]) -> None:
         return
     for key in kwargs:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, names, form="; did you mean {}?")
             raise GameError(f"game {reg.id!r} has no argument {key!r}{hint} Its arguments are: {', '.join(names)}")
 
 
@@ -99,8 +98,7 @@ def _lookup(id: str) -> Registration:
         return sourced
     if id not in _REGISTRY:
         known = sorted(_REGISTRY)
-        close = difflib.get_close_matches(id, known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(id, known, form="; did you mean {}?")
         raise GameError(f"unknown game {id!r}{hint} Registered games: {', '.join(known) or '(none)'}. A game written in "
                         "your own module is registered when the module is imported: list it in the config's game.modules "
                         "(e.g. game.modules: [mygame.py], a path relative to the config file) or pass --module mygame.py "

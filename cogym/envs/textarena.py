@@ -46,7 +46,6 @@ Scripted twins: ``random`` (one of the bracketed moves the newest messages list,
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import math
 import random
@@ -56,6 +55,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
+from cogym.core.names import did_you_mean
 from cogym.envs.base import CogymEnv, GameSpec, int_arg, text_space
 from cogym.envs.errors import GameError
 from cogym.envs.openspiel import ascii_text
@@ -230,8 +230,7 @@ def check_id(env_id: str) -> None:
     if env_id in REFUSED:
         raise GameError(f"textarena:{env_id} is not offered: {REFUSED[env_id]}")
     if env_id not in ENV_REGISTRY:
-        close = difflib.get_close_matches(env_id, list(ALLOWED), n=1)
-        hint = f"; did you mean 'textarena:{close[0]}'?" if close else ""
+        hint = did_you_mean(env_id, ALLOWED, form="; did you mean {}?", show=lambda c: f"'textarena:{c}'")
         raise GameError(f"unknown TextArena id {env_id!r}{hint} (cogym games --source textarena lists the offered ones)")
     raise GameError(f"textarena:{env_id} is not offered: it is not among the two-seat ids checked to play offline "
                     f"(cogym games --source textarena lists them)")

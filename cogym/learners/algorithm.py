@@ -16,7 +16,6 @@ The Learner calls these hooks; it knows no algorithm by name.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, ClassVar, Sequence, TYPE_CHECKING
 import torch
 
 from cogym.agents.policy import Policy
+from cogym.core.names import did_you_mean
 from cogym.core.types import Turn
 from cogym.learners import advantages as adv_fns
 from cogym.learners.batch import TokenBatch
@@ -55,11 +55,9 @@ def check_number(name: str, value: Any, low: float, high: float = math.inf, *, o
         raise ValueError(f"{name} must be a finite number {bounds}, got {value!r}")
 
 
-def check_choice(name: str, value: Any, options: Sequence[str]) -> None:
+def check_choice(value: Any, options: Sequence[str], name: str) -> None:
     if value not in options:
-        close = difflib.get_close_matches(str(value), list(options), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}{hint}")
+        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}{did_you_mean(value, options)}")
 
 
 @dataclass
@@ -81,7 +79,7 @@ class Whitened(AlgorithmConfig):
 
     def validate(self, common: "LearnerConfig") -> None:
         super().validate(common)
-        check_choice("whiten", self.whiten, adv_fns.WHITEN_MODES)
+        check_choice(self.whiten, adv_fns.WHITEN_MODES, "whiten")
 
 
 @dataclass

@@ -9,10 +9,10 @@ common keys here and the others to the config of the algorithm that declares the
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from cogym.core.names import did_you_mean
 from cogym.learners.losses import check_mismatch_options
 from cogym.learners.registry import FROZEN, get, names, reserve
 
@@ -180,9 +180,8 @@ class UnknownKey(ValueError):
     """A learner key neither common nor declared by any registered algorithm."""
 
     def __init__(self, key: str, known: list[str]) -> None:
-        close = difflib.get_close_matches(key, known, n=1)
         self.key = key
-        self.hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        self.hint = did_you_mean(key, known, form="did you mean {}?") or f"known keys: {', '.join(known)}"
         super().__init__(f"unknown learner key {key!r} ({self.hint})")
 
 

@@ -8,9 +8,9 @@ the way a user's game is. Unknown names fail with a "did you mean".
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Callable
 
+from cogym.core.names import did_you_mean
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig
 
 FROZEN = "frozen"  # not an algorithm: the policy plays and never learns (no learner is built)
@@ -69,8 +69,7 @@ def get(name: str) -> type[Algorithm]:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, _REGISTRY)
         raise ValueError(f"unknown algorithm {name!r}{hint}; registered: {', '.join(_REGISTRY)} (and {FROZEN!r}). "
                          "A user algorithm is registered by a module listed in game.modules") from None
 

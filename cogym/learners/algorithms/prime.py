@@ -31,9 +31,9 @@ class PrimeConfig(AlgorithmConfig):
     prime_update: str = "before"  # update the PRM on the batch "before" or "after" it scores it
 
     def validate(self, common) -> None:
-        check_choice("prime_granularity", self.prime_granularity, PRIME_GRANULARITIES)
-        check_choice("prime_norm", self.prime_norm, PRIME_NORMS)
-        check_choice("prime_update", self.prime_update, ("before", "after"))
+        check_choice(self.prime_granularity, PRIME_GRANULARITIES, "prime_granularity")
+        check_choice(self.prime_norm, PRIME_NORMS, "prime_norm")
+        check_choice(self.prime_update, ("before", "after"), "prime_update")
         check_number("prime_beta", self.prime_beta, 0.0, open_low=True)
         check_number("prime_lr", self.prime_lr, 0.0, open_low=True)
         if self.prime_model and not Path(self.prime_model).is_dir():

@@ -29,7 +29,7 @@ class RAEConfig(Discounted):
         super().validate(common)
         if not (isinstance(self.rae_decay, (int, float)) and 0 <= self.rae_decay <= 1):
             raise ValueError(f"rae_decay must be in [0, 1] (the EMA decay of the RAE baselines), got {self.rae_decay}")
-        check_choice("rae_order", self.rae_order, RAE_ORDERS)
+        check_choice(self.rae_order, RAE_ORDERS, "rae_order")
         if common.kl_in_reward != "off":
             raise ValueError("rae computes advantages from the outcome alone and would ignore kl_in_reward; use "
                              "kl_in_loss (e.g. kl_in_loss: k3) to keep the policy near its reference")

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import keyword
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,6 +17,7 @@ from typing import Any, get_args, Literal, Optional, Union
 
 from cogym.agents.endpoint import EndpointConfig
 from cogym.agents.lora import LoraConfig
+from cogym.core.names import did_you_mean
 from cogym.core.types import SamplingParams
 from cogym.learners.advantages import WHITEN_MODES
 from cogym.learners import registry
@@ -256,8 +256,7 @@ WHITEN = WHITEN_MODES
 
 
 def suggest(key: str, options) -> str:
-    close = difflib.get_close_matches(key, list(options), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(sorted(options))})"
+    return did_you_mean(key, options) or f" (known keys: {', '.join(sorted(options))})"
 
 
 def default_config_path() -> Path:

@@ -31,20 +31,20 @@ Register your own kind with :func:`register_evaluator` in a module listed under 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from cogym.core.errors import ConfigError
+from cogym.core.names import did_you_mean
 from cogym.envs import make
 from cogym.envs.evaluation import KINDS as GAME_KINDS
 from cogym.runners.evaluation.context import RunContext, evaluated_policy
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
 from cogym.runners.rollout.seating import Seating, seats_of
 from cogym.runners.rollout.turns import rollout
-from cogym.runners.tournament.scoring import game_score
+from cogym.runners.results.scoring import game_score
 
 
 EVALUATORS: dict[str, type] = {}
@@ -146,8 +146,7 @@ def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
         raise ConfigError(f"{where} must be a mapping with a kind (one of {', '.join(sorted(known))})")
     kind = spec["kind"]
     if kind not in known:
-        close = difflib.get_close_matches(str(kind), list(known), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(kind, known)
         raise ConfigError(f"{where}.kind: unknown evaluator {kind!r}{hint}; known: {', '.join(sorted(known))}. "
                           "Register your own with cogym.runners.evaluation.evaluators.register_evaluator in a game.modules module")
     fields = {k: v for k, v in spec.items() if k != "kind"}

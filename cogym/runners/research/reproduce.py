@@ -15,7 +15,6 @@ The claims, their papers, their arms and the measured tables are in docs/claims.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import resource
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from cogym.core.errors import ConfigError
+from cogym.core.names import did_you_mean
 from cogym.runners.config.load import load_config
 from cogym.runners.config.schema import default_config_path
 from cogym.runners.display import columns, fill
@@ -39,8 +39,7 @@ CONFIGS = default_config_path().parent  # the shipped configs (cogym.configs)
 
 def claim_named(name: str) -> Claim:
     if name not in CLAIMS:
-        close = difflib.get_close_matches(name, list(CLAIMS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, CLAIMS)
         raise ConfigError(f"unknown claim {name!r}{hint}; known: {', '.join(CLAIMS)} (cogym reproduce --list)")
     return CLAIMS[name]
 

@@ -11,12 +11,12 @@ agent)`` map the play loop asks.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cogym.core.errors import ConfigError
+from cogym.core.names import did_you_mean
 
 T = TypeVar("T")
 
@@ -27,8 +27,7 @@ def _roles(game: Any) -> list[str]:
 
 def unknown_key(game: Any, key: str, what: str) -> ConfigError:
     """The error for a key that is neither a seat nor a role of ``game`` (naming the closest one)."""
-    close = difflib.get_close_matches(str(key), [*_roles(game), *game.possible_agents], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(key, [*_roles(game), *game.possible_agents], form="; did you mean {}?")
     return ConfigError(f"{what}: {game.spec.id} has no role or seat {key!r} (roles: {', '.join(_roles(game))}; "
                        f"seats: {', '.join(game.possible_agents)}){hint}")
 
