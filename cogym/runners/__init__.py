@@ -30,9 +30,9 @@ _EXPORTS = {
     "register_evaluator": "evaluation.evaluators",
     "import_game_modules": "config.modules",
     "Player": "tournament.players", "TournamentSpec": "tournament.spec", "resolve_players": "tournament.players",
-    "run_tournament": "tournament.run", "report": "tournament.leaderboard",
-    "TRANSCRIPTS_FILE": "tournament.transcripts", "read_transcripts": "tournament.transcripts", "format_transcripts": "tournament.transcripts",
-    "format_transcript": "tournament.transcripts", "transcript_row": "tournament.transcripts",
+    "run_tournament": "tournament.run", "report": "results.leaderboard",
+    "TRANSCRIPTS_FILE": "results.transcripts", "read_transcripts": "results.transcripts", "format_transcripts": "results.transcripts",
+    "format_transcript": "results.transcripts", "transcript_row": "results.transcripts",
 }
 
 __all__ = ["Config", "ConfigError", "default_config_path", "EvalConfig", "format_transcript", "format_transcripts",
@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from .train.hooks import TrainHook
     from .config.modules import import_game_modules
     from .tournament.players import Player, resolve_players
-    from .tournament.leaderboard import report
+    from .results.leaderboard import report
     from .tournament.run import run_tournament
     from .tournament.spec import TournamentSpec
-    from .tournament.transcripts import TRANSCRIPTS_FILE, format_transcript, format_transcripts, read_transcripts, transcript_row
+    from .results.transcripts import TRANSCRIPTS_FILE, format_transcript, format_transcripts, read_transcripts, transcript_row

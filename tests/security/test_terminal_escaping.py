@@ -15,7 +15,7 @@ import numpy as np
 
 from cogym.runners.cli import main
 from cogym.runners.cli.train import print_summary
-from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix
+from cogym.runners.results.leaderboard import print_leaderboard, print_matrix
 
 TITLE = "\x1b]0;pwned\x07"  # sets the terminal's title
 CLEAR = "\x1b[2J\r"  # clears the screen, then writes over the line

@@ -10,7 +10,7 @@ from cogym.core.errors import ConfigError
 from cogym.core.text import printable
 from cogym.runners.cli.args import positive_int
 from cogym.runners.display import terminal_width
-from cogym.runners.tournament.transcripts import (MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES,
+from cogym.runners.results.transcripts import (MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES,
                                                   format_transcripts, read_transcripts, select, transcripts_path)
 
 DESCRIPTION = ("Print the transcripts of a cogym train run (run.transcripts_every, run.transcripts_games) or of a "

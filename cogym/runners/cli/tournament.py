@@ -18,7 +18,7 @@ from cogym.runners.config.schema import BACKENDS, TournamentConfig, TournamentSe
 from cogym.runners.config.safe_yaml import parse_yaml
 from cogym.runners.config.validate import check_choice, validate_tournament
 from cogym.runners.tournament.players import ENDPOINT_PREFIX, resolve_players, split_binding
-from cogym.runners.tournament.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
+from cogym.runners.results.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.spec import TournamentSpec
 

@@ -20,9 +20,9 @@ from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.tournament.players import Player, Prompted
 from cogym.runners.tournament.schedule import game_index, GameKey, SoloKey
-from cogym.runners.tournament.scoring import game_score, side_returns
+from cogym.runners.results.scoring import game_score, side_returns
 from cogym.runners.tournament.spec import TournamentSpec
-from cogym.runners.tournament.transcripts import tournament_keeps, transcript_row
+from cogym.runners.results.transcripts import tournament_keeps, transcript_row
 
 
 class Agents:

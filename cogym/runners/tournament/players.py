@@ -261,6 +261,3 @@ def fixed_player(who: str, where: str) -> Player:
 def default_limit() -> int:
     """The message limit a run without ``sampling.max_new_tokens`` trained with."""
     return SamplingParams.max_new_tokens
-
-
-NO_RUN_CONFIG = "model (no run config)"

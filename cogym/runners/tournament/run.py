@@ -36,7 +36,7 @@ game's id (:func:`game_index`), so a game ends the same in any batch, on a rerun
 ``ray.num_rollout_workers`` Ray workers (``cogym tournament --ray``: the driver splits each batch
 among them, restarts one that dies, replays its share, and alone writes ``results.jsonl``).
 Ratings are Bradley–Terry by maximum likelihood with bootstrap intervals
-(:mod:`cogym.runners.tournament.ratings`).
+(:mod:`cogym.runners.results.ratings`).
 """
 
 from __future__ import annotations
@@ -54,13 +54,14 @@ from cogym.core.errors import ConfigError
 from cogym.core.threads import ThreadPolicy
 from cogym.runners import rundir
 from cogym.runners.tournament.play import Agents, play_batch
-from cogym.runners.tournament.players import NO_RUN_CONFIG, Player
+from cogym.runners.tournament.players import Player
 from cogym.runners.tournament.results import count, RESULTS_FILE, ResultsLog, write_json
 from cogym.runners.tournament.schedule import batches, game_seeds, GameKey, Schedule, SoloKey
-from cogym.runners.tournament.scoring import paired_rows
+from cogym.runners.results.leaderboard import NO_RUN_CONFIG
+from cogym.runners.results.scoring import paired_rows
 from cogym.runners.tournament.settle import check_players, settle
 from cogym.runners.tournament.spec import SCHEDULES, TournamentSpec
-from cogym.runners.tournament.transcripts import append_transcripts, split_transcripts, TRANSCRIPTS_FILE
+from cogym.runners.results.transcripts import append_transcripts, split_transcripts, TRANSCRIPTS_FILE
 
 
 def _player_info(p: Player, seats: Sequence[str]) -> dict:

@@ -13,7 +13,7 @@ import numpy as np
 
 from cogym.runners import rundir
 from cogym.runners.tournament.results import ResultsLog, write_json
-from cogym.runners.tournament.scoring import paired_rows
+from cogym.runners.results.scoring import paired_rows
 from cogym.runners.tournament.spec import TournamentSpec
 
 

@@ -19,7 +19,7 @@ the learner beats least are drawn most (:func:`pfsp_weights`).
 
 Results: a game's score is the sign of (sum of the learner seats' returns) - (sum of the league
 seats' returns): 1, 0, or 0.5 for a draw, as in tournaments. Each league game updates the win counts
-and an openskill :class:`~cogym.runners.tournament.streaming.StreamingRatings` table in which the learner is
+and an openskill :class:`~cogym.runners.results.live_ratings.StreamingRatings` table in which the learner is
 ``current`` and members are rated by name. Checkpoints hold ``league/league.json`` (members, counts,
 ratings state) and one HF model directory per member (``league/it<N>/``, loadable as a tournament
 player); ``--resume`` restores them exactly.
@@ -45,9 +45,9 @@ from cogym.runners import rundir
 from cogym.runners.rollout.agents import model_agent
 from cogym.runners.config.schema import LeagueConfig
 from cogym.runners.train.hooks import TrainHook
-from cogym.runners.tournament.ratings import Result
-from cogym.runners.tournament.streaming import StreamingRatings
-from cogym.runners.tournament.scoring import game_score  # the learner's seats as side a, the league's as side b
+from cogym.runners.results.ratings import Result
+from cogym.runners.results.live_ratings import StreamingRatings
+from cogym.runners.results.scoring import game_score  # the learner's seats as side a, the league's as side b
 
 PREFIX = "league:"  # policy id of a member's seats: no learner has it
 CURRENT = "current"  # the learner's name in the ratings table

@@ -68,7 +68,7 @@ from cogym.runners.train.iteration import Sampler, data_parallel, grouped, itera
 from cogym.runners.train.sinks import forget_attempt, Sinks, open_sinks
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.core.threads import cpu_capacity, ThreadPolicy
-from cogym.runners.tournament.transcripts import train_rows, transcripts_due
+from cogym.runners.results.transcripts import train_rows, transcripts_due
 
 __all__ = ["train", "driver_threads"]
 

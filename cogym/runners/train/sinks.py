@@ -3,7 +3,7 @@
 The trainer hands every record to :class:`Sinks`, which hands it to each sink it holds. In a
 data-parallel run only rank 0 holds sinks; the other ranks log nothing. A new destination (a
 tracker, a CSV) is one more class with ``log(record)`` and ``close()``; a sink that also has
-``transcripts(rows)`` receives the sampled game transcripts (:mod:`~cogym.runners.tournament.transcripts`).
+``transcripts(rows)`` receives the sampled game transcripts (:mod:`~cogym.runners.results.transcripts`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 
 from cogym.runners import rundir
 from cogym.runners.config.schema import Config
-from cogym.runners.tournament.transcripts import TRANSCRIPTS_FILE, TranscriptWriter, markdown
+from cogym.runners.results.transcripts import TRANSCRIPTS_FILE, TranscriptWriter, markdown
 
 
 class Sink(Protocol):
@@ -80,7 +80,7 @@ class TensorBoardSink:
 
 
 class TranscriptSink:
-    """``transcripts.jsonl``: sampled games' full messages (:mod:`~cogym.runners.tournament.transcripts`); on
+    """``transcripts.jsonl``: sampled games' full messages (:mod:`~cogym.runners.results.transcripts`); on
     resume the rows of the iterations replayed are dropped first."""
 
     def __init__(self, path: Path, start_iteration: int = 1) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from cogym.core.errors import ConfigError
 from cogym.runners.tournament.players import Player, resolve_players
-from cogym.runners.tournament.leaderboard import report
+from cogym.runners.results.leaderboard import report
 from cogym.runners.tournament.results import RESULTS_FILE, ResultsLog
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.schedule import gauntlet, round_robin, swiss_round
@@ -402,7 +402,7 @@ def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
 def test_report_flags_a_player_without_a_finite_rating_and_still_writes_everything(tmp_path, capsys):
     # All games are played: a rating that cannot be made finite (prior=0, a player who never won) is a
     # flagged row with a note under the printed leaderboard, not an error losing the table.
-    from cogym.runners.tournament.leaderboard import print_leaderboard
+    from cogym.runners.results.leaderboard import print_leaderboard
 
     def game(a: str, b: str, score: float) -> dict:
         return {"a": a, "b": b, "score": score}

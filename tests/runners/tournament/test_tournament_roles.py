@@ -18,11 +18,11 @@ from cogym.envs.checks import PATHOLOGICAL, check_game
 from cogym.runners.train.build import import_game_modules
 from cogym.core.errors import ConfigError
 from cogym.runners.tournament.players import resolve_players
-from cogym.runners.tournament.leaderboard import report
+from cogym.runners.results.leaderboard import report
 from cogym.runners.tournament.results import RESULTS_FILE
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.schedule import game_seeds
-from cogym.runners.tournament.scoring import paired_rows
+from cogym.runners.results.scoring import paired_rows
 from cogym.runners.tournament.spec import TournamentSpec
 from pettingzoo.test import api_test
 

@@ -1,5 +1,5 @@
 """Whether a line of a ``transcripts.jsonl`` is a transcript row (the format in
-:mod:`cogym.runners.tournament.transcripts`) that ``cogym show`` can print and filter.
+:mod:`cogym.runners.results.transcripts`) that ``cogym show`` can print and filter.
 
 A transcripts file may come from someone else's run directory, so every field the reader and the
 printer touch is checked for its type before either does: a crafted row is refused in one line that

@@ -16,9 +16,10 @@ from cogym.core.errors import ConfigError
 from cogym.core.text import printable
 from cogym.runners import rundir
 from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
-from cogym.runners.tournament.players import NO_RUN_CONFIG
-from cogym.runners.tournament.ratings import leaderboard, Result
-from cogym.runners.tournament.scoring import score_matrix
+from cogym.runners.results.ratings import leaderboard, Result
+from cogym.runners.results.scoring import score_matrix
+
+NO_RUN_CONFIG = "model (no run config)"  # a leaderboard row's kind: a model directory without the run's config, marked *
 
 
 def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: str | None = None,
@@ -28,7 +29,7 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     heatmap.png and ratings.png. Returns the leaderboard rows (best first).
 
     Every game has been played by now, so a rating that cannot be made finite is a flagged row, not
-    an error: with ``prior=0`` (:func:`cogym.runners.tournament.ratings.leaderboard`) a player who never lost or
+    an error: with ``prior=0`` (:func:`cogym.runners.results.ratings.leaderboard`) a player who never lost or
     never won is rated +-inf with a ``note`` (:func:`print_leaderboard` prints it; leaderboard.json
     writes the value as ``Infinity``), and a fit that does not converge keeps its last iterate with a
     RuntimeWarning. Only results that cannot be rated at all (nothing to rate, players in groups

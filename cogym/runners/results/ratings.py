@@ -54,7 +54,7 @@ The prior, and the degenerate cases (each decision is tested in tests/runners/to
   between components would be pure prior, not data. Rate each component separately.
   Bootstrap resamples are the exception (see :func:`bootstrap_intervals`).
 
-Streaming ratings (:class:`StreamingRatings`) use the ``openskill`` package's Weng–Lin Bayesian
+Live ratings (:class:`~cogym.runners.results.live_ratings.StreamingRatings`) use the ``openskill`` package's Weng–Lin Bayesian
 models (Plackett–Luce by default, Thurstone–Mosteller for TrueSkill-like updates): one game at a
 time, ``(mu, sigma)`` per player, JSON-serialisable state for checkpoints.
 
@@ -70,7 +70,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cogym.runners.tournament.bt_fit import SCALES, check_identifiable, check_options, closure, fit, not_converged
+from cogym.runners.results.bt_fit import SCALES, check_identifiable, check_options, closure, fit, not_converged
 
 __all__ = ["Result", "SCALES", "win_matrix", "bradley_terry", "bootstrap_intervals", "expected_score", "leaderboard"]
 

@@ -49,7 +49,7 @@ from typing import Iterable, Sequence
 from cogym.core.errors import DatasetError
 from cogym.core.text import printable
 from cogym.runners import rundir
-from cogym.runners.tournament.transcript_check import row_problem
+from cogym.runners.results.transcript_check import row_problem
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 MAX_CHARS = 4000  # a stored message is cut at this many characters

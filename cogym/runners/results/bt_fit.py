@@ -1,4 +1,4 @@
-"""The Bradley-Terry maximum-likelihood fit behind :func:`~cogym.runners.tournament.ratings.bradley_terry`:
+"""The Bradley-Terry maximum-likelihood fit behind :func:`~cogym.runners.results.ratings.bradley_terry`:
 Hunter's MM iteration, finished by damped Newton ascent when MM stops short, with the checks that the
 ratings are identified (every player linked by wins both ways, or a prior). Pure numpy functions of
 the win matrix ``W``; the model, its prior and its scales are described in ``ratings``."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cogym.runners.cli import main
-from cogym.runners.tournament.transcripts import (MAX_CHARS, SHOWN_LINES, TRANSCRIPTS_FILE, TranscriptWriter, format_transcript,
+from cogym.runners.results.transcripts import (MAX_CHARS, SHOWN_LINES, TRANSCRIPTS_FILE, TranscriptWriter, format_transcript,
                                        read_transcripts, select, transcript_row, transcripts_due)
 
 COGYM = Path(sys.executable).with_name("cogym")
@@ -313,7 +313,7 @@ def _shown_row(shown: list[str | None]) -> dict:
 
 
 def test_show_prints_what_each_seat_was_shown_before_its_move(tmp_path, capsys):
-    from cogym.runners.tournament.transcripts import SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
+    from cogym.runners.results.transcripts import SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES
 
     obs = "\n".join(f"line {i}: " + "fact " * 8 for i in range(12)) + "\nYour move: END-OF-OBSERVATION"
     path = tmp_path / TRANSCRIPTS_FILE
@@ -426,7 +426,7 @@ def test_package_roots_export_the_public_names():
 def test_package_roots_stay_light():
     """Importing the package roots (and the games) loads no torch: the `cogym` command and envs start fast."""
     code = ("import sys; import cogym.envs, cogym.agents, cogym.core.types, cogym.agents.scripted, cogym.runners, "
-            "cogym.runners.cli, cogym.runners.tournament.transcripts; "
+            "cogym.runners.cli, cogym.runners.results.transcripts; "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -446,7 +446,7 @@ def test_show_has_help_and_is_listed(capsys):
 
 
 def test_headers_seats_and_policies_are_escaped_and_paired_games_are_labelled():
-    from cogym.runners.tournament.transcripts import format_transcript
+    from cogym.runners.results.transcripts import format_transcript
 
     row = {"source": "tournament", "pairing": ["runs/x\x1b]0;pwned\x07", "runs/x\x1b]0;pwned\x07"],
            "game": json.dumps(["paired", "runs/x", 3]), "seed": 1, "episode": "t0-1",

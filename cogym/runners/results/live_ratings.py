@@ -1,4 +1,4 @@
-"""Streaming ratings with openskill: one game at a time, as a league needs (the learner against each
+"""Live ratings with openskill, updated one game at a time, as a league needs (the learner against each
 snapshot), where a batch Bradley-Terry fit would refit everything after every game."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import openskill.models as models
 
-from cogym.runners.tournament.ratings import check_results, Result
+from cogym.runners.results.ratings import check_results, Result
 
 STREAMING_MODELS = {
     "plackett_luce": "PlackettLuce",

@@ -10,8 +10,8 @@ import warnings
 import numpy as np
 import pytest
 
-from cogym.runners.tournament.ratings import (Result, bootstrap_intervals, bradley_terry, expected_score, leaderboard, win_matrix)
-from cogym.runners.tournament.streaming import StreamingRatings
+from cogym.runners.results.ratings import (Result, bootstrap_intervals, bradley_terry, expected_score, leaderboard, win_matrix)
+from cogym.runners.results.live_ratings import StreamingRatings
 
 ELO = 400.0 / math.log(10.0)  # Elo points per natural-log unit
 
@@ -421,7 +421,7 @@ def test_a_fit_that_mm_cannot_finish_in_max_iter_is_finished_not_raised():
 
 
 def test_a_fit_that_does_not_converge_warns_and_keeps_its_last_iterate(monkeypatch):
-    from cogym.runners.tournament import bt_fit
+    from cogym.runners.results import bt_fit
 
     results = games("A", "B", wins=29, losses=1) + games("A", "C", wins=30) + games("B", "C", wins=30)
     full, ci_full = bradley_terry(results), bootstrap_intervals(results, n_boot=50)
