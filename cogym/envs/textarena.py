@@ -46,7 +46,6 @@ Scripted twins: ``random`` (one of the bracketed moves the newest messages list,
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import random
 import re
@@ -56,6 +55,7 @@ import numpy as np
 from gymnasium.spaces import Box, Dict
 
 from cogym.core.names import did_you_mean
+from cogym.core.processes import load_object
 from cogym.envs.base import CogymEnv, GameSpec, int_arg, text_space
 from cogym.envs.errors import GameError
 from cogym.envs.openspiel import ascii_text
@@ -215,8 +215,7 @@ def _new_env(env_id: str) -> Any:
     spec = ENV_REGISTRY[env_id]
     entry = spec.entry_point
     if isinstance(entry, str):
-        module, name = entry.split(":")
-        entry = getattr(importlib.import_module(module), name)
+        entry = load_object(entry)
     return entry(**dict(spec.kwargs))
 
 

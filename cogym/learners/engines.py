@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from pathlib import Path
 from typing import Protocol
 
 import torch
 from safetensors.torch import save_file
 
+from cogym.core.processes import free_port
 from cogym.learners import torch_dist as dist
 from cogym.learners.config import LearnerConfig
 
@@ -171,12 +171,6 @@ def average_gradients(params: list[torch.nn.Parameter]) -> None:
         offset += n
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_single_process_distributed() -> None:
     """Start a one-rank process group (gloo on CPU) unless a launcher already did."""
     import deepspeed
@@ -193,7 +187,7 @@ def init_single_process_distributed() -> None:
     defaults = {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": None}
     added = [key for key in defaults if key not in os.environ]
     for key in added:
-        os.environ[key] = defaults[key] or str(_free_port())
+        os.environ[key] = defaults[key] or str(free_port())
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     try:
         deepspeed.init_distributed(dist_backend=backend, verbose=False)

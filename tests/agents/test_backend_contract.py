@@ -22,7 +22,6 @@ weights (measured here: 2e-5 at most).
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 import torch
@@ -31,6 +30,7 @@ from cogym.agents.backends import HFBackend, make_backend
 from cogym.agents.backends.broadcast import digest, Groups, Meet, Sending, size_of, spec
 from cogym.agents.backends.checks import vllm_available
 from cogym.agents.policy import Policy
+from cogym.core.processes import free_port
 from cogym.core.types import SamplingParams
 from tests.model_helpers import full_logp
 
@@ -185,12 +185,6 @@ def test_lora_adapters_on_one_engine_generate_their_own_tokens(made) -> None:
     assert len(set(answers)) == len(ADAPTERS)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_vllm_engine_takes_a_broadcast_itself_bit_for_bit(made) -> None:
     """``ray.weight_sync: collective`` with a vLLM engine: the engine's worker joins the sender's process
     group and reloads from what arrived. It holds the bytes the sender sent (their digest), and samples
@@ -213,7 +207,7 @@ def test_a_vllm_engine_takes_a_broadcast_itself_bit_for_bit(made) -> None:
     new = {name: p + torch.randn_like(p) * 0.05 for name, p in old.items()}
     v = backend.version
     try:
-        meet = Meet("contract/1", "127.0.0.1", _free_port(), 2, "gloo", 60.0)
+        meet = Meet("contract/1", "127.0.0.1", free_port(), 2, "gloo", 60.0)
         sending = Sending(Groups(), meet, new)
         seen = backend.receive_broadcast(meet, 1, spec(new), v + 1, check=True)
         assert sending.result() == size_of(spec(new))
@@ -223,7 +217,7 @@ def test_a_vllm_engine_takes_a_broadcast_itself_bit_for_bit(made) -> None:
         assert samples() != by_broadcast  # the broadcast did change the engine's weights
         backend.load_weights({k: t.clone() for k, t in new.items()}, v + 3)
         assert samples() == by_broadcast  # to the very weights the host-memory path gives
-        nobody = Meet("contract/2", "127.0.0.1", _free_port(), 2, "gloo", 2.0)
+        nobody = Meet("contract/2", "127.0.0.1", free_port(), 2, "gloo", 2.0)
         with pytest.raises(RuntimeError, match=f"did not take the broadcast of version {v + 4}"):
             backend.receive_broadcast(nobody, 1, spec(new), v + 4)
         assert backend.version == v + 3 and samples() == by_broadcast

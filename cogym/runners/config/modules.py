@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
 from cogym.core.errors import ConfigError
+from cogym.core.processes import import_file
 
 
 def import_game_modules(modules: list[str]) -> None:
@@ -27,14 +27,7 @@ def import_game_modules(modules: list[str]) -> None:
             mod_name = f"cogym_user_games.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
             if mod_name in sys.modules:
                 continue
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[mod_name]
-                raise
+            import_file(path, mod_name)
         else:
             try:
                 importlib.import_module(name)

@@ -22,13 +22,13 @@ import torch
 
 from cogym.core.errors import LearnerDied
 from cogym.learners import torch_dist as dist
+from cogym.core.processes import free_port
 from cogym.learners.engines import ZERO_FILE
 from cogym.runners.config.schema import Config
 from cogym.agents.backends.broadcast import gpu_id, Groups, Meet, spec
 from cogym.runners.ray.pool import adjust_threads, enter, node_ip, ray  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
-from cogym.runners.train.launch import free_port
 
 GROUP_TIMEOUT_S = 1800.0  # a collective waits this long for a silent rank (a dead one is noticed by the driver first)
 

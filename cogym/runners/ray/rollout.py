@@ -62,6 +62,7 @@ from cogym.runners.ray.colocate import engines_sleep, sleep_all, Sleepers, wake_
 from cogym.runners.ray.learners import first_error_first, RemoteLearner, start_learners
 from cogym.runners.ray.pool import actor_threads, ActorPool, adjust_threads, driver_env, enter, log, node_ip, say, StaleWorker
 from cogym.runners.ray.weights import attach, check, read, sees_shm, ShmWeights, WeightSlots
+from cogym.core.processes import free_port
 from cogym.runners.ray.wire import from_wire, LeaguePlan, nbytes, Pending, Sent, state_of, to_wire
 from cogym.runners.rollout.agents import model_agent
 from cogym.runners.rollout.loop import RolloutResult
@@ -69,7 +70,6 @@ from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.rollout.turns import rollout
 from cogym.runners.train.build import build, trained_policies
 from cogym.runners.train.iteration import gather_rollouts, sampling_seed
-from cogym.runners.train.launch import free_port
 from cogym.runners.train.league import freeze, LeagueSeating, PREFIX
 
 

@@ -18,7 +18,6 @@ import argparse
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 from cogym.learners import registry
 
 from cogym.core.errors import ConfigError
+from cogym.core.processes import free_port
 from cogym.core.threads import cpu_capacity
 from cogym.runners import rundir
 from cogym.runners.config.schema import Config
@@ -67,12 +67,6 @@ def check_data_parallel(cfg: Config, world: int) -> None:
             raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
                               "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "
                               "or 2 (the optimizer state is still partitioned)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cogym.core.processes import free_port
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from tests.runners.ray.ray_runs import SMALL, metric_rows, raw_rows, small_config
@@ -132,12 +133,6 @@ def test_workers_in_a_placement_group_and_a_placement_that_cannot_be_met(local_c
     assert not [g for g in placement_group_table().values() if g["state"] in ("CREATED", "PENDING")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
     """`ray start --head` in its own process group (stopped by signalling that group, so no other Ray
     on the machine is touched), then `cogym train --ray <address>` as a user runs it. With token
@@ -151,7 +146,7 @@ def test_joins_a_cluster_started_with_ray_start(tmp_path: Path) -> None:
     env.pop("RAY_ADDRESS", None)
     exe = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     assert exe, "the ray extra installs the `ray` command"
-    port = _free_port()
+    port = free_port()
     temp = Path("/tmp") / f"cogym-ray-{os.getpid()}"  # short: Ray's socket paths must fit in 107 bytes
     head = subprocess.Popen([exe, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
                              f"--temp-dir={temp}", "--block", "--disable-usage-stats"],
