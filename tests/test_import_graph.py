@@ -37,16 +37,39 @@ def test_the_script_finds_each_kind_of_break(tmp_path, capsys):
         "cogym/envs/c.py": "from cogym.core.b import _hidden\n",                     # a private name
         "cogym/envs/d.py": "def h():\n    import json\n    import ray\n    return json, ray\n",  # json: needless; ray: optional
         "cogym/envs/e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cogym.envs.c import x\n",
+        "cogym/envs/f.py": "from cogym.agents.p import P\n",                          # envs below agents
         "cogym/agents/__init__.py": "", "cogym/learners/__init__.py": "", "cogym/runners/__init__.py": "",
         "cogym/agents/long.py": "x = 1\n" * 601,
+        "cogym/agents/p.py": "from cogym.agents.q import Q\n",                         # a typing-only cycle
+        "cogym/agents/q.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cogym.agents.p import P\n",
+        "cogym/runners/rollout/x.py": "from cogym.runners.train.loop import train\n",  # rollout below train
+        "cogym/runners/train/loop.py": "def train():\n    from cogym.runners.ray.rollout import R\n    return R\n",
+        "cogym/runners/ray/rollout.py": "import ray\n",  # train loads its Ray workers on demand: allowed (UPWARD_OK)
     })
     module = _script()
     assert module.main(["--root", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "cogym.core.a <-> cogym.core.b" in out
+    cycles = out.split("cycles")[1].split("imports up the layers")[0]
+    assert "cogym.core.a <-> cogym.core.b" in cycles
+    assert "cogym.agents.p <-> cogym.agents.q" in cycles
+    assert "typing-only edge cogym/agents/q.py:3: cogym.agents.q -> cogym.agents.p" in cycles
+    assert "cogym.envs.e" not in cycles  # a typing-only edge outside any cycle is no finding
+    assert "cogym/envs/f.py:1: cogym.envs.f -> cogym.agents.p (cogym.envs below cogym.agents)" in out
+    assert ("cogym/runners/rollout/x.py:1: cogym.runners.rollout.x -> cogym.runners.train.loop "
+            "(cogym.runners.rollout below cogym.runners.train)") in out
+    assert "allowed cogym/runners/train/loop.py:2: cogym.runners.train.loop -> cogym.runners.ray.rollout" in out
     assert "cogym/envs/c.py:1: from cogym.core.b import _hidden" in out
     assert "cogym/envs/d.py:2: json  [NOT OPTIONAL]" in out and "cogym/envs/d.py:3: ray  [ray]" in out
-    assert "cogym.envs.e" not in out.split("cycles")[1]  # a TYPE_CHECKING import never runs: no edge
     assert "TOO LONG: cogym/agents/long.py 601 lines" in out
     found = module.check(module.build(tmp_path))
-    assert [len(found[k]) for k in ("cycles", "private", "lazy_bad", "long")] == [1, 1, 2, 1]  # a.py's import and json
+    # a.py's import and json are the needless lazy imports; loop.py's loads a module that needs ray
+    assert [len(found[k]) for k in ("cycles", "upward", "upward_ok", "private", "lazy_bad", "long")] == [2, 2, 1, 1, 2, 1]
+    assert found["typing_only"] == {("cogym.agents.q", "cogym.agents.p"), ("cogym.envs.e", "cogym.envs.c")}
+
+
+def test_every_module_of_the_repository_is_in_a_declared_layer():
+    module = _script()
+    graph = module.build()
+    # cogym.runners itself is the top layer: a runners module no entry names would land there
+    top = module.LAYERS.index("cogym.runners")
+    assert [m for m in graph.modules if module.layer(m) == top] == ["cogym.runners"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Sequence, TYPE_CHECKING
+from typing import Any, ClassVar, Sequence
 
 import torch
 
@@ -28,13 +28,10 @@ from cogym.core.names import did_you_mean
 from cogym.core.types import Turn
 from cogym.learners import advantages as adv_fns
 from cogym.learners.batch import TokenBatch
+from cogym.learners.host import CommonConfig, LearnerHost
 from cogym.learners.objective import objective, ObjectiveConfig
 from cogym.learners.pipeline import finish_policy_gradient, policy_gradient_batch
 from cogym.learners.rows import Advantages, MicroStep, RoleRows, TrainBatch
-
-if TYPE_CHECKING:
-    from cogym.learners.config import LearnerConfig
-    from cogym.learners.learner import Learner
 
 
 @dataclass
@@ -42,7 +39,7 @@ class AlgorithmConfig:
     """Base of an algorithm's config. Subclasses add dataclass fields (with defaults) and extend
     :meth:`validate`; a field name is a YAML key, so it must not repeat a common learner key."""
 
-    def validate(self, common: "LearnerConfig") -> None:
+    def validate(self, common: CommonConfig) -> None:
         """Raise ValueError("<key> must ..., got ...; <fix>") for a value that cannot run; ``common``
         is the learner's common config, for checks across the two."""
 
@@ -66,7 +63,7 @@ class Discounted(AlgorithmConfig):
 
     gamma: float = 1.0
 
-    def validate(self, common: "LearnerConfig") -> None:
+    def validate(self, common: CommonConfig) -> None:
         super().validate(common)
         check_number("gamma", self.gamma, 0.0, 1.0)
 
@@ -77,7 +74,7 @@ class Whitened(AlgorithmConfig):
 
     whiten: str = "verl"
 
-    def validate(self, common: "LearnerConfig") -> None:
+    def validate(self, common: CommonConfig) -> None:
         super().validate(common)
         check_choice(self.whiten, adv_fns.WHITEN_MODES, "whiten")
 
@@ -87,7 +84,7 @@ class Context:
     """What an algorithm may use of the learner it serves, given when it is built."""
 
     policy: Policy
-    cfg: "LearnerConfig"  # the common learner config
+    cfg: CommonConfig  # the common learner config (a LearnerConfig)
     temperature: float = 1.0  # the rollout's sampling temperature (log-probs are taken at it)
     reference: torch.nn.Module | None = None  # the policy's initial model, when it is not ``policy.model``
     game_id: str = "game"
@@ -139,7 +136,7 @@ class Algorithm:
 
     # -- the policy's own algorithm: the batch and the loss ---------------------------------------------
 
-    def train_batch(self, learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
+    def train_batch(self, learner: LearnerHost, turns: Sequence[Turn]) -> TrainBatch:
         """The batch one update trains on; by default the policy-gradient batch (advantages per role)."""
         return policy_gradient_batch(learner, turns)
 
@@ -158,6 +155,6 @@ class Algorithm:
         metrics["logprob_drift"] = float(drift)
         return loss, metrics
 
-    def finish(self, learner: "Learner", data: TrainBatch) -> dict[str, float]:
+    def finish(self, learner: LearnerHost, data: TrainBatch) -> dict[str, float]:
         """Metrics after the step (and the work of the algorithms that train on this batch's rows)."""
         return finish_policy_gradient(learner, data)

@@ -8,7 +8,7 @@ they live here, not in an algorithm.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
@@ -20,13 +20,11 @@ from cogym.learners import torch_dist as dist
 from cogym.learners.rows import RoleRows, TrainBatch
 from cogym.learners.batch import TokenBatch, batch_groups, batch_widths, micro_batches, response_logp
 from cogym.learners.dapo import mask_truncated
+from cogym.learners.host import LearnerHost
 from cogym.learners.losses import kl_estimate
 
-if TYPE_CHECKING:
-    from cogym.learners.learner import Learner
 
-
-def _token_batch(learner: "Learner", turns: Sequence[Turn], metrics: dict) -> TokenBatch:
+def _token_batch(learner: LearnerHost, turns: Sequence[Turn], metrics: dict) -> TokenBatch:
     """The turns as tensors, with DAPO's overlong penalty on the outcome (§7.4) and truncated
     responses left out of the loss and the statistics (overlong filtering)."""
     cfg = learner.cfg
@@ -45,7 +43,7 @@ def _token_batch(learner: "Learner", turns: Sequence[Turn], metrics: dict) -> To
 
 
 @torch.no_grad()
-def role_advantages(learner: "Learner", b: TokenBatch, ref_logp: torch.Tensor | None):
+def role_advantages(learner: LearnerHost, b: TokenBatch, ref_logp: torch.Tensor | None):
     """``(adv (N, L), keep (N,), metrics, carry)``: each role's rows go to its algorithm; statistics
     are never computed across roles. ``carry``: {algorithm: (rows (N,) bool, {name: (N, ...)})}."""
     token_rewards = adv_fns.outcome_token_rewards(b.scores, b.mask)
@@ -79,7 +77,7 @@ def role_advantages(learner: "Learner", b: TokenBatch, ref_logp: torch.Tensor | 
     return out, keep, metrics, carry
 
 
-def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
+def policy_gradient_batch(learner: LearnerHost, turns: Sequence[Turn]) -> TrainBatch:
     """The batch of one policy-gradient update: rows with advantages (and reference log-probs when
     KL is on), the rows an algorithm dropped or that have nothing to train on removed."""
     cfg, metrics = learner.cfg, {}
@@ -109,7 +107,7 @@ def policy_gradient_batch(learner: "Learner", turns: Sequence[Turn]) -> TrainBat
                       num_tokens=float(b.mask.sum()), num_seqs=float(len(b.turns)), extra={"carry": carry})
 
 
-def finish_policy_gradient(learner: "Learner", data: TrainBatch) -> dict[str, float]:
+def finish_policy_gradient(learner: LearnerHost, data: TrainBatch) -> dict[str, float]:
     """After the step: each algorithm's work on its surviving rows (PPO trains its critic), then metrics."""
     metrics: dict[str, float] = {}
     b = data.batch

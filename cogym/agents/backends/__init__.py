@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 
 from cogym.agents.backends.hf import MIN_ROWS, PAD_MULTIPLE, HFBackend, shared_prefill
+from cogym.agents.backends.policy_view import PolicyView
 
 if TYPE_CHECKING:
-    from cogym.agents.policy import Policy
     from cogym.core.types import Generation, SamplingParams
 
 __all__ = ["BACKENDS", "GenerationBackend", "HFBackend", "MIN_ROWS", "PAD_MULTIPLE", "make_backend",
@@ -60,7 +60,7 @@ class GenerationBackend(Protocol):
 BACKENDS = ("hf", "vllm")
 
 
-def make_backend(name: str, policy: "Policy", options: Mapping | None = None,
+def make_backend(name: str, policy: PolicyView, options: Mapping | None = None,
                  shared: dict | None = None) -> GenerationBackend:
     """The backend ``name`` (one of :data:`BACKENDS`) for ``policy``; ``options`` are the backend's own
     settings (for ``vllm``: ``vllm.LLM`` engine arguments). ``shared``: where LoRA policies of one

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from cogym.agents.policy import Policy
+from cogym.agents.backends.policy_view import PolicyView
 
 
-def check_update(policy: "Policy", current: int, version: int, weights: Mapping[str, torch.Tensor] | None) -> None:
+def check_update(policy: PolicyView, current: int, version: int, weights: Mapping[str, torch.Tensor] | None) -> None:
     """New weights are not older than the ones in use, and name only weights the policy's model has."""
     if version < current:
         raise ValueError(f"policy {policy.name!r}: weights of version {version} are older than the "

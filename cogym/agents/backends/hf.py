@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import inspect
-from typing import Mapping, Sequence, TYPE_CHECKING
+from typing import Mapping, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from cogym.agents import cascade
 from cogym.agents.backends.checks import check_keys, check_update
+from cogym.agents.backends.policy_view import PolicyView
 from cogym.agents.sampling import draw, random_keys
 from cogym.core.types import Generation, SamplingParams
-
-if TYPE_CHECKING:
-    from cogym.agents.policy import Policy
 
 
 PAD_MULTIPLE = 16  # prompts are left-padded to a multiple of this width (see HFBackend)
@@ -43,7 +41,7 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, policy: "Policy", share_prompts: bool = True) -> None:
+    def __init__(self, policy: PolicyView, share_prompts: bool = True) -> None:
         self.policy = policy
         self.share_prompts = share_prompts  # prefill each distinct prompt once (see shared_prefill)
         self._version = 0

@@ -41,18 +41,16 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence, TYPE_CHECKING
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from safetensors.torch import load, save
 
 from cogym.agents.backends.broadcast import digest, Groups, Meet
 from cogym.agents.backends.checks import bind_cpu_threads, VLLM_EXTRA, check_keys, check_update, vllm_available
+from cogym.agents.backends.policy_view import PolicyView
 from cogym.agents.sampling import random_keys
 from cogym.core.types import Generation, SamplingParams
-
-if TYPE_CHECKING:
-    from cogym.agents.policy import Policy
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read when vllm is imported
 try:  # the vllm extra; without it this module still imports, and require_vllm names the extra
@@ -134,7 +132,7 @@ class WeightReceiver:
         return len(weights), seen
 
 
-def engine_arguments(policy: "Policy", engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def engine_arguments(policy: PolicyView, engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """``vllm.LLM`` arguments: this module's defaults (the policy's dtype, ``seed=0``, prefix caching;
     ``gpu_memory_utilization=0.3`` on a GPU; ``enforce_eager``, a 1 GiB KV cache, no chunked prefill and
     :data:`CPU_BLOCK_SIZE`-token KV blocks on the CPU), then
@@ -195,7 +193,7 @@ def shutdown(llm) -> None:
         stop()
 
 
-def sample(llm, policy: "Policy", prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
+def sample(llm, policy: PolicyView, prompts: Sequence[Sequence[int]], sampling: "SamplingParams",
            keys: Sequence[int] | None, version: int, **request: Any) -> list["Generation"]:
     """One batch through ``llm`` under cogym's sampling contract (the module docstring); ``request``:
     more arguments of ``LLM.generate`` (e.g. a ``lora_request``)."""
@@ -225,7 +223,7 @@ def sample(llm, policy: "Policy", prompts: Sequence[Sequence[int]], sampling: "S
     return results
 
 
-def load_into(policy: "Policy", weights: Mapping[str, torch.Tensor]) -> None:
+def load_into(policy: PolicyView, weights: Mapping[str, torch.Tensor]) -> None:
     """Copy ``weights`` into the policy's own model (the copy an engine starts from)."""
     with policy.gather(), torch.no_grad():
         policy.model.load_state_dict(dict(weights), strict=False)
@@ -268,7 +266,7 @@ class VLLMBackend(Sleeper):
 
     name = "vllm"
 
-    def __init__(self, policy: "Policy", **engine_args: Any) -> None:
+    def __init__(self, policy: PolicyView, **engine_args: Any) -> None:
         require_vllm()
         engine_arguments(policy, engine_args)  # refuse a FIXED clash now, not at the first generate
         if getattr(policy, "lora", False):

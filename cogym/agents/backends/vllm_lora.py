@@ -22,18 +22,16 @@ import itertools
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TYPE_CHECKING
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from cogym.agents.backends.checks import check_update
 from cogym.agents.backends.vllm import LLM, cpu_threads_bound, engine_arguments, load_into, require_vllm, sample, shutdown, \
     Sleeper
+from cogym.agents.backends.policy_view import PolicyView
 from cogym.agents.loading import resolve_model_dir
 from cogym.core.types import Generation, SamplingParams
-
-if TYPE_CHECKING:
-    from cogym.agents.policy import Policy
 
 try:  # the vllm extra (require_vllm names it)
     from vllm.lora.request import LoRARequest
@@ -63,14 +61,14 @@ class LoraEngine(Sleeper):
         require_vllm()
         self.base_dir = str(resolve_model_dir(base_dir))
         self.engine_args = dict(engine_args or {})
-        self.adapters: dict[str, "Policy"] = {}
+        self.adapters: dict[str, PolicyView] = {}
         self.ranks: dict[str, int] = {}
         self.current: dict[str, Any] = {}  # adapter name -> its LoRARequest on the engine now
         self._ids = itertools.count(1)
         self._llm = None
         self._dir: str | None = None  # adapter directories live here
 
-    def register(self, policy: "Policy") -> None:
+    def register(self, policy: PolicyView) -> None:
         name = policy.name
         if self._llm is not None:
             raise RuntimeError(f"adapter {name!r} came after the shared vLLM engine of {self.base_dir!r} started; "
@@ -143,7 +141,7 @@ class VLLMLoraBackend:
 
     name = "vllm"
 
-    def __init__(self, policy: "Policy", engine: LoraEngine) -> None:
+    def __init__(self, policy: PolicyView, engine: LoraEngine) -> None:
         require_vllm()
         if not getattr(policy, "lora", False):
             raise ValueError(f"policy {policy.name!r} is a full model, not a LoRA adapter; use VLLMBackend")

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -39,11 +39,9 @@ from cogym.core.types import Turn
 from cogym.learners.batch import TokenBatch, batch_widths, pack_rows, response_logp
 from cogym.learners.engines import save_weights
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context
+from cogym.learners.host import LearnerHost
 from cogym.learners.rows import MicroStep, TrainBatch
 from cogym.learners.registry import register
-
-if TYPE_CHECKING:
-    from cogym.learners.learner import Learner
 
 OPPONENT_FILE = "spin_opponent.safetensors"
 _MARK = "\x00cogym-spin-mark\x00"
@@ -161,7 +159,7 @@ class Spin(Algorithm):
         raise TypeError("spin has no advantages: it trains a whole policy with its own loss (role_algorithms cannot name it)")
 
     @torch.no_grad()
-    def train_batch(self, learner: "Learner", turns: Sequence[Turn]) -> TrainBatch:
+    def train_batch(self, learner: LearnerHost, turns: Sequence[Turn]) -> TrainBatch:
         """Rows: the n real responses, then the n generated ones; a micro-batch holds whole pairs
         (micro_batch_size // 2 of them, at least one, and at most max_tokens_per_micro_batch padded tokens),
         its real and generated rows in one forward."""
@@ -190,7 +188,7 @@ class Spin(Algorithm):
         return loss, {"spin_margin": float(margin.detach().sum()) / n, "spin_real_logp": float(lp[:half].detach().sum()) / n,
                       "spin_gen_logp": float(lp[half:].detach().sum()) / n}
 
-    def finish(self, learner: "Learner", data: TrainBatch) -> dict[str, float]:
+    def finish(self, learner: LearnerHost, data: TrainBatch) -> dict[str, float]:
         self.updates += 1
         refreshed = self.updates % self.cfg.spin_refresh == 0
         if refreshed:
