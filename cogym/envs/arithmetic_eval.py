@@ -11,10 +11,9 @@ from typing import Sequence
 
 from cogym.core.types import SamplingParams
 from cogym.envs.arithmetic import extract_answer, load_heldout
-from cogym.envs.evaluation import EvalContext, Model, game_evaluator
+from cogym.envs.evaluation import EvalContext, Model
 
 
-@game_evaluator("heldout_arithmetic")
 @dataclass
 class HeldoutArithmetic:
     """Greedy accuracy of ``role``'s policy on the held-out arithmetic set (its first ``size`` problems),

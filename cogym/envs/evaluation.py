@@ -1,9 +1,10 @@
-"""What a game's evaluators are given: the interface a runner implements, and the registry of game kinds.
+"""What a game's evaluators are given: the interface a runner implements, and the shipped games' kinds.
 
 A game declares what a run of it measures (``GameSpec.evaluators``: name -> ``{kind, ...settings}``);
 the code of a kind lives with its game (``arithmetic_eval``, ``kuhn_poker_eval``,
-``proposer_solver_eval``) and registers itself with :func:`game_evaluator`. A game evaluator is a
-dataclass (its fields are the settings a config may set under ``eval.evaluators.<name>``) with::
+``proposer_solver_eval``), and :data:`GAME_KINDS` names it for the one evaluator registry
+(:func:`cogym.runners.evaluation.evaluators.kinds`). A game evaluator is a dataclass (its fields are the
+settings a config may set under ``eval.evaluators.<name>``) with::
 
     name: str                                   # its metrics' name (the declared one)
     def evaluate(self, ctx: EvalContext) -> dict[str, float]
@@ -88,19 +89,13 @@ def chat(system: str, text: str) -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
 
 
-KINDS: dict[str, type] = {}
-
-
-def game_evaluator(kind: str) -> Callable[[type], type]:
-    """Class decorator: make ``kind`` a game evaluator a game may declare (and a config name under eval.evaluators)."""
-
-    def add(cls: type) -> type:
-        if kind in KINDS and KINDS[kind] is not cls:
-            raise ConfigError(f"evaluator kind {kind!r} is already registered ({KINDS[kind].__name__})")
-        KINDS[kind] = cls
-        return cls
-
-    return add
+# The kinds the shipped games declare: kind -> "module:class", read by the evaluator registry on its
+# first lookup. A user's game registers a kind of its own with register_evaluator (cogym.runners.evaluation).
+GAME_KINDS: dict[str, str] = {
+    "heldout_arithmetic": "cogym.envs.arithmetic_eval:HeldoutArithmetic",
+    "kuhn_exploitability": "cogym.envs.kuhn_poker_eval:KuhnExploitability",
+    "proposal_difficulty": "cogym.envs.proposer_solver_eval:ProposalDifficulty",
+}
 
 
 def for_game(ctx: EvalContext, name: str, kind: str, game_id: str) -> None:

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from cogym.core.errors import ConfigError
-from cogym.envs.evaluation import EvalContext, chat, for_game, game_evaluator
+from cogym.envs.evaluation import EvalContext, chat, for_game
 from cogym.envs.kuhn_poker import (average_strategy, CARDS, exploitability, GAME_ID, INFOSETS, reply_classifier,
                                    ROLES, turn_text)
 
 
-@game_evaluator("kuhn_exploitability")
 @dataclass
 class KuhnExploitability:
     """Exact exploitability of ``policy`` in kuhn_poker-v0, both seats played by it.

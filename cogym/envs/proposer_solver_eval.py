@@ -9,12 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from cogym.core.errors import ConfigError
-from cogym.envs.evaluation import EvalContext, Model, chat, for_game, game_evaluator
+from cogym.envs.evaluation import EvalContext, Model, chat, for_game
 from cogym.envs.proposer_solver import GAME_ID
 from cogym.envs.registry import make
 
 
-@game_evaluator("proposal_difficulty")
 @dataclass
 class ProposalDifficulty:
     """How hard the problems a proposer_solver-v0 game poses are, measured by a fixed yardstick.

@@ -3,13 +3,16 @@
 A registration also carries the game's scripted twins (role -> strategy name -> function of
 ``(observation_text, rng) -> action_text``), so runners and tests can seat a scripted player
 for any role of any registered game without importing the game module.
+
+The shipped games are the table :data:`BUILTIN`, registered on the first lookup; a user's game is
+registered by its module calling :func:`register` (a module a config lists in ``game.modules``).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
+import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -17,6 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from cogym.core.names import did_you_mean
+from cogym.core.processes import load_object
 from cogym.envs.base import CogymEnv
 from cogym.envs.errors import GameError
 from cogym.envs.token_level import Codec, TokenLevelEnv, wrap
@@ -43,6 +47,19 @@ class Registration:
 
 
 _REGISTRY: dict[str, Registration] = {}
+# The shipped games, in the order ``registered()`` lists them: id -> "module:entry point"; the module
+# holds the game's scripted twins as SCRIPTED. Registered on the first lookup (importing these modules).
+BUILTIN: dict[str, str] = {
+    "proposer_solver-v0": "cogym.envs.proposer_solver:ProposerSolverEnv",
+    "generator_verifier-v0": "cogym.envs.generator_verifier:GeneratorVerifierEnv",
+    "proposer_solver_judge-v0": "cogym.envs.proposer_solver_judge:ProposerSolverJudgeEnv",
+    "kuhn_poker-v0": "cogym.envs.kuhn_poker:KuhnPokerEnv",
+    "debate-v0": "cogym.envs.debate:DebateEnv",
+    "interruptible_verifier-v0": "cogym.envs.interruptible_verifier:InterruptibleVerifierEnv",
+    "search_qa-v0": "cogym.envs.search_qa:SearchQAEnv",
+    "search_self_play-v0": "cogym.envs.search_self_play:SearchSelfPlayEnv",
+}
+_BUILTIN_LOCK = threading.RLock()
 # Game sources: ``<prefix>:<name>`` ids resolved on first use by a function of ``name`` in a module
 # imported then (so an optional library is imported only by whoever plays its games).
 SOURCES: dict[str, str] = {"openspiel": "cogym.envs.openspiel:resolve", "textarena": "cogym.envs.textarena:resolve"}
@@ -54,8 +71,7 @@ def _from_source(id: str) -> Registration | None:
     if not sep or prefix not in SOURCES:
         return None
     if id not in _RESOLVED:
-        module, func = SOURCES[prefix].split(":")
-        _RESOLVED[id] = getattr(importlib.import_module(module), func)(name)
+        _RESOLVED[id] = load_object(SOURCES[prefix])(name)
     return _RESOLVED[id]
 
 
@@ -80,6 +96,12 @@ def register(
 
     ``scripted`` maps each role to its scripted twins (name -> function).
     """
+    _register_builtin()
+    _store(id, entry_point, scripted, default_kwargs)
+
+
+def _store(id: str, entry_point: Callable[..., CogymEnv], scripted: Mapping[str, Mapping[str, ScriptedFn]] | None,
+           default_kwargs: Mapping[str, Any]) -> None:
     if not isinstance(id, str) or _ID_RE.fullmatch(id) is None:
         raise GameError(f"game id must look like 'name-v0' (lowercase name, '-v', version number), got {id!r}")
     if id in _REGISTRY:
@@ -92,10 +114,22 @@ def register(
     _REGISTRY[id] = reg
 
 
+def _register_builtin() -> None:
+    """Register the shipped games not registered yet: on the first lookup (and again after a test put
+    back a table saved before it)."""
+    if BUILTIN.keys() <= _REGISTRY.keys():
+        return
+    with _BUILTIN_LOCK:  # one thread imports them; another waits instead of seeing half the table
+        for id, ref in BUILTIN.items():
+            if id not in _REGISTRY:
+                _store(id, load_object(ref), load_object(ref.split(":")[0] + ":SCRIPTED"), {})
+
+
 def _lookup(id: str) -> Registration:
     sourced = _from_source(id) if isinstance(id, str) else None
     if sourced is not None:
         return sourced
+    _register_builtin()
     if id not in _REGISTRY:
         known = sorted(_REGISTRY)
         hint = did_you_mean(id, known, form="; did you mean {}?")
@@ -109,6 +143,7 @@ def _lookup(id: str) -> Registration:
 def module_of(id: str) -> str | None:
     """The module whose code registered game ``id`` (its entry point's module), or None if ``id`` is not
     registered: what a command that reproduces a user's game imports first."""
+    _register_builtin()
     reg = _REGISTRY.get(id)
     if reg is None and isinstance(id, str) and id.partition(":")[0] in SOURCES:
         return SOURCES[id.partition(":")[0]].split(":")[0]
@@ -134,6 +169,7 @@ def make(id: str, *, granularity: str = "turn", codec: Codec | None = None, max_
 
 def registered() -> dict[str, Registration]:
     """Every registered game id and its registration (a copy: editing it changes nothing)."""
+    _register_builtin()
     return dict(_REGISTRY)
 
 

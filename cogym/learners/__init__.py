@@ -1,5 +1,3 @@
 """cogym learners: advantage estimators and losses (pure functions), the Learner, its engines
-(DeepSpeed, torch) and the algorithms as plug-ins (:mod:`cogym.learners.algorithms`; importing this
-package registers the shipped ones)."""
-
-import cogym.learners.algorithms  # noqa: F401  (registers the shipped algorithms)
+(DeepSpeed, torch) and the algorithms as plug-ins (:mod:`cogym.learners.algorithms`; the registry,
+:mod:`cogym.learners.registry`, registers the shipped ones on its first lookup)."""

@@ -1,5 +1,6 @@
 """The algorithm registry: name -> :class:`Algorithm` subclass.
 
+The shipped algorithms are the table :data:`BUILTIN`, registered on the first lookup.
 ``@register("my_algo")`` on a subclass makes ``algorithm: my_algo`` work in a config; a module that
 registers one is listed in ``game.modules`` (imported before the config's algorithms are checked),
 the way a user's game is. Unknown names fail with a "did you mean".
@@ -8,14 +9,31 @@ the way a user's game is. Unknown names fail with a "did you mean".
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Callable
 
 from cogym.core.names import did_you_mean
+from cogym.core.processes import load_object
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig
 
 FROZEN = "frozen"  # not an algorithm: the policy plays and never learns (no learner is built)
 
 _REGISTRY: dict[str, type[Algorithm]] = {}
+# The shipped algorithms, in the order names() lists them: name -> "module:class". Registered on the
+# first lookup (importing these modules).
+BUILTIN: dict[str, str] = {
+    "grpo": "cogym.learners.algorithms.grpo:GRPO",
+    "dr_grpo": "cogym.learners.algorithms.dr_grpo:DrGRPO",
+    "rloo": "cogym.learners.algorithms.rloo:RLOO",
+    "reinforce_pp": "cogym.learners.algorithms.reinforce_pp:ReinforcePP",
+    "reinforce_pp_baseline": "cogym.learners.algorithms.reinforce_pp_baseline:ReinforcePPBaseline",
+    "ppo": "cogym.learners.algorithms.ppo:PPO",
+    "rae": "cogym.learners.algorithms.rae:RAE",
+    "trr_pp": "cogym.learners.algorithms.trr_pp:TRRPP",
+    "prime": "cogym.learners.algorithms.prime:PRIME",
+    "spin": "cogym.learners.algorithms.spin:Spin",
+}
+_BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an
 # algorithm's own config keys must not shadow them, since a learner's YAML keys share one namespace.
 _RESERVED: set[str] = set()
@@ -43,29 +61,47 @@ def register(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
     that is not an Algorithm, and a config key that would shadow a common learner key.
     """
     def deco(cls: type[Algorithm]) -> type[Algorithm]:
-        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-            raise TypeError(f"@register({name!r}) decorates a subclass of cogym.learners.algorithms.Algorithm, got {cls!r}")
-        if not name or not name.isidentifier() or name == FROZEN:
-            raise ValueError(f"algorithm name must be a Python identifier other than {FROZEN!r}, got {name!r}")
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"algorithm {name!r} is already registered (by {_REGISTRY[name].__module__}."
-                             f"{_REGISTRY[name].__qualname__}); pick another name")
-        if not (dataclasses.is_dataclass(cls.Config) and issubclass(cls.Config, AlgorithmConfig)):
-            raise TypeError(f"{cls.__qualname__}.Config must be a dataclass subclassing AlgorithmConfig")
-        _check_keys(name, cls)
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
+        _register_builtin()
+        return _store(name, cls)
     return deco
+
+
+def _store(name: str, cls: type[Algorithm]) -> type[Algorithm]:
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise TypeError(f"@register({name!r}) decorates a subclass of cogym.learners.algorithms.Algorithm, got {cls!r}")
+    if not name or not name.isidentifier() or name == FROZEN:
+        raise ValueError(f"algorithm name must be a Python identifier other than {FROZEN!r}, got {name!r}")
+    if name in _REGISTRY and _REGISTRY[name] is not cls:
+        raise ValueError(f"algorithm {name!r} is already registered (by {_REGISTRY[name].__module__}."
+                         f"{_REGISTRY[name].__qualname__}); pick another name")
+    if not (dataclasses.is_dataclass(cls.Config) and issubclass(cls.Config, AlgorithmConfig)):
+        raise TypeError(f"{cls.__qualname__}.Config must be a dataclass subclassing AlgorithmConfig")
+    _check_keys(name, cls)
+    cls.name = name
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _register_builtin() -> None:
+    """Register the shipped algorithms not registered yet: on the first lookup (and again after a test
+    put back a table saved before it)."""
+    if BUILTIN.keys() <= _REGISTRY.keys():
+        return
+    with _BUILTIN_LOCK:  # one thread imports them; another waits instead of seeing half the table
+        for name, ref in BUILTIN.items():
+            if name not in _REGISTRY:
+                _store(name, load_object(ref))
 
 
 def names() -> tuple[str, ...]:
     """Every registered algorithm, shipped ones first."""
+    _register_builtin()
     return tuple(_REGISTRY)
 
 
 def get(name: str) -> type[Algorithm]:
     """The algorithm registered as ``name``; ValueError with a did-you-mean otherwise."""
+    _register_builtin()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):

@@ -1,5 +1,6 @@
-"""Algorithms as plug-ins: each module of this package is one algorithm (its config, advantages,
-state and registration). A user's algorithm is a module like them, listed in ``game.modules``::
+"""Algorithms as plug-ins: each module of this package is one algorithm (its config, advantages and
+state), registered by name in :data:`cogym.learners.registry.BUILTIN`. A user's algorithm is a module
+like them that registers itself with ``@register``, listed in ``game.modules``::
 
     from dataclasses import dataclass
     from cogym.learners.algorithms import Algorithm, AlgorithmConfig, Advantages, register
@@ -24,5 +25,3 @@ from cogym.learners.registry import FROZEN, get, names, register, unregister
 
 __all__ = ["Advantages", "Algorithm", "AlgorithmConfig", "Context", "Discounted", "FROZEN", "MicroStep", "RoleRows",
            "TrainBatch", "Whitened", "check_choice", "check_number", "get", "names", "register", "unregister"]
-
-from cogym.learners.algorithms import _builtin  # noqa: E402,F401  (the shipped algorithms register as soon as the package is imported)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import AlgorithmConfig, Algorithm, check_number
 from cogym.learners.rows import Advantages, RoleRows
-from cogym.learners.registry import register
 
 
 @dataclass
@@ -26,7 +25,6 @@ def outcome_advantages(rows: RoleRows, fn, **kwargs) -> Advantages:
     return Advantages(adv, metrics={name: float(value) for name, value in stats.items()})
 
 
-@register("grpo")
 class GRPO(Algorithm):
     Config = GRPOConfig
     grouped = True

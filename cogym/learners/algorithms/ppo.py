@@ -16,7 +16,6 @@ from cogym.learners.critic import Critic
 from cogym.learners.gae import gae_advantages
 from cogym.learners.algorithm import Algorithm, Context, Discounted, Whitened, check_number
 from cogym.learners.rows import Advantages, RoleRows
-from cogym.learners.registry import register
 
 
 @dataclass
@@ -33,7 +32,6 @@ class PPOConfig(Discounted, Whitened):
             raise ValueError(f"value_clip must be > 0 or null (unclipped), got {self.value_clip}")
 
 
-@register("ppo")
 class PPO(Algorithm):
     Config = PPOConfig
 

@@ -15,7 +15,6 @@ from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, check_choice, check_number, Context
 from cogym.learners.multiagent import prime_advantages, PRIME_GRANULARITIES, PRIME_NORMS
 from cogym.learners.prime import PrimeRewardModel
-from cogym.learners.registry import register
 from cogym.learners.rows import Advantages, RoleRows
 
 
@@ -47,7 +46,6 @@ class PrimeConfig(AlgorithmConfig):
                              "turn them into penalties. Remove overlong_buffer (mask_truncated works with prime)")
 
 
-@register("prime")
 class PRIME(Algorithm):
     Config = PrimeConfig
     grouped = False  # groups of one fall back to the whole batch as the leave-one-out group

@@ -14,7 +14,6 @@ import torch
 from cogym.learners.multiagent import RAE_ORDERS, RAEBaselines, nonzero_rows, rae_turn_discount
 from cogym.learners.algorithm import Algorithm, Context, Discounted, check_choice
 from cogym.learners.rows import Advantages, RoleRows
-from cogym.learners.registry import register
 
 STATE_FILE = "rae_baselines.json"
 
@@ -46,7 +45,6 @@ def _turn_positions(turns) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(index), torch.tensor([count[(t.episode_id, t.seat)] for t in turns])
 
 
-@register("rae")
 class RAE(Algorithm):
     Config = RAEConfig
     per_move_rows = True  # gamma ** (moves after this one) per move

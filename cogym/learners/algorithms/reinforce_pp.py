@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import Algorithm, Discounted, Whitened
 from cogym.learners.rows import Advantages, RoleRows
-from cogym.learners.registry import register
 
 
 @dataclass
@@ -16,7 +15,6 @@ class ReinforcePPConfig(Discounted, Whitened):
     pass
 
 
-@register("reinforce_pp")
 class ReinforcePP(Algorithm):
     Config = ReinforcePPConfig
 

@@ -9,7 +9,6 @@ from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import Algorithm, Whitened
 from cogym.learners.rows import Advantages, RoleRows
 from cogym.learners.algorithms.grpo import outcome_advantages
-from cogym.learners.registry import register
 
 
 @dataclass
@@ -17,7 +16,6 @@ class ReinforcePPBaselineConfig(Whitened):
     pass
 
 
-@register("reinforce_pp_baseline")
 class ReinforcePPBaseline(Algorithm):
     Config = ReinforcePPBaselineConfig
     grouped = True

@@ -7,10 +7,8 @@ from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import Algorithm
 from cogym.learners.rows import Advantages, RoleRows
 from cogym.learners.algorithms.grpo import outcome_advantages
-from cogym.learners.registry import register
 
 
-@register("rloo")
 class RLOO(Algorithm):
     grouped = True
 

@@ -41,7 +41,6 @@ from cogym.learners.engines import save_weights
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context
 from cogym.learners.host import LearnerHost
 from cogym.learners.rows import MicroStep, TrainBatch
-from cogym.learners.registry import register
 
 OPPONENT_FILE = "spin_opponent.safetensors"
 _MARK = "\x00cogym-spin-mark\x00"
@@ -120,7 +119,6 @@ class SpinConfig(AlgorithmConfig):
             raise ValueError(f"spin_refresh must be an int >= 1 (updates between opponent refreshes), got {self.spin_refresh!r}")
 
 
-@register("spin")
 class Spin(Algorithm):
     """Trains a policy with SPIN against a frozen opponent copy of itself. ``updates`` counts the
     updates that trained on at least one pair; after the update that brings it to a multiple of

@@ -10,7 +10,6 @@ from cogym.learners import advantages as adv_fns
 from cogym.learners.multiagent import trr_pp_advantages
 from cogym.learners.algorithm import Algorithm, Discounted, Whitened
 from cogym.learners.rows import Advantages, RoleRows
-from cogym.learners.registry import register
 
 
 @dataclass
@@ -23,7 +22,6 @@ class TRRPPConfig(Discounted, Whitened):
             raise ValueError(f"trr_task_key must be a string (a key of the game's turn info), got {self.trr_task_key!r}")
 
 
-@register("trr_pp")
 class TRRPP(Algorithm):
     Config = TRRPPConfig
 

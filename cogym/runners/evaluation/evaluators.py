@@ -18,9 +18,10 @@ in training, a private RNG stream); a runner-level kind may also read the whole 
 
 This module names no game: it holds the registry, the loop, and ``vs_scripted`` (the policy in its
 own seats against a scripted twin of any game, over fixed seeds: ``eval/<name>/win_rate``,
-``return``, ``invalid``). The kinds a game declares live with the game, in ``cogym.envs``, registered
-with :func:`cogym.envs.evaluation.game_evaluator`; :func:`kinds` sees both. ``cogym eval --game ID``
-runs a game's.
+``return``, ``invalid``). The kinds the shipped games declare live with the games, in ``cogym.envs``,
+named by :data:`cogym.envs.evaluation.GAME_KINDS`; the registry reads that table and ``vs_scripted`` on
+its first lookup, so :func:`kinds` is every kind whatever was imported. ``cogym eval --game ID`` runs a
+game's.
 
 An evaluation never moves training: it plays on its own game copies (at turn level, whatever the
 training granularity), with its own scripted agents, and inside a forked torch RNG, so a run with
@@ -38,8 +39,9 @@ import numpy as np
 
 from cogym.core.errors import ConfigError
 from cogym.core.names import did_you_mean
+from cogym.core.processes import load_object
 from cogym.envs import make
-from cogym.envs.evaluation import KINDS as GAME_KINDS
+from cogym.envs.evaluation import GAME_KINDS
 from cogym.runners.evaluation.context import RunContext, evaluated_policy
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
 from cogym.runners.rollout.seating import Seating, seats_of
@@ -47,7 +49,7 @@ from cogym.runners.rollout.turns import rollout
 from cogym.runners.results.scoring import game_score
 
 
-EVALUATORS: dict[str, type] = {}
+EVALUATORS: dict[str, type] = {}  # the one evaluator registry: kind -> class (read it through kinds())
 
 
 def register_evaluator(kind: str) -> Callable[[type], type]:
@@ -64,8 +66,13 @@ def register_evaluator(kind: str) -> Callable[[type], type]:
 
 
 def kinds() -> dict[str, type]:
-    """Every evaluator kind: the games' (``cogym.envs.evaluation.game_evaluator``) and the runner's."""
-    return {**GAME_KINDS, **EVALUATORS}
+    """Every evaluator kind: the shipped games' (:data:`cogym.envs.evaluation.GAME_KINDS`), ``vs_scripted``
+    and those registered with :func:`register_evaluator`, registering the shipped ones on the first call."""
+    for kind, ref in GAME_KINDS.items():
+        if kind not in EVALUATORS:
+            EVALUATORS[kind] = load_object(ref)
+    EVALUATORS.setdefault("vs_scripted", VsScripted)
+    return dict(EVALUATORS)
 
 
 def context_of(ctx_or_run: Any) -> RunContext:
@@ -73,7 +80,6 @@ def context_of(ctx_or_run: Any) -> RunContext:
     return ctx_or_run if isinstance(ctx_or_run, RunContext) else RunContext(ctx_or_run)
 
 
-@register_evaluator("vs_scripted")
 @dataclass
 class VsScripted:
     """``policy`` (default: the first trained policy with a seat) against scripted twin ``opponent``."""

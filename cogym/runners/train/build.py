@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-import cogym.runners.evaluation.shipped
 from cogym.agents.backends import make_backend
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.loading import resolve_model_dir
