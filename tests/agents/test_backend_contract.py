@@ -27,8 +27,9 @@ import pytest
 import torch
 
 from cogym.agents.backends import HFBackend, make_backend
-from cogym.agents.backends.broadcast import digest, Groups, Meet, Sending, size_of, spec
+from cogym.agents.backends.broadcast import Groups, Meet, Sending
 from cogym.agents.backends.checks import vllm_available
+from cogym.agents.flat_weights import digest, Layout, spec
 from cogym.agents.policy import Policy
 from cogym.core.processes import free_port
 from cogym.core.types import SamplingParams
@@ -210,7 +211,7 @@ def test_a_vllm_engine_takes_a_broadcast_itself_bit_for_bit(made) -> None:
         meet = Meet("contract/1", "127.0.0.1", free_port(), 2, "gloo", 60.0)
         sending = Sending(Groups(), meet, new)
         seen = backend.receive_broadcast(meet, 1, spec(new), v + 1, check=True)
-        assert sending.result() == size_of(spec(new))
+        assert sending.result() == Layout.of(new).size
         assert seen == digest(new) and backend.version == v + 1
         by_broadcast = samples()
         backend.load_weights({k: t.clone() for k, t in old.items()}, v + 2)

@@ -46,11 +46,11 @@ def test_a_sleeping_vllm_engine_frees_its_gpu_memory_and_wakes_to_the_same_sampl
 def test_the_collective_buffer_lives_on_the_gpu_and_comes_back_bit_for_bit() -> None:
     """The collective sync's flat buffer on a CUDA device (what an NCCL broadcast sends): every tensor,
     bfloat16 included, comes back bit for bit. (An NCCL group needs a device per member: one GPU here.)"""
-    from cogym.agents.backends.broadcast import flatten, spec, unflatten
+    from cogym.agents.flat_weights import pack, unpack
 
     g = torch.Generator().manual_seed(0)
     state = {"w": torch.randn(64, 64, generator=g).to(torch.bfloat16).cuda(), "b": torch.randn(64, generator=g).cuda()}
-    buf = flatten(state, "cuda")
+    layout, buf = pack(state, "cuda")
     assert buf.is_cuda
-    back = unflatten(buf, spec(state))
+    back = unpack(buf, layout)
     assert all(torch.equal(back[k], t) for k, t in state.items())

@@ -20,9 +20,10 @@ How it maps cogym's contract onto vLLM:
   top-k or top-p, vLLM would return the filtered, renormalised distribution instead, so this backend
   refuses ``top_k > 0`` and ``top_p < 1``.
 * **Weights**: the engine starts from the policy's model as it is when it first generates (saved to
-  a temporary HF directory). ``load_weights`` sends new weights into the running engine as one
-  safetensors blob to each worker (:class:`WeightReceiver`, vLLM's ``worker_extension_cls``), which
-  hands them to vLLM's in-place reload (the worker's ``reload_weights``: the checkpoint-format tensors
+  a temporary HF directory). ``load_weights`` sends new weights into the running engine as the bytes
+  of one flat buffer (:mod:`cogym.agents.flat_weights`, the layout every weight transport uses) to each
+  worker (:class:`WeightReceiver`, vLLM's ``worker_extension_cls``), which hands them to vLLM's in-place
+  reload (the worker's ``reload_weights``: the checkpoint-format tensors
   go through the model's own ``load_weights`` and its post-load processing, e.g. the CPU backend's
   repacked GEMM weights); then the prefix cache, whose KV entries the old weights computed, is
   cleared. The engine is never restarted. The blob is a copy through host memory: right for the tiny
@@ -44,11 +45,11 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
-from safetensors.torch import load, save
 
-from cogym.agents.backends.broadcast import digest, Groups, Meet
+from cogym.agents.backends.broadcast import Groups, Meet
 from cogym.agents.backends.checks import bind_cpu_threads, VLLM_EXTRA, check_keys, check_update, vllm_available
 from cogym.agents.backends.policy_view import PolicyView
+from cogym.agents.flat_weights import as_tensor, digest, Layout, pack, Spec, unpack
 from cogym.agents.sampling import random_keys
 from cogym.core.types import Generation, SamplingParams
 
@@ -108,28 +109,33 @@ def require_vllm() -> None:
 
 
 class WeightReceiver:
-    """Mixed into vLLM's workers (``worker_extension_cls``): takes new weights as one safetensors blob, or
-    from a broadcast it joins, and hands them to the worker's in-place reload. vLLM's RPC carries the
-    control messages (and the blob, which it carries intact where it would not a list of tensors)."""
+    """Mixed into vLLM's workers (``worker_extension_cls``): takes new weights as the bytes of a flat
+    buffer, or from a broadcast it joins, and hands them to the worker's in-place reload. vLLM's RPC
+    carries the control messages (and the bytes, which it carries intact where it would not a list of
+    tensors). ``aliases``: name -> the other names of a tied tensor (:func:`tied_names`)."""
 
-    def cogym_reload_weights(self, blob: bytes) -> int:
-        weights = load(blob)
-        self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
-        return len(weights)
+    def cogym_reload_weights(self, names: Spec, blob: bytes, aliases: dict) -> int:
+        """Reload from ``blob``, the flat buffer of :func:`~cogym.agents.flat_weights.spec` ``names``; the
+        number of tensors loaded."""
+        return self.cogym_reload(unpack(as_tensor(bytearray(blob)), Layout.from_spec(names)), aliases)
 
     def cogym_receive_broadcast(self, meet: dict, rank: int, layout: list, aliases: dict,
                                 check: bool = False) -> tuple[int, str]:
         """Join group ``meet`` as ``rank`` (this worker's groups are kept for the next sync), take the
         broadcast, reload from it; the number of tensors loaded and, with ``check``, the digest of
-        what arrived (:func:`~cogym.agents.backends.broadcast.digest`)."""
+        what arrived (:func:`~cogym.agents.flat_weights.digest`)."""
         groups = self.__dict__.setdefault("cogym_groups", Groups())
         weights = groups.receive(Meet(**meet), rank, layout, on_device=True)  # (RPC makes tuples lists: all the same)
         seen = digest(weights) if check else ""
+        return self.cogym_reload(weights, aliases), seen
+
+    def cogym_reload(self, weights: dict[str, torch.Tensor], aliases: dict) -> int:
+        """The worker's in-place reload from ``weights``; the number of tensors loaded."""
         for name in list(weights):  # a tied lm_head is not re-tied by the reload: it needs its own name
             for alias in aliases.get(name, ()):
                 weights.setdefault(alias, weights[name])
         self.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
-        return len(weights), seen
+        return len(weights)
 
 
 def engine_arguments(policy: PolicyView, engine_args: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
@@ -229,32 +235,19 @@ def load_into(policy: PolicyView, weights: Mapping[str, torch.Tensor]) -> None:
         policy.model.load_state_dict(dict(weights), strict=False)
 
 
+def reload_args(weights: Mapping[str, torch.Tensor], aliases: Mapping[str, list[str]]) -> tuple[Spec, bytes, dict]:
+    """The arguments of :meth:`WeightReceiver.cogym_reload_weights` that bring ``weights`` (and, under
+    ``aliases``' names too, the tied ones) to an engine's workers: the flat buffer's spec and bytes."""
+    layout, buf = pack(weights)
+    return layout.spec(), buf.numpy().tobytes(), dict(aliases)
+
+
 def tied_names(model: torch.nn.Module) -> dict[str, list[str]]:
     """name -> the other state-dict names of the same tensor (a tied input embedding and ``lm_head``)."""
     groups: dict[int, list[str]] = {}
     for k, v in model.state_dict(keep_vars=True).items():
         groups.setdefault(v.data_ptr(), []).append(k)
     return {k: [a for a in names if a != k] for names in groups.values() if len(names) > 1 for k in names}
-
-
-def checkpoint_tensors(weights: Mapping[str, torch.Tensor], aliases: Mapping[str, list[str]]) -> dict[str, torch.Tensor]:
-    """``weights`` as the engine's in-place reload needs them: CPU, contiguous, one storage each
-    (safetensors refuses shared ones), and every name of a tied tensor present. vLLM's reload does not
-    re-tie: a tied model's ``lm_head`` keeps its old weights unless ``lm_head.weight`` comes too, and
-    the weights a learner sends name each tensor once."""
-    out: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for k, v in weights.items():
-        t = v.detach().to("cpu").contiguous()
-        if t.data_ptr() in seen:
-            t = t.clone()
-        seen.add(t.data_ptr())
-        out[k] = t
-    for k in list(out):
-        for alias in aliases.get(k, ()):
-            if alias not in out:
-                out[alias] = out[k].clone()
-    return out
 
 
 class VLLMBackend(Sleeper):
@@ -338,17 +331,14 @@ class VLLMBackend(Sleeper):
             self._version = version  # the engine will start from the policy's model as it is then
             return
         self.wake()
-        aliases = self._aliases()
         if weights is None:  # the policy's model as the learner left it (gathered from ZeRO-3 partitions)
             with self.policy.gather():
-                tensors = checkpoint_tensors(self.policy.model.state_dict(), aliases)
-                blob = save(tensors)
+                args = reload_args(self.policy.model.state_dict(), self._aliases())
         else:
-            tensors = checkpoint_tensors(weights, aliases)
-            blob = save(tensors)
-        loaded = self._llm.collective_rpc("cogym_reload_weights", args=(blob,))
-        if any(n != len(tensors) for n in loaded):
-            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(tensors)} weights")
+            args = reload_args(weights, self._aliases())
+        loaded = self._llm.collective_rpc("cogym_reload_weights", args=args)
+        if any(n < len(args[0]) for n in loaded):
+            raise RuntimeError(f"policy {self.policy.name!r}: the vLLM workers loaded {loaded} of {len(args[0])} weights")
         self._llm.reset_prefix_cache()  # its KV entries were computed by the old weights
         self._version = version
 

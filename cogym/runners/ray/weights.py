@@ -4,7 +4,9 @@
 config's two tiny policies) took about 9 ms to put, against 0.3 ms to copy, and the worker's call then
 fetched it from the object store. A worker on the driver's machine can instead read the weights from a
 POSIX shared-memory segment the driver writes once per update (:class:`WeightSlots`): the driver copies
-each tensor into it, the worker's load copies them out into its model (:func:`read`).
+each tensor into it, the worker's load copies them out into its model (:func:`read`). After the
+segment's header the weights lie as one flat buffer (:mod:`cogym.agents.flat_weights`, the layout of
+every weight transport).
 
 A policy has ``slots`` segments (``ray.max_staleness + 1``, as many versions as the driver keeps for
 one-step runs and for replays after a worker restart), written in turn, so a write replaces the oldest
@@ -30,23 +32,12 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import torch
 
+from cogym.agents.flat_weights import as_tensor, Layout, unpack, write
 from cogym.runners.ray.pool import log
 
-HEADER = 64  # bytes before the first tensor: the version (int64), then padding to a cache line
-ALIGN = 64
+HEADER = 64  # bytes before the flat buffer: the version (int64), then padding to a cache line
 WRITING = -1
 _OWN: set[str] = set()  # the segments this process created (and its resource tracker unlinks if it dies)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One tensor's place in a segment."""
-
-    name: str
-    dtype: str  # torch dtype name, e.g. "float32"
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -55,24 +46,7 @@ class ShmWeights:
 
     segment: str
     version: int
-    entries: tuple[Entry, ...]
-    size: int
-
-
-def layout(state: dict[str, torch.Tensor]) -> tuple[tuple[Entry, ...], int]:
-    """Each tensor's aligned place after the header, and the segment's size."""
-    entries, offset = [], HEADER
-    for name, t in state.items():
-        n = t.numel() * t.element_size()
-        entries.append(Entry(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), offset, n))
-        offset += -(-n // ALIGN) * ALIGN
-    return tuple(entries), max(offset, HEADER)
-
-
-def _bytes_of(t: torch.Tensor) -> np.ndarray:
-    """A CPU tensor's bytes as a flat uint8 array (no copy for a contiguous tensor)."""
-    t = t.detach().contiguous().reshape(-1)
-    return t.view(torch.uint8).numpy() if t.numel() else np.empty(0, np.uint8)
+    layout: Layout  # of the flat buffer after the segment's header
 
 
 class WeightSlots:
@@ -80,7 +54,8 @@ class WeightSlots:
     returns the :class:`ShmWeights` a worker reads it with."""
 
     def __init__(self, state: dict[str, torch.Tensor], slots: int, tag: str = "cogym") -> None:
-        self.entries, self.size = layout(state)
+        self.layout = Layout.of(state)
+        self.size = HEADER + self.layout.size
         self.slots = max(int(slots), 1)
         self.segments: list[shared_memory.SharedMemory] = []
         room = free_bytes()
@@ -100,7 +75,7 @@ class WeightSlots:
         self.writes = 0
 
     def fits(self, state: dict[str, torch.Tensor]) -> bool:
-        return layout(state) == (self.entries, self.size)
+        return Layout.of(state) == self.layout
 
     def write(self, version: int, state: dict[str, torch.Tensor]) -> ShmWeights:
         """Copy ``state`` (CPU tensors, as ``state_of`` gives them, in the layout this was made for) into
@@ -112,12 +87,10 @@ class WeightSlots:
         head = _header(seg)
         head[0] = WRITING
         self.held[k] = None
-        flat = np.ndarray((self.size,), dtype=np.uint8, buffer=seg.buf)
-        for e in self.entries:
-            np.copyto(flat[e.offset:e.offset + e.nbytes], _bytes_of(state[e.name]))
+        write(state, self.layout, np.ndarray((self.layout.size,), dtype=np.uint8, buffer=seg.buf, offset=HEADER))
         head[0] = version
         self.held[k] = version
-        return ShmWeights(seg.name, version, self.entries, self.size)
+        return ShmWeights(seg.name, version, self.layout)
 
     def has(self, version: int) -> bool:
         return version in self.held
@@ -127,7 +100,7 @@ class WeightSlots:
         if not self.has(version):
             raise KeyError(f"weight version {version} is no longer in shared memory")
         seg = self.segments[self.held.index(version)]
-        return {n: t.clone() for n, t in _views(seg, self.entries, self.size).items()}
+        return {n: t.clone() for n, t in _views(seg, self.layout).items()}
 
     def close(self) -> None:
         """Unmap and unlink every segment (workers' mappings stay valid until they exit)."""
@@ -204,15 +177,15 @@ def read(desc: ShmWeights, cache: dict) -> dict[str, torch.Tensor]:
     seg = cache.get(desc.segment)
     if seg is None:
         seg = cache[desc.segment] = attach(desc.segment)
-    if seg.size < desc.size:
-        raise RuntimeError(f"shared-memory segment {desc.segment} holds {seg.size} bytes, the weights need {desc.size}")
+    if seg.size < HEADER + desc.layout.size:
+        raise RuntimeError(f"shared-memory segment {desc.segment} holds {seg.size} bytes, the weights need "
+                           f"{HEADER + desc.layout.size}")
     check(desc, cache)
-    return _views(seg, desc.entries, desc.size)
+    return _views(seg, desc.layout)
 
 
-def _views(seg: shared_memory.SharedMemory, entries: tuple[Entry, ...], size: int) -> dict[str, torch.Tensor]:
-    flat = torch.frombuffer(seg.buf, dtype=torch.uint8, count=size)
-    return {e.name: flat[e.offset:e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape) for e in entries}
+def _views(seg: shared_memory.SharedMemory, layout: Layout) -> dict[str, torch.Tensor]:
+    return unpack(as_tensor(seg.buf, HEADER, layout.size), layout)
 
 
 def check(desc: ShmWeights, cache: dict) -> None:

@@ -1,23 +1,23 @@
 """What a rollout sends its workers: weights through Ray's object store (a policy's trainable state as
-numpy arrays, bit-identical on the way back), what each worker was sent and still has to load, and
-the league members a rollout's games meet."""
+one flat buffer, :mod:`cogym.agents.flat_weights`, bit-identical on the way back), what each worker
+was sent and still has to load, and the league members a rollout's games meet."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from cogym.core.errors import ConfigError
+from cogym.agents.flat_weights import as_tensor, pack, unpack
+from cogym.runners.rollout.seating import SeatingError
 from cogym.runners.train.league import LeagueSeating
 
 
 def state_of(policy, trainable_only: bool = True) -> dict[str, torch.Tensor]:
     """The weights a rollout worker needs: every trainable parameter (every parameter, for a frozen
-    league member), on the CPU (tied weights once). CPU parameters are not copied here (``ray.put``
-    copies them into the object store at once), except a ZeRO-3 learner's, gathered from their
+    league member), on the CPU (tied weights once). CPU parameters are not copied here (the transport
+    copies them into its flat buffer at once), except a ZeRO-3 learner's, gathered from their
     partitions for this call only."""
     with policy.gather(), torch.no_grad():
         return {name: (p.detach().to("cpu", copy=hasattr(p, "ds_status")))
@@ -29,21 +29,16 @@ def nbytes(state: dict[str, torch.Tensor]) -> int:
 
 
 def to_wire(state: dict[str, torch.Tensor]) -> dict:
-    """A state dict as numpy arrays, which Ray stores without pickling and a worker reads in place from
-    shared memory (a torch tensor is pickled on put and copied on get: about 3x slower); bfloat16,
-    which numpy lacks, travels as its 16-bit pattern."""
-    bf16 = [k for k, t in state.items() if t.dtype == torch.bfloat16]
-    arrays = {k: (t.view(torch.int16) if k in bf16 else t).numpy() for k, t in state.items()}
-    return {"arrays": arrays, "bf16": bf16}
+    """A state dict as its flat buffer (one numpy array, which Ray stores without pickling and a worker
+    reads in place from shared memory) and the buffer's layout."""
+    layout, buf = pack(state)
+    return {"layout": layout, "buffer": buf.numpy()}
 
 
 def from_wire(wire: dict) -> dict[str, torch.Tensor]:
-    """:func:`to_wire`'s state dict as tensors over the (read-only) object-store memory: load them
-    with ``load_state_dict``, which copies; never write to them."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # torch.from_numpy on a read-only array
-        out = {k: torch.from_numpy(a) for k, a in wire["arrays"].items()}
-    return {k: (t.view(torch.bfloat16) if k in wire["bf16"] else t) for k, t in out.items()}
+    """:func:`to_wire`'s state dict as views of the (read-only) object-store memory: load them with
+    ``load_state_dict``, which copies; never write to them."""
+    return unpack(as_tensor(wire["buffer"]), wire["layout"])
 
 
 @dataclass
@@ -52,7 +47,7 @@ class Sent:
     workers elsewhere and learner actors' weights, shared memory for workers on the driver's machine."""
 
     ref: Any = None
-    shm: Any = None  # a shm_weights.ShmWeights
+    shm: Any = None  # a weights.ShmWeights
 
 
 @dataclass
@@ -86,7 +81,7 @@ class LeaguePlan:
         league = [m for m in maps if isinstance(m, LeagueSeating)]
         base = league[0].base if league else maps[0]
         if any(not isinstance(m, LeagueSeating) and m is not base for m in maps):
-            raise ConfigError("run.backend: ray plays the run's seat map or league seatings; a hook that seats "
+            raise SeatingError("run.backend: ray plays the run's seat map or league seatings; a hook that seats "
                               "players another way needs run.backend: local")
         if not league:
             return None

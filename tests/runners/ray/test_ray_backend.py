@@ -136,17 +136,17 @@ def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(loc
     run = build(cfg, rollout_only=True)
     pool = RayRollout(cfg)
     try:
-        assert pool.local == {0, 1}
+        assert pool.weights.local == {0, 1}
         assert ray.get(pool.workers[0].sees.remote("cogym-no-such-segment", b"x")) is False
         with torch.no_grad():
             for p in run.policies["solver"].model.parameters():
                 p.add_(0.01)
         versions = {"proposer": 0, "solver": 1}
         pool.sync(run.policies, versions)
-        sent = pool._weights["solver"][1]
+        sent = pool.weights.kept["solver"][1]
         assert sent.shm is not None and sent.ref is None  # both workers read shared memory: nothing put
         assert [h["solver"] for h in pool.held] == [1, 1]
-        pool.local.discard(1)
+        pool.weights.local.discard(1)
         pool.held[1] = {**pool.held[1], "solver": None}  # as after a restart elsewhere
         pool._load_into(1, versions)
         assert sent.ref is not None and pool.held[1]["solver"] == 1
@@ -156,12 +156,12 @@ def test_a_worker_that_cannot_read_shared_memory_loads_from_the_object_store(loc
         # Shared memory without room (a container's 64 MiB /dev/shm and a large model): the object store
         monkeypatch.setattr(shm_weights, "free_bytes", lambda: 1000)
         pool.sync(run.policies, {"proposer": 1, "solver": 1})
-        assert pool._weights["proposer"][1].shm is None and pool._weights["proposer"][1].ref is not None
-        assert pool.local == set() and [h["proposer"] for h in pool.held] == [1, 1]
+        assert pool.weights.kept["proposer"][1].shm is None and pool.weights.kept["proposer"][1].ref is not None
+        assert pool.weights.local == set() and [h["proposer"] for h in pool.held] == [1, 1]
         assert "go through the object store, not shared memory: shared memory has 0 MiB free" in capsys.readouterr().err
     finally:
         pool.close()
-    assert not pool._shm  # the segments are gone with the pool
+    assert not pool.weights.slots  # the segments are gone with the pool
 
 
 def test_a_worker_refuses_weights_it_does_not_hold(local_cluster, tmp_path: Path) -> None:
@@ -267,7 +267,7 @@ def test_weights_travel_as_numpy_and_come_back_bit_identical() -> None:
 
     state = {"w": torch.randn(3, 4), "bf": torch.randn(5).to(torch.bfloat16), "h": torch.randn(2).half()}
     wire = to_wire(state)
-    assert wire["bf16"] == ["bf"] and all(type(a).__module__ == "numpy" for a in wire["arrays"].values())
+    assert type(wire["buffer"]).__module__ == "numpy" and wire["buffer"].dtype.name == "uint8"  # one flat buffer
     back = from_wire(wire)
     assert all(back[k].dtype == t.dtype and torch.equal(back[k], t) for k, t in state.items())
 

@@ -1,6 +1,6 @@
 """Weight sync through a collective group (ray.weight_sync: collective, agents/backends/broadcast.py).
 
-* The flat buffer: any dtype (bfloat16 too) comes back bit for bit; a short buffer is refused.
+* The flat buffer (every transport's layout, tests/agents/test_flat_weights.py) through a broadcast.
 * A gloo broadcast among three groups in one process (threads) delivers the sender's state exactly.
 * On Ray (2 workers): after a sync every worker holds exactly the driver's weights, for full weights
   and for LoRA adapters; a worker killed between syncs is restarted and given the next version in a
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cogym.agents.backends.broadcast import flatten, Groups, Meet, size_of, spec, unflatten
+from cogym.agents.backends.broadcast import Groups, Meet, spec
+from cogym.agents.flat_weights import ALIGN, Layout
 from tests.runners.ray.ray_runs import small_config
 
 
@@ -27,18 +28,6 @@ def _state() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return {"w": torch.randn(3, 5, generator=g), "b": torch.randn(7, generator=g).to(torch.bfloat16),
             "h": torch.randn(2, 2, generator=g).half(), "i": torch.arange(4), "e": torch.zeros(0)}
-
-
-def test_the_flat_buffer_brings_back_every_dtype_bit_for_bit() -> None:
-    state = _state()
-    layout = spec(state)
-    buf = flatten(state)
-    assert buf.dtype == torch.uint8 and buf.numel() == size_of(layout) == 64 + 16 + 16 + 32  # each at 16-byte offsets
-    back = unflatten(buf, layout)
-    assert list(back) == list(state)
-    assert all(back[k].dtype == t.dtype and back[k].shape == t.shape and torch.equal(back[k], t) for k, t in state.items())
-    with pytest.raises(RuntimeError, match="sent 10 bytes, the layout holds"):
-        unflatten(buf[:10], layout)
 
 
 def test_a_gloo_broadcast_gives_every_receiver_the_senders_state() -> None:
@@ -60,7 +49,7 @@ def test_a_gloo_broadcast_gives_every_receiver_the_senders_state() -> None:
     sent = Groups().send(meet, state)
     for t in threads:
         t.join(60)
-    assert not errors and sent == size_of(spec(state))
+    assert not errors and sent == Layout.of(state).size
     for rank in (1, 2):
         assert all(torch.equal(got[rank][k], t) for k, t in state.items())
 
@@ -89,6 +78,7 @@ def test_after_a_collective_sync_every_worker_holds_the_drivers_weights(local_cl
                                                                        monkeypatch, capsys) -> None:
     ray = pytest.importorskip("ray")
     from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.ray import sync as ray_sync
     from cogym.runners.train.build import build
 
     if lora:
@@ -97,7 +87,7 @@ def test_after_a_collective_sync_every_worker_holds_the_drivers_weights(local_cl
     cfg = small_config(tmp_path, "run.backend=ray", "ray.weight_sync=collective", *extra)
     run = build(cfg, rollout_only=True)
     policy = run.policies["solver"]
-    monkeypatch.setattr(ray_rollout, "COLLECTIVE_TIMEOUT_S", 10.0)  # a group missing a dead member gives up soon
+    monkeypatch.setattr(ray_sync, "COLLECTIVE_TIMEOUT_S", 10.0)  # a group missing a dead member gives up soon
     pool = ray_rollout.RayRollout(cfg)
     try:
         torch.manual_seed(1)
@@ -107,12 +97,13 @@ def test_after_a_collective_sync_every_worker_holds_the_drivers_weights(local_cl
             m = pool.sync(run.policies, {"proposer": 0, "solver": version})
             assert [h["solver"] for h in pool.held] == [version, version]
             raw = sum(p.numel() * p.element_size() for p in policy.model.parameters() if p.requires_grad)
-            assert raw <= m["ray/sync_bytes"] == size_of(pool._layouts["solver"]) < raw + 16 * len(pool._layouts["solver"])
+            size = Layout.from_spec(pool.weights.layouts["solver"]).size
+            assert raw <= m["ray/sync_bytes"] == size < raw + ALIGN * len(pool.weights.layouts["solver"])
             _held_exactly(ray, pool, "solver", policy)
         if lora:  # only the adapters travel
-            assert all("lora_" in name for name, _, _ in pool._layouts["solver"])
+            assert all("lora_" in name for name, _, _ in pool.weights.layouts["solver"])
             return
-        assert len(pool._meets) == 1  # the same two workers: the group of the first sync again
+        assert len(pool.weights.meets) == 1  # the same two workers: the group of the first sync again
         killed = pool.info[1]["pid"]
         os.kill(killed, signal.SIGKILL)  # idle, between two syncs
         _perturb(policy, 0.01)

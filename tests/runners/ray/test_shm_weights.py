@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cogym.runners.ray.weights import ALIGN, HEADER, WeightSlots, check, layout, read
+from cogym.agents.flat_weights import ALIGN, Layout
+from cogym.runners.ray.weights import HEADER, WeightSlots, check, read
 
 
 def _state(seed: int) -> dict[str, torch.Tensor]:
@@ -22,11 +23,16 @@ def _state(seed: int) -> dict[str, torch.Tensor]:
             "strided": torch.randn(6, 4, generator=g).t()}  # not contiguous
 
 
-def test_layout_aligns_every_tensor_after_the_header() -> None:
-    entries, size = layout(_state(1))
-    assert entries[0].offset == HEADER and all(e.offset % ALIGN == 0 for e in entries)
-    assert [e.nbytes for e in entries] == [33 * 7 * 4, 5 * 2, 9 * 2, 11 * 8, 0, 4, 24 * 4]
-    assert size >= entries[-1].offset + entries[-1].nbytes
+def test_a_segment_holds_the_header_then_the_flat_buffer() -> None:
+    lay = Layout.of(_state(1))
+    assert lay.entries[0].offset == 0 and all(e.offset % ALIGN == 0 for e in lay.entries)
+    assert [e.nbytes for e in lay.entries] == [33 * 7 * 4, 5 * 2, 9 * 2, 11 * 8, 0, 4, 24 * 4]
+    assert lay.size >= lay.entries[-1].offset + lay.entries[-1].nbytes
+    slots = WeightSlots(_state(1), slots=1)
+    try:
+        assert slots.size == HEADER + lay.size and slots.segments[0].size >= slots.size
+    finally:
+        slots.close()
 
 
 def test_a_read_is_the_written_state_bit_for_bit_and_slots_rotate() -> None:
@@ -68,7 +74,8 @@ def test_a_worker_that_attached_and_exited_leaves_the_segment_to_the_driver(tmp_
     slots = WeightSlots(_state(1), slots=1)
     try:
         desc = slots.write(7, _state(1))
-        code = ("import sys, torch; from cogym.runners.ray.weights import ShmWeights, Entry, read\n"
+        code = ("import sys, torch; from cogym.runners.ray.weights import ShmWeights, read\n"
+                "from cogym.agents.flat_weights import Entry, Layout\n"
                 f"d = {desc!r}\n"
                 "cache = {}\nprint(float(read(d, cache)['w'].sum()))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -86,7 +93,7 @@ def test_slots_that_do_not_fit_in_shared_memory_are_refused(monkeypatch) -> None
     """Writing past a full /dev/shm kills the process with SIGBUS: refuse up front instead."""
     from cogym.runners.ray import weights as shm_weights
 
-    need = 2 * layout(_state(1))[1]
+    need = 2 * (HEADER + Layout.of(_state(1)).size)
     monkeypatch.setattr(shm_weights, "free_bytes", lambda: need)  # 90% of it is not enough
     with pytest.raises(OSError, match="shared memory has 0 MiB free, the weights need 2 x 0 MiB"):
         WeightSlots(_state(1), slots=2)
