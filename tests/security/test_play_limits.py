@@ -230,9 +230,9 @@ def test_cogym_train_strict_stops_on_a_policy_with_no_turns(tmp_path: Path) -> N
 
 
 def _run(strict: bool = False, iterations: int = 10):
-    cfg = SimpleNamespace(run=SimpleNamespace(strict=strict, iterations=iterations))
-    return SimpleNamespace(cfg=cfg, seats={"s0": ("a", None), "s1": ("b", None), "s2": ("scripted:x", None)},
-                           learners={"a": None, "b": None})
+    """IdlePolicies' arguments: the run section, the seats, the trained policies."""
+    return (SimpleNamespace(strict=strict, iterations=iterations),
+            {"s0": ("a", None), "s1": ("b", None), "s2": ("scripted:x", None)}, ["a", "b"])
 
 
 def _turns(*pids: str) -> SimpleNamespace:
@@ -241,7 +241,7 @@ def _turns(*pids: str) -> SimpleNamespace:
 
 
 def test_the_idle_check_reads_advantages_and_waits_for_its_window(capsys) -> None:
-    hook = IdlePolicies(_run(), window=3)
+    hook = IdlePolicies(*_run(), window=3)
     hook.start(4, None)  # a run resumed after iteration 4: its window is 5-7
     for it in (5, 6, 7):
         hook.after_rollout(_turns("a", "b", "b"), None, it)
@@ -250,12 +250,12 @@ def test_the_idle_check_reads_advantages_and_waits_for_its_window(capsys) -> Non
     hook.after_rollout(_turns("a"), None, 8)
     hook.before_log(8, {})
     assert capsys.readouterr().err == ""  # never again
-    strict = IdlePolicies(_run(strict=True, iterations=1))
+    strict = IdlePolicies(*_run(strict=True, iterations=1))
     strict.after_rollout(_turns("b"), None, 1)
     with pytest.raises(ConfigError, match=r"^policy 'a' got no turns in iteration 1: its seats \(s0\).*; policy 'b' "
                                           r"had 1 turns in iteration 1, every one with advantage 0"):
         strict.before_log(1, {"b/adv_abs_mean": 0.0})
-    spin = IdlePolicies(_run(iterations=1))  # a learner with no advantages (SPIN) is judged by its turns
+    spin = IdlePolicies(*_run(iterations=1))  # a learner with no advantages (SPIN) is judged by its turns
     spin.after_rollout(_turns("a", "b"), None, 1)
     spin.before_log(1, {})
     assert capsys.readouterr().err == ""

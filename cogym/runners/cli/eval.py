@@ -80,7 +80,7 @@ def setting_overrides(cfg, args: argparse.Namespace) -> list[str]:
         return []
     import_game_modules(cfg.game.modules)  # a user's game, and the evaluator kinds its module registers
     known, out = kinds(), []
-    for name, ev in declared(cfg, make(cfg.game.id, **cfg.game.kwargs).spec).items():
+    for name, ev in declared(cfg.eval, make(cfg.game.id, **cfg.game.kwargs).spec).items():
         cls = known.get(ev.get("kind")) if isinstance(ev, dict) else None
         fields = {f.name for f in dataclasses.fields(cls)} if cls is not None and dataclasses.is_dataclass(cls) else set()
         out += [f"eval.evaluators.{name}.{key}={value}" for key, value in given.items() if key in fields]

@@ -46,6 +46,7 @@ from cogym.runners.evaluation.context import RunContext, evaluated_policy
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
 from cogym.runners.rollout.seating import Seating, seats_of
 from cogym.runners.rollout.turns import rollout
+from cogym.runners.config.schema import EvalConfig
 from cogym.runners.results.scoring import game_score
 
 
@@ -160,13 +161,14 @@ def evaluator_from(name: str, spec: dict, build_section: Callable) -> object:
     return build_section(known[kind], fields, where)
 
 
-def declared(cfg, spec) -> dict[str, dict]:
+def declared(settings: EvalConfig, spec) -> dict[str, dict]:
     """name -> evaluator mapping a run measures: the game's declared evaluators (``spec.evaluators``,
     unless ``eval.declared`` is false), each overridden key by key by the config's ``eval.evaluators``
-    entry of the same name (``null`` drops it), then the config's other entries, in order."""
-    out = {name: dict(ev) for name, ev in spec.evaluators.items()} if cfg.eval.declared else {}
-    for name, ev in cfg.eval.evaluators.items():
-        if not cfg.eval.declared and isinstance(ev, dict) and "kind" not in ev and name in spec.evaluators:
+    entry of the same name (``null`` drops it), then the config's other entries, in order. ``settings``:
+    the config's ``eval`` section."""
+    out = {name: dict(ev) for name, ev in spec.evaluators.items()} if settings.declared else {}
+    for name, ev in settings.evaluators.items():
+        if not settings.declared and isinstance(ev, dict) and "kind" not in ev and name in spec.evaluators:
             continue  # settings of a declared evaluator that eval.declared: false turned off
         if ev is None:
             out.pop(name, None)
@@ -177,9 +179,9 @@ def declared(cfg, spec) -> dict[str, dict]:
     return out
 
 
-def evaluators_of(cfg, spec, build_section: Callable) -> list:
-    """Every evaluator a run of ``cfg`` measures (:func:`declared`), built and checked."""
-    return [evaluator_from(name, ev, build_section) for name, ev in declared(cfg, spec).items()]
+def evaluators_of(settings: EvalConfig, spec, build_section: Callable) -> list:
+    """Every evaluator a run with the ``eval`` section ``settings`` measures (:func:`declared`), built and checked."""
+    return [evaluator_from(name, ev, build_section) for name, ev in declared(settings, spec).items()]
 
 
 def check(evaluators, run) -> None:

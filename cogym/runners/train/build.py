@@ -309,7 +309,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     _check_groups(cfg, game, assignment)
     _warn_mixed_groups(cfg, game, assignment)
     _check_outcomes(cfg, game, assignment)
-    evaluators = [] if rollout_only else evaluators_of(cfg, game.spec, build_section)  # after game.modules: they may register kinds
+    evaluators = [] if rollout_only else evaluators_of(cfg.eval, game.spec, build_section)  # after game.modules: they may register kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
     lora_bases: dict[str, LoraBase] = {}  # base model directory -> the one model its LoRA policies share

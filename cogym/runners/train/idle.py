@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Iterable, Mapping
 
 from tqdm import tqdm
 
 from cogym.core.errors import ConfigError
 from cogym.learners import torch_dist as dist
 
+from cogym.runners.config.schema import RunConfig
 from cogym.runners.train.hooks import TrainHook
 
 IDLE_WINDOW = 3  # iterations: long enough for one unlucky rollout, short enough to stop a doomed run early
@@ -28,11 +30,14 @@ class IdlePolicies(TrainHook):
     """Counts each trained policy's turns per rollout and reads its ``<policy>/adv_abs_mean`` from the
     iteration's row; a learner that reports no advantages (SPIN, DPO-style) is judged by its turns alone."""
 
-    def __init__(self, run, window: int = IDLE_WINDOW) -> None:
-        self.strict = bool(run.cfg.run.strict)
-        self.last = run.cfg.run.iterations
+    def __init__(self, settings: RunConfig, seats: Mapping[str, tuple], trained: Iterable[str],
+                 window: int = IDLE_WINDOW) -> None:
+        """``settings``: the config's ``run`` section; ``seats``: seat -> (policy id, agent), as a run
+        seats its games; ``trained``: the policies that learn."""
+        self.strict = bool(settings.strict)
+        self.last = settings.iterations
         self.window = window
-        self.seats = {pid: sorted(s for s, (p, _) in run.seats.items() if p == pid) for pid in run.learners}
+        self.seats = {pid: sorted(s for s, (p, _) in seats.items() if p == pid) for pid in trained}
         self.first = 1
         self.turns: dict[int, dict[str, int]] = {}  # iteration -> policy -> turns in its rollouts
         self.totals = {pid: 0 for pid in self.seats}  # turns in the window so far

@@ -273,9 +273,9 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
           pool, threads: ThreadPolicy, learner_restarts: int = 0) -> dict:
     run = _restore(cfg, ckpt, pool.learners if pool is not None and pool.learners else None)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
-    sinks = open_sinks(run_path, cfg, run.roles, start_it, main)
+    sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
-    hooks.append(IdlePolicies(run))
+    hooks.append(IdlePolicies(cfg.run, run.seats, run.learners))
     for hook in hooks:
         hook.start(start_it - 1, ckpt)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]

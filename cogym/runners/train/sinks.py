@@ -17,7 +17,7 @@ import numpy as np
 import yaml
 
 from cogym.runners import rundir
-from cogym.runners.config.schema import Config
+from cogym.runners.config.schema import RunConfig
 from cogym.runners.results.transcripts import TRANSCRIPTS_FILE, TranscriptWriter, markdown
 
 
@@ -154,14 +154,16 @@ def forget_attempt(path: Path) -> None:
             tb.rmdir()  # empty now; a tb/ holding anything else stays
 
 
-def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration: int = 1, main: bool = True) -> Sinks:
-    """The run directory's sinks (rank 0: config.yaml written, JSONL, TensorBoard and the plot as
-    configured; a new run, ``start_iteration`` 1, starts metrics.jsonl, transcripts.jsonl and
-    game_errors.jsonl over); a data-parallel rank r > 0 gets none."""
+def open_sinks(path: Path, settings: RunConfig, resolved: dict, roles: tuple[str, ...], start_iteration: int = 1,
+               main: bool = True) -> Sinks:
+    """The run directory's sinks (rank 0: config.yaml written from ``resolved``, the resolved config as
+    a dict; JSONL, TensorBoard and the plot as the ``run`` section ``settings`` says; a new run,
+    ``start_iteration`` 1, starts metrics.jsonl, transcripts.jsonl and game_errors.jsonl over); a
+    data-parallel rank r > 0 gets none."""
     if not main:
         return Sinks()
     rundir.create(path, "train")
-    rundir.write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    rundir.write_text(path / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
     jsonl = JsonlSink(path / "metrics.jsonl", start_iteration)
     sinks: list[Sink] = [jsonl]
     transcripts = path / TRANSCRIPTS_FILE
@@ -169,11 +171,11 @@ def open_sinks(path: Path, cfg: Config, roles: tuple[str, ...], start_iteration:
         for name in (TRANSCRIPTS_FILE, "game_errors.jsonl"):
             if (path / name).exists() or (path / name).is_symlink():
                 rundir.write_text(path / name, "")
-    if cfg.run.transcripts_every and cfg.run.transcripts_games or transcripts.is_file():  # resume: drop replayed rows
+    if settings.transcripts_every and settings.transcripts_games or transcripts.is_file():  # resume: drop replayed rows
         sinks.append(TranscriptSink(transcripts, start_iteration))
-    if cfg.run.tensorboard:
+    if settings.tensorboard:
         sinks.append(TensorBoardSink(path / "tb", start_iteration))
-    if cfg.run.plot:
+    if settings.plot:
         sinks.append(PlotSink(path / "metrics.jsonl", path / "learning_curve.png", roles))
     return Sinks(sinks, jsonl)
 

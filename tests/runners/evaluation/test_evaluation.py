@@ -126,7 +126,7 @@ def test_eval_batch_size_reaches_the_heldout_evaluator_and_is_checked() -> None:
     from cogym.runners.train.build import build_section
 
     cfg = load_config(None, ["eval.evaluators.heldout.batch_size=16"])
-    (heldout,) = [e for e in evaluators_of(cfg, make(cfg.game.id).spec, build_section) if isinstance(e, HeldoutArithmetic)]
+    (heldout,) = [e for e in evaluators_of(cfg.eval, make(cfg.game.id).spec, build_section) if isinstance(e, HeldoutArithmetic)]
     assert heldout.batch_size == 16
     with pytest.raises(ConfigError, match="eval.evaluators.heldout: batch_size=0: must be >= 1"):
         build(load_config(None, ["eval.evaluators.heldout.batch_size=0"]))
@@ -296,9 +296,9 @@ def test_heldout_accuracy_sampled_is_the_mean_over_samples_at_the_temperature(po
 def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch) -> None:
     from cogym.runners.train.build import build_section
 
-    (greedy,) = [e for e in evaluators_of(load_config(None, []), make("proposer_solver-v0").spec, build_section) if isinstance(e, HeldoutArithmetic)]
+    (greedy,) = [e for e in evaluators_of(load_config(None, []).eval, make("proposer_solver-v0").spec, build_section) if isinstance(e, HeldoutArithmetic)]
     (sampled,) = [e for e in evaluators_of(load_config(None, ["eval.evaluators.heldout.temperature=0.7", "eval.evaluators.heldout.samples=2",
-                                                            "eval.evaluators.heldout.size=6"]), make("proposer_solver-v0").spec,
+                                                            "eval.evaluators.heldout.size=6"]).eval, make("proposer_solver-v0").spec,
                                            build_section) if isinstance(e, HeldoutArithmetic)]
     assert (greedy.temperature, sampled.temperature, sampled.samples) == (0.0, 0.7, 2)
     class Context:  # the part of cogym.envs.evaluation.EvalContext the held-out evaluator asks, without a run
@@ -328,6 +328,6 @@ def test_eval_temperature_adds_the_sampled_heldout_accuracy(policy, monkeypatch)
     for bad, message in [("eval.evaluators.heldout.temperature=-0.5", r"eval.evaluators.heldout: temperature=-0.5: must be >= 0"),
                          ("eval.evaluators.heldout.samples=0", "eval.evaluators.heldout: samples=0: must be >= 1")]:
         with pytest.raises(ConfigError, match=message):
-            evaluators_of(load_config(None, [bad]), make("proposer_solver-v0").spec, build_section)
+            evaluators_of(load_config(None, [bad]).eval, make("proposer_solver-v0").spec, build_section)
     with pytest.raises(ValueError, match="temperature=nan"):
         HeldoutArithmetic(temperature=float("nan"))
