@@ -253,7 +253,7 @@ def sync_table(models: list[str], repeats: int, out: Path, gpu: bool = False, ba
                     m = pool.sync(run.policies, {"solver": version})
                     times.append(m["ray/sync_s"])
                     sent = m["ray/sync_bytes"]
-                shown = "collective" if via == "collective" else "shared memory" if pool.local else "object store"
+                shown = "collective" if via == "collective" else "shared memory" if pool.weights.local else "object store"
             finally:
                 pool.close()
                 ray.shutdown()

@@ -74,8 +74,8 @@ LAYERS = (
 )
 # Upward imports kept on purpose: (importing module, imported layer) -> why.
 UPWARD_OK = {
-    ("cogym.runners.train.loop", "cogym.runners.ray"):
-        "ray is optional: the loop loads its Ray workers inside a function when ray.enabled",
+    ("cogym.runners.train.backends", "cogym.runners.ray"):
+        "ray is optional: the training backends' factory loads the Ray execution inside a function for run.backend: ray",
     ("cogym.runners.tournament.run", "cogym.runners.ray"):
         "ray is optional: a tournament loads its Ray workers inside a function when ray.enabled",
 }

@@ -43,7 +43,8 @@ def test_the_script_finds_each_kind_of_break(tmp_path, capsys):
         "cogym/agents/p.py": "from cogym.agents.q import Q\n",                         # a typing-only cycle
         "cogym/agents/q.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cogym.agents.p import P\n",
         "cogym/runners/rollout/x.py": "from cogym.runners.train.loop import train\n",  # rollout below train
-        "cogym/runners/train/loop.py": "def train():\n    from cogym.runners.ray.rollout import R\n    return R\n",
+        "cogym/runners/train/loop.py": "def train():\n    pass\n",
+        "cogym/runners/train/backends.py": "def execution_for():\n    from cogym.runners.ray.rollout import R\n    return R\n",
         "cogym/runners/ray/rollout.py": "import ray\n",  # train loads its Ray workers on demand: allowed (UPWARD_OK)
     })
     module = _script()
@@ -57,7 +58,7 @@ def test_the_script_finds_each_kind_of_break(tmp_path, capsys):
     assert "cogym/envs/f.py:1: cogym.envs.f -> cogym.agents.p (cogym.envs below cogym.agents)" in out
     assert ("cogym/runners/rollout/x.py:1: cogym.runners.rollout.x -> cogym.runners.train.loop "
             "(cogym.runners.rollout below cogym.runners.train)") in out
-    assert "allowed cogym/runners/train/loop.py:2: cogym.runners.train.loop -> cogym.runners.ray.rollout" in out
+    assert "allowed cogym/runners/train/backends.py:2: cogym.runners.train.backends -> cogym.runners.ray.rollout" in out
     assert "cogym/envs/c.py:1: from cogym.core.b import _hidden" in out
     assert "cogym/envs/d.py:2: json  [NOT OPTIONAL]" in out and "cogym/envs/d.py:3: ray  [ray]" in out
     assert "TOO LONG: cogym/agents/long.py 601 lines" in out

@@ -106,24 +106,24 @@ def test_a_collective_sync_lands_in_the_engine_and_the_run_is_the_one_process_ru
     version 2, restarted and sent the weights again (its new engine has not started yet, so the worker's
     process takes them and the engine starts from them; the new engine joins the broadcasts after), and
     the run is the one-process vLLM run."""
-    from cogym.runners.ray import rollout as ray_rollout
+    from cogym.runners.ray import sync as ray_sync
 
-    broadcast = ray_rollout.RayRollout._broadcast
+    broadcast = ray_sync.CollectiveSync.broadcast
     joins: list[bool] = []
     killed: list[int] = []
 
     def look_then_broadcast(self, pid, version, receivers):
         if pid == "solver":
-            joins.append(ray.get(self.workers[0].__ray_call__.remote(
+            joins.append(ray.get(self.pool.workers[0].__ray_call__.remote(
                 lambda w: w.run.policies["solver"].backend.joins_broadcast)))
         refs = broadcast(self, pid, version, receivers)
         if pid == "solver" and version == 2 and not killed:  # the engine is taking the broadcast
-            killed.append(self.pids()[0])
+            killed.append(self.pool.pids()[0])
             os.kill(killed[0], signal.SIGKILL)
         return refs
 
-    monkeypatch.setattr(ray_rollout.RayRollout, "_broadcast", look_then_broadcast)
-    monkeypatch.setattr(ray_rollout, "COLLECTIVE_TIMEOUT_S", 10.0)  # a group missing its dead member gives up soon
+    monkeypatch.setattr(ray_sync.CollectiveSync, "broadcast", look_then_broadcast)
+    monkeypatch.setattr(ray_sync, "COLLECTIVE_TIMEOUT_S", 10.0)  # a group missing its dead member gives up soon
     cfg = load_config(DEFAULT, [*SMALL, "run.backend=ray", "ray.num_rollout_workers=1", "ray.weight_sync=collective",
                                 f"run.out_dir={tmp_path}"])
     summary = train(cfg, tmp_path / "run", progress=False)
@@ -140,8 +140,7 @@ def test_three_lora_roles_share_one_engine_and_only_adapters_travel(local_cluste
     and the rollout worker serves all three from ONE vLLM engine. The run trains, and each weight sync carries
     the three adapters, never the base model. One worker: two workers with engines are the test above, and
     the shared engine's contract per adapter is tests/agents/test_backend_contract.py's."""
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
+    from cogym.agents.lora import LoraBase, LoraConfig
 
     cfg = load_config(LORA, [*QUIET, "run.iterations=2", "game.num_games=8", "run.backend=ray",
                              "ray.num_rollout_workers=1", f"run.out_dir={tmp_path}",
@@ -164,8 +163,8 @@ def test_three_lora_roles_share_one_engine_and_only_adapters_travel(local_cluste
     assert len(cores) == 1 and sum("EngineCore" in c for c in cores[0]) == 1, cores  # one engine, three adapters
     raw = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     base = LoraBase("tiny")
-    adapter = sum(p.numel() * p.element_size() for _, p in base.add("x", LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
-                  .model.adapter_parameters())
+    adapter = sum(p.numel() * p.element_size() for _, p in base.add("x", LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))[0]
+                  .adapter_parameters())
     full = sum(p.numel() * p.element_size() for p in base.model.parameters())
     syncs = [r["ray/sync_bytes"] for r in raw if "ray/sync_bytes" in r]
     assert syncs and all(s == 3 * adapter for s in syncs) and 3 * adapter < full / 10

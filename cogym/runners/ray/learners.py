@@ -26,8 +26,8 @@ from cogym.core.processes import free_port
 from cogym.learners.engines import ZERO_FILE
 from cogym.runners.config.schema import Config
 from cogym.agents.backends.broadcast import gpu_id, Groups, Meet, spec
-from cogym.runners.ray.pool import adjust_threads, enter, node_ip, ray  # ray through pool: if missing, the error names the extra
-from cogym.runners.ray.wire import nbytes, state_of, to_wire
+from cogym.runners.ray.pool import adjust_threads, enter, node_ip, ray, say  # ray through pool: if missing, the error names the extra
+from cogym.runners.ray.wire import from_wire, nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
 
 GROUP_TIMEOUT_S = 1800.0  # a collective waits this long for a silent rank (a dead one is noticed by the driver first)
@@ -204,8 +204,17 @@ class RemoteLearner:
     def layout(self) -> list:
         return self._call("weight_layout", "a weight layout")
 
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's address and a free port there, where a weight group it sends to meets."""
+        return self._get_all([self.handle.rendezvous.remote()], "a weight group's start")[0]
+
     def start_send(self, meet: Meet) -> list:
+        """Start broadcasting the newest weights to the group ``meet`` (:meth:`finish_send` waits)."""
         return [h.send_weights.remote(meet) for h in self.handles]
+
+    def finish_send(self, refs: list) -> int:
+        """The bytes the broadcast :meth:`start_send` started sent, once it is done."""
+        return self._get_all(refs, "a weight broadcast")[0]
 
     def weights(self) -> tuple[Any, int]:
         """The object ref and bytes of the weights of version ``steps``."""
@@ -213,6 +222,12 @@ class RemoteLearner:
             wref, size = self._call("weights", "a weight fetch")
             self._weights = (self.steps, wref, size)
         return self._weights[1], self._weights[2]
+
+    def refresh(self, backend) -> None:
+        """Load the newest weights into ``backend`` (the driver's copy of the policy) unless it holds them."""
+        if backend.version != self.steps:
+            ref, _ = self.weights()
+            backend.load_weights(from_wire(self.ray.get(ref)), self.steps)
 
     def group_decisions(self, turns: list) -> dict:
         return self._call("group_decisions", "dynamic sampling", list(turns), everyone=False)
@@ -224,28 +239,59 @@ class RemoteLearner:
         self.steps = self._call("load", "a resume", str(directory))
 
 
-def start_learners(ray, cfg: Config, trained: list[str], options: list[dict], args: tuple, ckpt: Path | None
-                   ) -> dict[str, tuple[list, list]]:
-    """Each trained policy's learner actors (``options[k]``: actor k's Ray options, policies in order,
-    ``ray.learner_workers`` each; ``args``: :class:`LearnerWorker`'s cwd, env, threads and optionally pinned),
-    joining their groups and building their learners; returns
-    ``{policy: (handles in rank order, their build calls)}``: each call's answer is the actor's ping."""
-    n = cfg.ray.learner_workers
-    actor = ray.remote(LearnerWorker)
-    handles = {pid: [actor.options(max_restarts=0, **options[i * n + r]).remote(*args[:3], r, n, *args[3:]) for r in range(n)]
-               for i, pid in enumerate(trained)}
-    meet = dict.fromkeys(trained)
-    if n > 1:  # every group's rank 0 is up (all start at once) and names its rendezvous
-        meet = dict(zip(trained, ray.get([hs[0].rendezvous.remote() for hs in handles.values()],
-                                         timeout=cfg.ray.start_timeout_s)))
-    out: dict[str, tuple[list, list]] = {}
-    for pid, hs in handles.items():
-        pdir = str(ckpt / "policies" / pid) if ckpt else None
-        cdir = str(ckpt / "learners" / pid / "critic") if ckpt else None
-        if cdir and not os.path.isdir(cdir):
-            cdir = None
-        out[pid] = (hs, [h.build.remote(cfg, pid, pdir, cdir, meet[pid]) for h in hs])  # all at once: they join
-    return out
+class LearnerActors:
+    """The learner actors of a rollout pool (``ray.learners``: colocated or separate): each trained policy's
+    ``ray.learner_workers`` actors, started while the rollout workers start (:meth:`start`), then waited
+    for as :class:`RemoteLearner` handles (:meth:`ready`), killed by :meth:`close`."""
+
+    def __init__(self, cfg: Config, trained: list[str]) -> None:
+        self.ray, self.cfg, self.trained = None, cfg, trained
+        self.handles: dict[str, list] = {}  # policy -> its actors in rank order
+        self.builds: list = []  # every actor's build call (its answer: the actor's ping)
+        self.t0 = 0.0
+
+    def start(self, ray, options: list[dict], args: tuple, ckpt: Path | None) -> None:
+        """Start the actors on ``ray`` (``options[k]``: actor k's Ray options, policies in order, ``ray.learner_workers``
+        each; ``args``: :class:`LearnerWorker`'s cwd, env, threads and pinned), joining their groups and
+        building their learners (from checkpoint ``ckpt`` when resuming)."""
+        self.ray, cfg, n = ray, self.cfg, self.cfg.ray.learner_workers
+        self.t0 = time.perf_counter()
+        actor = ray.remote(LearnerWorker)
+        self.handles = {pid: [actor.options(max_restarts=0, **options[i * n + r]).remote(*args[:3], r, n, *args[3:])
+                              for r in range(n)] for i, pid in enumerate(self.trained)}
+        meet = dict.fromkeys(self.trained)
+        if n > 1:  # every group's rank 0 is up (all start at once) and names its rendezvous
+            meet = dict(zip(self.trained, ray.get([hs[0].rendezvous.remote() for hs in self.handles.values()],
+                                                  timeout=cfg.ray.start_timeout_s)))
+        for pid, hs in self.handles.items():
+            pdir = str(ckpt / "policies" / pid) if ckpt else None
+            cdir = str(ckpt / "learners" / pid / "critic") if ckpt else None
+            if cdir and not os.path.isdir(cdir):
+                cdir = None
+            self.builds += [h.build.remote(cfg, pid, pdir, cdir, meet[pid]) for h in hs]  # all at once: they join
+
+    def ready(self, bundles: list[int]) -> dict[str, "RemoteLearner"]:
+        """Each trained policy's :class:`RemoteLearner` once its actors are built (``bundles``: each actor's
+        placement bundle); GetTimeoutError past ``ray.start_timeout_s``."""
+        n = self.cfg.ray.learner_workers
+        infos = first_error_first(self.ray, self.builds, timeout=self.cfg.ray.start_timeout_s)
+        learners = {pid: RemoteLearner(self.ray, hs, pid, self.cfg.learners[pid], infos[k * n:(k + 1) * n],
+                                       bundles=bundles[k * n:(k + 1) * n])
+                    for k, (pid, hs) in enumerate(self.handles.items())}
+        groups = f" (groups of {n})" if n > 1 else ""
+        say(f"{len(infos)} learner actors ({self.cfg.ray.learners}){groups} ready in "
+            f"{time.perf_counter() - self.t0:.1f} s: "
+            + ", ".join(f"{pid} (pid{'s' if n > 1 else ''} {', '.join(map(str, lr.pids()))})"
+                        for pid, lr in learners.items()))
+        return learners
+
+    def close(self) -> None:
+        for h in (h for hs in self.handles.values() for h in hs):
+            try:
+                self.ray.kill(h)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.handles, self.builds = {}, []
 
 
 class RemoteUpdates:

@@ -1,8 +1,8 @@
 """Sampling: what one iteration trains on. The rollout, played data-parallel when there are
 several processes, then DAPO's dynamic-sampling refill for the learners that enable it.
 
-Every seed is a pure function of (run seed, iteration, round), so a resumed run replays the same
-games; so is every rollout's sampling key (:func:`rollout_key`), from which each game's draws
+Every seed is a pure function of (run seed, iteration, round) (cogym/core/seeding.py), so a resumed
+run replays the same games; so is every rollout's sampling key (:func:`rollout_key`), from which each game's draws
 derive, and the global torch stream of an iteration.
 """
 
@@ -11,11 +11,8 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Sequence
 
-import torch
-
-from cogym.agents.sampling import derive_key
+from cogym.core import seeding
 from cogym.core.errors import CogymError
-from cogym.core.seeding import derive_seed, derive_seeds
 from cogym.learners import torch_dist as dist
 from cogym.learners.dapo import select_groups
 
@@ -27,7 +24,7 @@ from cogym.runners.rollout.loop import RolloutResult
 
 def iteration_seeds(seed: int, iteration: int, n: int) -> list[int]:
     """Game seeds of one iteration: a pure function of (run seed, iteration), so resume replays them."""
-    return derive_seeds(seed, iteration, n=n)
+    return seeding.seeds("rollout.games", seed, iteration, n=n)
 
 
 def grouped(seeds: list[int], group_size: int) -> list[int]:
@@ -38,22 +35,14 @@ def grouped(seeds: list[int], group_size: int) -> list[int]:
 def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
     """Game seeds of dynamic sampling's extra rollout ``round_`` (>= 1) of an iteration (round 0 is
     :func:`iteration_seeds`); a pure function, so resume replays them too."""
-    return derive_seeds(seed, iteration, round_, n=n)
-
-
-def sampling_seed(seed: int, iteration: int, rank: int = 0) -> int:
-    """Seed of the sampling stream of one iteration (replayed exactly on resume); rank r > 0 of a
-    data-parallel run draws its own stream."""
-    if rank == 0:
-        return seed * 100_003 + iteration  # predates derive_seed; kept, since every recorded run's draws follow it
-    return derive_seed(seed, iteration, rank)
+    return seeding.seeds("rollout.games", seed, iteration, round_, n=n)
 
 
 def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
     """The sampling key of one rollout (round 0: the iteration's; >= 1: dynamic sampling's extra
     rounds): every game's draws derive from it, its place in the list and its moves (see
     :func:`~cogym.runners.rollout.turns.rollout`), so they are the same however the games are split."""
-    return derive_key(seed, iteration, round_)
+    return seeding.key("rollout.key", seed, iteration, round_)
 
 
 def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
@@ -64,6 +53,7 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
     returns: list = [None] * n
     infos: list = [None] * n
     moves: list = [[] for _ in range(n)]
+    seeds: list = [None] * n
     errors: list = []
     failed: list[int] = []
     for part, ix in zip(parts, indices):
@@ -71,6 +61,8 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
             returns[g], infos[g] = part.returns[local], part.infos[local]
             if part.moves:
                 moves[g] = part.moves[local]
+            if part.seeds:
+                seeds[g] = part.seeds[local]
         errors += part.errors
         failed += [ix[local] for local in part.failed]
     turns = sorted((t for part in parts for t in part.turns), key=lambda t: t.game_index)  # stable
@@ -82,7 +74,7 @@ def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> Rol
                          generated_tokens=sum(p.generated_tokens for p in parts),
                          generate_seconds=max(p.generate_seconds for p in parts),
                          seconds=max(p.seconds for p in parts), stats=stats, moves=moves, errors=errors,
-                         failed=sorted(failed))
+                         failed=sorted(failed), seeds=seeds if None not in seeds else [])
 
 
 def data_parallel(play: Callable) -> Callable:
@@ -182,42 +174,67 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
     return m
 
 
+class Played:
+    """Rollouts played where they are asked for: :meth:`submit` plays the whole rollout with ``play``
+    (:func:`~cogym.runners.rollout.turns.rollout`'s signature) and :meth:`collect` returns it."""
+
+    def __init__(self, play: Callable) -> None:
+        self.play = play
+
+    def submit(self, games, seat_map, system: dict, seeds: Sequence[int], iteration: int = 0, **kwargs) -> RolloutResult:
+        return self.play(games, seat_map, system, seeds, **kwargs)
+
+    def collect(self, result: RolloutResult) -> RolloutResult:
+        return result
+
+
 class Sampler:
     """Plays one iteration's games and returns each learner's batch with the rollout's metrics.
 
-    ``pool``: Ray rollout workers (:class:`~cogym.runners.ray.rollout.RayRollout`) that play instead of
-    ``play``; :meth:`start` then only submits the rollout, so the caller can update meanwhile
-    (one-step off-policy) before :meth:`finish` waits for it."""
+    ``rollouts``: what plays them, with ``submit`` (start a rollout), ``collect`` (wait for it) and
+    ``play`` (both): an execution's (:meth:`~cogym.runners.train.execution.Execution.rollouts`), or a
+    play function, which :class:`Played` wraps. With ``run.async: one_step``, :meth:`take` starts the
+    next iteration's rollout before the caller updates on this one's: workers elsewhere play it during
+    the update; played here, it samples with weights one update old either way."""
 
-    def __init__(self, run: Run, play: Callable, hooks: Sequence[TrainHook] = (), pool=None) -> None:
-        self.run, self.hooks, self.pool = run, list(hooks), pool
-        self.play = pool.play if pool is not None else play
+    def __init__(self, run: Run, rollouts, hooks: Sequence[TrainHook] = ()) -> None:
+        self.run, self.hooks = run, list(hooks)
+        self.rollouts = rollouts if hasattr(rollouts, "submit") else Played(rollouts)
+        self.play = self.rollouts.play
         self.system = {role: p.system for role, p in run.cfg.prompts.items()}
+        self.ahead = run.cfg.run.async_ == "one_step"
+        self.started: tuple | None = None  # one step ahead: the next iteration's rollout, under way
+
+    def take(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
+        """:meth:`sample` of ``iteration``; one step ahead, the rollout started by the call before (or now),
+        and the next iteration's rollout is started before this returns (none after the run's last)."""
+        if not self.ahead:
+            return self.sample(iteration)
+        out = self.finish(self.started if self.started is not None else self.start(iteration))
+        self.started = self.start(iteration + 1) if iteration < self.run.cfg.run.iterations else None
+        return out
 
     def sample(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
         """(the rollout, {policy id: its turns}, metrics) of ``iteration``."""
         return self.finish(self.start(iteration))
 
     def start(self, iteration: int) -> tuple:
-        """Begin ``iteration``'s rollout (on a pool, submit it and return at once)."""
+        """Begin ``iteration``'s rollout (submit it: played elsewhere, it returns at once)."""
         run, cfg = self.run, self.run.cfg
-        torch.manual_seed(sampling_seed(cfg.run.seed, iteration, dist.rank()))  # replayed exactly on resume
+        seeding.torch_seed("rollout.sampling", cfg.run.seed, iteration, dist.rank())  # replayed exactly on resume; a rank its own
         k = cfg.game.group_size
         seeds = grouped(iteration_seeds(cfg.run.seed, iteration, len(run.games) // k), k)
         run.reseed_scripted(iteration, dist.rank())
         seat_map, contexts = seat_maps(self.hooks, run.seat_map, iteration, len(run.games), k)
         args = (run.games, seat_map, self.system, seeds)
         kwargs = dict(episode_prefix=f"it{iteration}", group_size=k, sampling_key=rollout_key(cfg.run.seed, iteration))
-        if self.pool is not None:
-            return iteration, contexts, self.pool.submit(*args, iteration=iteration, **kwargs)
-        return iteration, contexts, self.play(*args, **kwargs)
+        return iteration, contexts, self.rollouts.submit(*args, iteration=iteration, **kwargs)
 
     def finish(self, started: tuple) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
         """The rollout :meth:`start` began, each learner's batch (dynamic sampling applied) and metrics."""
         iteration, contexts, res = started
         run = self.run
-        if self.pool is not None:
-            res = self.pool.collect(res)
+        res = self.rollouts.collect(res)
         if run.cfg.game.group_by == "prompt":
             regroup_by_prompt(res.turns)
         metrics = rollout_metrics(res, run.roles)

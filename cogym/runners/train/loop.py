@@ -4,8 +4,11 @@
 then ``run.iterations`` iterations with a live progress bar, and returns the summary. The loop
 only sequences small parts, each in its own module:
 
+- the execution (:mod:`~cogym.runners.train.execution`, picked by ``run.backend``): where rollouts and
+  updates run (this process, ``--nproc`` ranks, or workers and actors elsewhere), and how new weights
+  reach the players;
 - sampling (:mod:`~cogym.runners.train.iteration`): the rollout, data-parallel when there are several
-  processes, and DAPO's dynamic-sampling refill;
+  processes, one iteration ahead with ``run.async: one_step``, and DAPO's dynamic-sampling refill;
 - the learners (:mod:`cogym.learners`): one update per trained policy;
 - training hooks (:mod:`~cogym.runners.train.hooks`; a league is one): who plays the seats, and what
   happens after a rollout and an update;
@@ -36,9 +39,7 @@ of a ZeRO checkpoint needs the W that wrote it.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import pickle
 import sys
 import time
@@ -51,51 +52,43 @@ from cogym.agents.conversation import continuity_breaks
 from cogym.core.errors import GameStepError, LearnerDied
 from cogym.learners import torch_dist as dist
 
+from cogym.runners.train.backends import execution_for
 from cogym.runners.train.build import Run, build
 from cogym.runners import rundir
 from cogym.runners.train.checkpoint import check_resume_world, last_checkpoint, read_trainer_state, remove_checkpoints, \
     save_checkpoint, unowned_after
-from cogym.core.errors import ConfigError
 from cogym.runners.config.schema import Config
+from cogym.runners.config.validate import check_data_parallel
 from cogym.runners.evaluation.evaluators import evaluate
 from cogym.runners.train.hooks import TrainHook
+from cogym.runners.train.execution import Execution
 from cogym.runners.train.idle import IdlePolicies
-from cogym.runners.train.launch import check_data_parallel
 from cogym.runners.train.league import LeagueHook
 from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
-from cogym.runners.rollout.turns import rollout
-from cogym.runners.train.iteration import Sampler, data_parallel, grouped, iteration_seeds, mixed_prompt_groups
+from cogym.runners.train.iteration import Sampler, mixed_prompt_groups
 from cogym.runners.train.sinks import forget_attempt, Sinks, open_sinks
-from cogym.runners.rollout.tokens import token_rollout
 from cogym.core.threads import cpu_capacity, ThreadPolicy
 from cogym.runners.results.transcripts import train_rows, transcripts_due
 
 __all__ = ["train", "driver_threads"]
 
 
-def driver_threads(cfg: Config, capacity: int, default: int, world: int = 1) -> ThreadPolicy:
+def driver_threads(cfg: Config, capacity: int, default: int, world: int = 1,
+                   execution: Execution | None = None) -> ThreadPolicy:
     """The torch threads of the training process, as a :class:`~cogym.core.threads.ThreadPolicy` whose
     ``adjust`` each iteration calls. ``run.threads`` pins them when set. Else 1 at token level: play is many
     small forwards (one id a row, a forward a step), which threads split at a loss. Else at most ``default``
     (torch's, which respects ``OMP_NUM_THREADS``) and the ``capacity`` cores this process may use
     (affinity, cgroup quota) less what cogym runs beside it: with ``--nproc`` (``world`` ranks) a rank's
-    share; in one-step off-policy mode on a local Ray cluster with the learners in the driver and rollout
-    workers without GPUs, the cores the workers' threads take (each runs
-    :func:`~cogym.runners.ray.pool.actor_threads` of ``ray.num_cpus``): the update runs while they roll
-    out (on 2 cores the default `cogym train --ray run.async=one_step` went from 0.33 to 0.29 s an
-    iteration; docs/ray.md). Under that ceiling the count follows the load other processes put on the
-    cores, at least 1 (docs/performance.md)."""
+    share; the cores the run's execution (``execution``, else ``run.backend``'s) keeps busy with its own
+    workers while this process updates (:meth:`~cogym.runners.train.execution.Execution.cores_beside`;
+    docs/performance.md). Under that
+    ceiling the count follows the load other processes put on the cores, at least 1."""
     if cfg.run.threads:
         return ThreadPolicy(pinned=cfg.run.threads, capacity=capacity)
     if cfg.game.granularity == "token":
         return ThreadPolicy(pinned=1, capacity=capacity)
-    reserved = capacity - capacity / max(1, world)
-    rc = cfg.ray
-    if (cfg.run.backend == "ray" and cfg.run.async_ == "one_step" and not rc.address
-            and rc.learners == "driver" and not rc.num_gpus):
-        from cogym.runners.ray.pool import actor_threads
-
-        reserved += rc.num_rollout_workers * actor_threads(rc.num_cpus)
+    reserved = capacity - capacity / max(1, world) + (execution or execution_for(cfg)).cores_beside()
     return ThreadPolicy(ceiling=default, reserved=reserved, capacity=capacity)
 
 
@@ -109,10 +102,8 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     ``run.iterations`` trains nothing and returns its summary.json as it is (with ``already_finished``)."""
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    execution = execution_for(cfg)
     if dist.world_size() > 1:  # a data-parallel worker: every rank writes to rank 0's run directory
-        if cfg.run.backend == "ray":
-            raise ConfigError("run.backend: ray runs one driver process; drop --nproc (rollouts scale with "
-                              "ray.num_rollout_workers)")
         check_data_parallel(cfg, dist.world_size())
         run_path = Path(dist.broadcast_object(str(run_path)))
     if dist.is_main():
@@ -124,7 +115,7 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
         ckpt = last_checkpoint(run_path)
         if ckpt is None:
             raise FileNotFoundError(f"--resume: no complete checkpoint under {run_path / 'checkpoints'}")
-        check_resume_world(ckpt, dist.world_size(), cfg.ray.learner_workers if cfg.run.backend == "ray" else 1)
+        check_resume_world(ckpt, dist.world_size(), execution.learner_world)
         unowned_after(run_path, ckpt)
         start_it = read_trainer_state(ckpt)["iteration"] + 1
         kept = _finished_summary(run_path) if start_it > cfg.run.iterations else None
@@ -134,30 +125,20 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                       f"to resume, its summary.json is kept (add run.iterations=N to train on)", file=sys.stderr)
             return {**kept, "already_finished": True}
     threads_before = torch.get_num_threads()
-    threads = driver_threads(cfg, cpu_capacity(), threads_before, dist.world_size())
+    threads = driver_threads(cfg, cpu_capacity(), threads_before, dist.world_size(), execution)
     threads.apply()
     try:
-        restarts = 0
         while True:
             try:
-                return _train(cfg, run_path, start_it, ckpt, t_start, progress, threads, restarts)
-            except LearnerDied as exc:  # Ray only: a learner actor died with its optimizer state
+                return _train(cfg, execution, run_path, start_it, ckpt, t_start, progress, threads)
+            except LearnerDied as exc:  # a learner living elsewhere died with its optimizer state
                 ckpt = last_checkpoint(run_path)
-                if restarts >= cfg.ray.max_restarts:
-                    then = (f"`cogym train --resume {run_path}` continues from its last checkpoint" if ckpt is not None
-                            else "it had no checkpoint yet: run it again")
-                    raise LearnerDied(f"{exc}; ray.max_restarts = {cfg.ray.max_restarts} resumes were used: the run "
-                                      f"stops ({then})") from exc
-                restarts += 1
+                execution.lost_learner(exc, run_path, ckpt)  # raises when the run stops
                 if ckpt is None:  # before the first checkpoint: the run starts again from its config
                     start_it = 1
                     forget_attempt(run_path)
-                    where = "the beginning (no checkpoint yet)"
                 else:
                     start_it = read_trainer_state(ckpt)["iteration"] + 1
-                    where = f"checkpoint {ckpt.name}"
-                print(f"[ray] {exc}: resuming from {where} with new actors (resume {restarts} of at "
-                      f"most {cfg.ray.max_restarts})", file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -186,7 +167,7 @@ def _finished_summary(run_path: Path) -> dict | None:
 
 def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Run:
     """Build the run; from a checkpoint, with its policies, critics and learner state. ``learners``:
-    Ray learner actors' handles (made, with the checkpoint's policies, by the pool). A learner state
+    the execution's learners (made elsewhere, with the checkpoint's policies). A learner state
     file that ``torch.load(weights_only=True)`` refuses (a pickle of other objects than tensors) is a
     one-line :class:`~cogym.runners.rundir.RunDirError`; nothing of it is run."""
     if ckpt is None:
@@ -205,36 +186,13 @@ def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Ru
     return run
 
 
-def _versions(run: Run) -> dict[str, int]:
-    """Each trained policy's weight version: its learner's step count."""
-    return {pid: learner.steps for pid, learner in run.learners.items()}
-
-
-def _staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, float]:
-    """How many updates behind the learner the weights that sampled each batch are (0: on-policy);
-    more than ``bound`` is an error."""
-    worst = 0
-    for pid, learner in run.learners.items():
-        if batches[pid]:
-            lag = learner.steps - min(t.policy_version for t in batches[pid])
-            if lag > bound:
-                raise RuntimeError(f"policy {pid!r}: turns sampled with weights {lag} updates old, more than "
-                                   f"ray.max_staleness = {bound}")
-            worst = max(worst, lag)
-    return {"ray/staleness": float(worst)}
-
-
-def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
-    """Every learner's step on its policy's turns, with the retokenization drift check. Learners in Ray
-    actors start before any is waited for (:class:`~cogym.runners.ray.learners.RemoteUpdates`)."""
+def _update(run: Run, execution: Execution, batches: dict[str, list], main: bool) -> dict[str, float]:
+    """Every learner's step on its policy's turns (:meth:`~cogym.runners.train.execution.Execution.updates`:
+    all may start before any is waited for), with the retokenization drift check."""
     t0 = time.perf_counter()
     rec: dict[str, float] = {}
-    remote = {}  # no learner actors: every learner updates here
-    if run.cfg.run.backend == "ray":  # learner actors exist only on Ray
-        from cogym.runners.ray.learners import RemoteUpdates
-
-        remote = RemoteUpdates(run.learners, batches)
-    for pid, learner in run.learners.items():
+    updates = execution.updates(run, batches)
+    for pid in run.learners:
         turns = batches[pid]
         if turns and main:
             rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
@@ -244,34 +202,24 @@ def _update(run: Run, batches: dict[str, list], main: bool) -> dict[str, float]:
             mixed, groups = mixed_prompt_groups(turns)
             if groups < len(turns):  # some group has several members: did they answer the same prompt?
                 rec[f"{pid}/mixed_prompt_groups"] = float(mixed)
-        for k, v in (remote.finish(pid) if pid in remote else learner.update(turns)).items():
+        for k, v in updates.finish(pid).items():
             rec[f"{pid}/{k}"] = v
-        if pid not in remote:
-            # The policy's backend generates with the trained model itself: the new weights are in
-            # place, so it takes only their version (the next rollout's turns carry it). A learner
-            # actor's weights reach the driver's copy when it evaluates or saves (RayRollout.refresh).
-            run.policies[pid].backend.load_weights(None, version=learner.steps)
     rec["update_s"] = time.perf_counter() - t0
     return rec
 
 
-def _train(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
-           threads: ThreadPolicy, restarts: int = 0) -> dict:
-    pool = None
-    if cfg.run.backend == "ray":  # rollout workers (and learner actors) on Ray (runners/ray/rollout.py)
-        from cogym.runners.ray.rollout import RayRollout
-
-        pool = RayRollout(cfg, ckpt)
+def _train(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt: Path | None, t_start: float,
+           progress: bool, threads: ThreadPolicy) -> dict:
+    execution.open(ckpt)
     try:
-        return _loop(cfg, run_path, start_it, ckpt, t_start, progress, pool, threads, restarts)
+        return _loop(cfg, execution, run_path, start_it, ckpt, t_start, progress, threads)
     finally:
-        if pool is not None:
-            pool.close()
+        execution.close()
 
 
-def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start: float, progress: bool,
-          pool, threads: ThreadPolicy, learner_restarts: int = 0) -> dict:
-    run = _restore(cfg, ckpt, pool.learners if pool is not None and pool.learners else None)
+def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt: Path | None, t_start: float,
+          progress: bool, threads: ThreadPolicy) -> dict:
+    run = _restore(cfg, ckpt, execution.learners or None)
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
@@ -282,18 +230,13 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
     summary: dict = {"run_dir": str(run_path), "engines": engines}
     history: list[dict] = []
 
-    def fresh() -> Run:  # the driver's policies hold the newest weights (learner actors train elsewhere)
-        if pool is not None:
-            pool.refresh(run.policies)
+    def fresh() -> Run:  # the driver's policies hold the newest weights (learners may train elsewhere)
+        execution.refresh(run)
         return run
 
     try:
-        if pool is not None:
-            pool.sync(run.policies, _versions(run))  # a resumed run's weights (nothing to send on a fresh one)
-        play = functools.partial(token_rollout if cfg.game.granularity == "token" else rollout, on_error=cfg.game.on_error,
-                                 max_prompt_chars=cfg.game.max_prompt_chars)
-        sampler = Sampler(run, data_parallel(play), hooks, pool)
-        one_step = cfg.run.async_ == "one_step"
+        execution.attach(run)
+        sampler = Sampler(run, execution.rollouts(), hooks)
         summary.update(_evaluate_before(run, sinks, start_it, main))
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
                    initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
@@ -302,31 +245,24 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
             _trim_game_errors(run_path, start_it)  # the iterations a resumed run replays log theirs again
         said = 0  # the thread changes told on stderr
         try:
-            started = sampler.start(start_it) if one_step else None
             for it in bar:
                 t_it = time.perf_counter()
                 n_threads = threads.adjust()  # fewer while other processes hold cores (docs/performance.md)
                 if len(threads.changes) > said:
                     said = len(threads.changes)
                     _say_threads(threads.changes[-1], said, main)
-                if one_step:  # this iteration's rollout is done or under way; start the next before updating
-                    res, batches, metrics = sampler.finish(started)
-                    started = sampler.start(it + 1) if it < cfg.run.iterations else None
-                else:
-                    res, batches, metrics = sampler.sample(it)
+                res, batches, metrics = sampler.take(it)  # one step ahead, the next rollout is under way
                 if res.errors and main:
                     _log_game_errors(run_path, it, res.errors, bar)
                 if main and transcripts_due(it, cfg.run.transcripts_every, cfg.run.iterations):
-                    sinks.transcripts(_transcripts(cfg, res, it, len(run.games)))
-                if pool is not None:
-                    metrics.update(_staleness(run, batches, cfg.ray.max_staleness))
-                rec = {"iteration": it, **metrics, **_update(run, batches, main), "threads": n_threads}
+                    sinks.transcripts(train_rows(res, it, res.seeds, cfg.run.transcripts_games))  # the seeds the games were reset with
+                metrics.update(execution.batch_metrics(run, batches))
+                rec = {"iteration": it, **metrics, **_update(run, execution, batches, main), "threads": n_threads}
                 trained = it
-                if pool is not None:  # the new weights reach every worker before it samples with them
-                    rec.update(pool.sync(run.policies, _versions(run), wait=not one_step))
+                rec.update(execution.after_update(run))  # the new weights, to where the next rollout plays
                 rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
                 if any(hook.reads_policies(it) for hook in hooks):
-                    fresh()  # e.g. a league snapshots the driver's policy: the learner actors' newest weights
+                    fresh()  # e.g. a league snapshots the driver's policy: the learners' newest weights
                 for hook in hooks:
                     hook.after_update(it)
                 if main and cfg.run.eval_every and it % cfg.run.eval_every == 0 and it != cfg.run.iterations:
@@ -358,10 +294,7 @@ def _loop(cfg: Config, run_path: Path, start_it: int, ckpt: Path | None, t_start
             summary.update(hook.summary())
         if threads.changes:
             summary["threads_changed"] = len(threads.changes)
-        if pool is not None:
-            summary.update(pool.summary())
-            if pool.learners:
-                summary["ray_learner_restarts"] = learner_restarts
+        summary.update(execution.summary())
     finally:
         summary["wall_s"] = round(time.time() - t_start, 1)
         sinks.close()
@@ -383,13 +316,6 @@ def _say_threads(change: tuple[int, int, float], count: int, main: bool) -> None
     more = "; later changes go to metrics.jsonl only" if count == 3 else ""
     tqdm.write(f"cogym train: torch threads {was} -> {now}: {why} {load:.1f} cores\n"
                f"  (run.threads=N pins the count{more})", file=sys.stderr)
-
-
-def _transcripts(cfg: Config, res, iteration: int, n_games: int) -> list[dict]:
-    """The transcript rows of the first run.transcripts_games games of an iteration's rollout (runners/transcripts.py)."""
-    k = cfg.game.group_size
-    seeds = grouped(iteration_seeds(cfg.run.seed, iteration, n_games // k), k)  # those Sampler.start reset the games with
-    return train_rows(res, iteration, seeds, cfg.run.transcripts_games)
 
 
 def _trim_game_errors(run_path: Path, start_it: int) -> None:

@@ -1,0 +1,126 @@
+"""The execution seam: where a training run's rollouts and updates run.
+
+The loop (:mod:`~cogym.runners.train.loop`) calls one :class:`Execution` at fixed points and never
+asks which one it has, as it calls its training hooks (:mod:`~cogym.runners.train.hooks`). Two exist:
+
+- :class:`InProcess`: this process plays and updates; with ``--nproc`` (torch.distributed) each rank
+  plays its share of the games and every rank gets the whole result (:func:`~cogym.runners.train.iteration.data_parallel`);
+- :class:`~cogym.runners.ray.execution.RayExecution` (``run.backend: ray``): rollout workers play,
+  learners update in the driver or in learner actors, new weights go to the workers after each update.
+
+:func:`~cogym.runners.train.backends.execution_for` picks one from ``run.backend``. One training run
+calls its execution in this order (tests/runners/train/test_execution_seam.py checks it)::
+
+    open(checkpoint)                 start workers and actors (again after a resume)
+    learners                         learners it made elsewhere, which the run uses instead of building them
+    attach(run)                      the run is built: e.g. workers get a resumed run's weights
+    per iteration:
+        rollouts().submit/collect    the iteration's games (the sampler may submit one iteration ahead)
+        batch_metrics(run, batches)  e.g. how stale the batch's weights are
+        updates(run, batches)        each learner's step: .finish(pid) in the learners' order
+        after_update(run)            the new weights to where the next rollout plays
+        refresh(run)                 before the driver reads its policies (evaluation, checkpoint, a hook)
+    summary()                        entries for the run's summary
+    close()
+
+and, when a learner that lives elsewhere died (:class:`~cogym.core.errors.LearnerDied`),
+``lost_learner`` decides whether the run resumes from its last checkpoint (then ``open`` again).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from cogym.core.errors import LearnerDied
+from cogym.runners.config.schema import Config
+from cogym.runners.rollout.tokens import token_rollout
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.build import Run
+from cogym.runners.train.iteration import data_parallel, Played
+
+
+class Updates:
+    """One batch's updates, learner by learner: :meth:`finish` steps ``pid``'s learner here and returns
+    its metrics. The policy's backend generates with the trained model itself, so the new weights are in
+    place: it takes only their version (the next rollout's turns carry it)."""
+
+    def __init__(self, run: Run, batches: dict[str, list]) -> None:
+        self.run, self.batches = run, batches
+
+    def finish(self, pid: str) -> dict[str, float]:
+        learner = self.run.learners[pid]
+        rec = learner.update(self.batches[pid])
+        self.run.policies[pid].backend.load_weights(None, version=learner.steps)
+        return rec
+
+
+class Execution:
+    """Where rollouts and updates run. The defaults are those of a run whose learners are in this process."""
+
+    learner_world = 1  # processes per learner: a checkpoint's optimizer partitions need as many to resume
+    max_resumes = 0  # resumes after a lost learner (lost_learner)
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.resumes = 0  # resumes used so far
+
+    def cores_beside(self) -> float:
+        """The cores this execution's own workers keep busy while the driver updates (its torch threads
+        leave them free)."""
+        return 0.0
+
+    def open(self, checkpoint: Path | None) -> None:
+        """Start what runs elsewhere (from ``checkpoint`` when resuming)."""
+
+    @property
+    def learners(self) -> dict:
+        """Learners this execution made (policy -> a handle with a learner's surface); the run builds the others."""
+        return {}
+
+    def attach(self, run: Run) -> None:
+        """The run is built (its policies hold a resumed run's weights)."""
+
+    def rollouts(self):
+        """What plays the rollouts: ``submit`` starts one, ``collect`` waits for it, ``play`` does both
+        (the signature of :func:`~cogym.runners.rollout.turns.rollout`)."""
+        raise NotImplementedError
+
+    def batch_metrics(self, run: Run, batches: dict[str, list]) -> dict[str, float]:
+        """Metrics of the batch about to train (or an error when it cannot)."""
+        return {}
+
+    def updates(self, run: Run, batches: dict[str, list]) -> Updates:
+        """Start the learners' updates on ``batches``."""
+        return Updates(run, batches)
+
+    def after_update(self, run: Run) -> dict[str, float]:
+        """The learners stepped: the next rollout samples with their new weights; returns metrics."""
+        return {}
+
+    def refresh(self, run: Run) -> None:
+        """The driver's policies are about to be read: give them the learners' newest weights."""
+
+    def lost_learner(self, exc: LearnerDied, run_path: Path, checkpoint: Path | None) -> None:
+        """A learner living elsewhere died: return to resume from ``checkpoint`` (None: from the start)
+        with :meth:`open` again, or raise to stop the run. No learner lives elsewhere here."""
+        raise exc
+
+    def summary(self) -> dict:
+        """Entries for the run's summary."""
+        return {}
+
+    def close(self) -> None:
+        """Stop what :meth:`open` started."""
+
+
+class InProcess(Execution):
+    """This process plays the games and its learners update; with ``--nproc`` each rank plays its share
+    and gathers the whole result."""
+
+    def rollouts(self) -> Played:
+        cfg = self.cfg
+        play = functools.partial(token_rollout if cfg.game.granularity == "token" else rollout,
+                                 on_error=cfg.game.on_error, max_prompt_chars=cfg.game.max_prompt_chars)
+        return Played(data_parallel(play))
+
