@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cogym.runners.config.schema import SCHEDULES, SCORINGS
 from cogym.runners.tournament.players import Player
 
-SCHEDULES = ("round_robin", "gauntlet", "swiss")
-SCORINGS = ("competitive", "paired")  # the sign of the two sides' return difference; the players' own returns, seed by seed
 
 
 # --------------------------------------------------------------------------------------- the runner
