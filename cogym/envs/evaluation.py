@@ -8,7 +8,7 @@ settings a config may set under ``eval.evaluators.<name>``) with::
 
     name: str                                   # its metrics' name (the declared one)
     def evaluate(self, ctx: EvalContext) -> dict[str, float]
-    def check(self, ctx: EvalContext) -> None   # optional: run when the run is built; raise ConfigError
+    def check(self, ctx: EvalContext) -> None   # optional: run when the run is built; raise EvaluatorError
 
 Games import no model and no runner: an evaluator reaches the models of a run only through
 :class:`EvalContext`, which the runner implements (``cogym.runners.evaluation.context.RunContext``,
@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.core.types import SamplingParams
 
 Chat = Sequence[Mapping[str, str]]
@@ -98,7 +98,17 @@ GAME_KINDS: dict[str, str] = {
 }
 
 
+class EvaluatorError(CogymError, ValueError):
+    """A setting an evaluator cannot meet in this run (raised by ``check``). The message leaves out the
+    config key: the runner prefixes ``eval.evaluators.<name>`` (and ``.<key>`` when given) and raises
+    it as the config's error."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def for_game(ctx: EvalContext, name: str, kind: str, game_id: str) -> None:
     """Refuse, at build time, an evaluator of one game's kind in a run of another game."""
     if ctx.game_id != game_id:
-        raise ConfigError(f"eval.evaluators.{name}: {kind} is for {game_id}, not {ctx.game_id}")
+        raise EvaluatorError(f"{kind} is for {game_id}, not {ctx.game_id}")

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cogym.core.errors import ConfigError
-from cogym.envs.evaluation import EvalContext, chat, for_game
+from cogym.envs.evaluation import EvalContext, EvaluatorError, chat, for_game
 from cogym.envs.kuhn_poker import (average_strategy, CARDS, exploitability, GAME_ID, INFOSETS, reply_classifier,
                                    ROLES, turn_text)
 
@@ -57,7 +56,7 @@ class KuhnExploitability:
         for_game(ctx, self.name, "kuhn_exploitability", GAME_ID)
         sampling = ctx.sampling(ctx.evaluated(self.name, self.policy))
         if sampling.top_p != 1.0 or sampling.top_k:
-            raise ConfigError(f"eval.evaluators.{self.name}: exact move probabilities need plain temperature sampling "
+            raise EvaluatorError(f"exact move probabilities need plain temperature sampling "
                               f"(top_p 1.0, top_k 0), got top_p {sampling.top_p}, top_k {sampling.top_k}")
 
     def _distributions(self, ctx: EvalContext) -> list:

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cogym.core.errors import ConfigError
-from cogym.envs.evaluation import EvalContext, Model, chat, for_game
+from cogym.envs.evaluation import EvalContext, EvaluatorError, Model, chat, for_game
 from cogym.envs.proposer_solver import GAME_ID
 from cogym.envs.registry import make
 
@@ -46,7 +45,7 @@ class ProposalDifficulty:
     def _solver_id(self, ctx: EvalContext) -> str:
         pid = ctx.policy_of(self.role)
         if pid is None:
-            raise ConfigError(f"eval.evaluators.{self.name}: the {self.role!r} role must be played by a model policy")
+            raise EvaluatorError(f"the {self.role!r} role must be played by a model policy")
         return pid
 
     def check(self, ctx: EvalContext) -> None:

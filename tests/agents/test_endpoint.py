@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cogym.agents.endpoint import EndpointAgent, EndpointConfig
+from cogym.agents.endpoint import EndpointAgent, EndpointConfig, MissingKeyError
 from cogym.core.errors import ConfigError
 from cogym.core.types import Request
 from cogym.runners.tournament.players import resolve_players
@@ -274,7 +274,7 @@ def test_endpoint_player_specs_and_their_errors(monkeypatch):
 def test_a_missing_key_variable_fails_before_the_first_game(tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_VAR, raising=False)
     players = resolve_players([f"endpoint:http://127.0.0.1:9/v1?model=m&api_key_env={KEY_VAR}", "scripted:nash"])
-    with pytest.raises(ConfigError, match=f"the environment variable {KEY_VAR} .* is not set") as err:
+    with pytest.raises(MissingKeyError, match=f"the environment variable {KEY_VAR} .* is not set") as err:
         run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=2), tmp_path, progress=False)
     assert "\n" not in str(err.value) and not (tmp_path / RESULTS_FILE).exists()
 
@@ -308,5 +308,5 @@ def test_a_training_config_seats_an_endpoint_frozen_and_refuses_a_learner(tmp_pa
     assert "\n" not in str(err.value)
     load_config(_train_config(tmp_path, server.url, "learners:\n  gpt: {algorithm: frozen}\n"))  # frozen is fine
     monkeypatch.delenv(KEY_VAR)
-    with pytest.raises(ConfigError, match=f"policies.gpt.endpoint: the environment variable {KEY_VAR}"):
+    with pytest.raises(MissingKeyError, match=f"policies.gpt.endpoint: the environment variable {KEY_VAR}"):
         build(load_config(_train_config(tmp_path, server.url)))

@@ -28,7 +28,7 @@ from cogym.runners.rollout.agents import AgentFactory
 from cogym.runners.rollout.loop import MAX_PROMPT_CHARS, Episodes, Seat
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.rollout.turns import rollout
-from cogym.runners.train.idle import IdlePolicies
+from cogym.runners.train.idle import IdleError, IdlePolicies
 
 AUCTION = Path(__file__).resolve().with_name("auction_game.py")
 GAME = "sealed_auction-v0"
@@ -252,7 +252,7 @@ def test_the_idle_check_reads_advantages_and_waits_for_its_window(capsys) -> Non
     assert capsys.readouterr().err == ""  # never again
     strict = IdlePolicies(*_run(strict=True, iterations=1))
     strict.after_rollout(_turns("b"), None, 1)
-    with pytest.raises(ConfigError, match=r"^policy 'a' got no turns in iteration 1: its seats \(s0\).*; policy 'b' "
+    with pytest.raises(IdleError, match=r"^policy 'a' got no turns in iteration 1: its seats \(s0\).*; policy 'b' "
                                           r"had 1 turns in iteration 1, every one with advantage 0"):
         strict.before_log(1, {"b/adv_abs_mean": 0.0})
     spin = IdlePolicies(*_run(iterations=1))  # a learner with no advantages (SPIN) is judged by its turns

@@ -1,9 +1,16 @@
-"""Argument types the subcommands share."""
+"""Argument types the subcommands share, and the error of a command line that cannot run as given."""
 
 from __future__ import annotations
 
 import argparse
 import math
+
+from cogym.core.errors import CogymError
+
+
+class UsageError(CogymError, ValueError):
+    """A command line that cannot run as given: a flag that needs another, a missing argument, or a
+    selection that names nothing there (the config's own keys are checked as a ConfigError)."""
 
 
 def positive_int(text: str) -> int:

@@ -10,14 +10,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from cogym.core.errors import ConfigError
 from cogym.envs import make
-from cogym.runners.cli.args import nonnegative_float, positive_int
+from cogym.runners.cli.args import nonnegative_float, positive_int, UsageError
 from cogym.runners.config.load import load_config
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.schema import default_config_path
 from cogym.runners.display import plain
-from cogym.runners.evaluation.evaluators import declared, evaluate, kinds
+from cogym.runners.evaluation.evaluators import declared, evaluate, kinds, require_evaluators
 from cogym.runners.train.build import build
 
 DESCRIPTION = ("Measure a model with the evaluators a game declares (and any the config adds under eval.evaluators), "
@@ -63,7 +62,7 @@ def shipped_config(game: str) -> Path:
     for path in [named, *sorted(folder.glob("*.yaml"))]:
         if path.is_file() and ((yaml.safe_load(path.read_text()) or {}).get("game") or {}).get("id") == game:
             return path
-    raise ConfigError(f"no shipped config plays {game}; give one with --config (cogym games lists the games)")
+    raise UsageError(f"no shipped config plays {game}; give one with --config (cogym games lists the games)")
 
 
 def model_of(model: str, pid: str) -> str:
@@ -97,9 +96,7 @@ def run(args: argparse.Namespace) -> int:
                        ("attn_implementation", args.attn_implementation)) if value is not None]
     cfg = load_config(path, [*overrides, *setting_overrides(base, args)])
     run_ = build(cfg, learners={})  # games, policies and seats; no learner, nothing trains
-    if not run_.evaluators:
-        raise ConfigError(f"{cfg.game.id} declares no evaluator and the config adds none; add one, e.g. "
-                          f"eval.evaluators.vs_random='{{kind: vs_scripted, opponent: random}}'")
+    require_evaluators(cfg, run_.evaluators)
     # a model path may hold [..] (read as markup) or control characters: shown as written, escaped
     table = Table(title=plain(f"cogym eval: {cfg.game.id}" + (f", {args.model}" if args.model else "")))
     for column in ("evaluator", "metric", "value"):

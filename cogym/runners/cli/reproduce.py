@@ -8,10 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from cogym.core.errors import ConfigError
-from cogym.runners.cli.args import positive_int
+from cogym.runners.cli.args import positive_int, UsageError
 from cogym.runners.display import terminal_width
 from cogym.runners.research.reproduce import all_claims, claim_named, format_list, format_results, plot_results, reproduce
+from cogym.runners.rundir import RunDirError
 
 DESCRIPTION = ("Train every arm of a claim (a method and its baselines, equal budgets) once per seed, then print "
                "mean ± std and the per-seed values of its measures and the verdict; results.json and results.png go "
@@ -34,13 +34,13 @@ def run(args: argparse.Namespace) -> int:
         print(format_list(all_claims(), terminal_width()))
         return 0
     if not args.claim:
-        raise ConfigError("name a claim (cogym reproduce --list shows them)")
+        raise UsageError("name a claim (cogym reproduce --list shows them)")
     claim = claim_named(args.claim)
     out = Path(args.out) if args.out else Path("runs") / "reproduce" / f"{claim.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {str(out)!r} is a file; name a new directory")
+        raise RunDirError(f"--out {str(out)!r} is a file; name a new directory")
     if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {str(out)!r} is not empty; name a new directory")
+        raise RunDirError(f"--out {str(out)!r} is not empty; name a new directory")
     out.mkdir(parents=True, exist_ok=True)
     results = reproduce(claim, args.seeds, out, args.overrides,
                         progress=None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True)))

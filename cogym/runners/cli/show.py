@@ -6,9 +6,8 @@ import argparse
 import json
 import sys
 
-from cogym.core.errors import ConfigError
 from cogym.core.text import printable
-from cogym.runners.cli.args import positive_int
+from cogym.runners.cli.args import positive_int, UsageError
 from cogym.runners.display import terminal_width
 from cogym.runners.results.transcripts import (MAX_CHARS, SHOWN_LINES, SHOWN_PROMPT_CHARS, SHOWN_PROMPT_LINES,
                                                   format_transcripts, read_transcripts, select, transcripts_path)
@@ -39,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         shown = select(rows, iteration=args.iteration, player=args.player, last=args.last, seat=args.seat, role=args.role)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     if args.json:
         sys.stdout.write("".join(json.dumps(r) + "\n" for r in shown))
         return 0

@@ -9,14 +9,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cogym.core.errors import ConfigError
-from cogym.core.text import brief, QUOTED_CHARS
-from cogym.runners.cli.args import positive_int
+from cogym.core.text import brief
+from cogym.runners.cli.args import positive_int, UsageError
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.load import build_section, load_tree, set_dotted
-from cogym.runners.config.schema import BACKENDS, TournamentConfig, TournamentSection
+from cogym.runners.config.schema import SCHEDULES, SCORINGS, TournamentConfig, TournamentSection
 from cogym.runners.config.safe_yaml import parse_yaml
-from cogym.runners.config.validate import check_choice, validate_tournament
+from cogym.runners.config.validate import check_tournament_layout, validate_tournament
 from cogym.runners.tournament.players import ENDPOINT_PREFIX, resolve_players, split_binding
 from cogym.runners.results.leaderboard import print_leaderboard, print_matrix, report, results_title, settings_notes
 from cogym.runners.tournament.run import run_tournament
@@ -49,12 +48,12 @@ def add_arguments(tt: argparse.ArgumentParser) -> None:
     tt.add_argument("--role", metavar="ROLE_OR_SEATS",
                     help="bind every player without its own @ROLE to this role (or comma-separated seats): each plays "
                          "only those seats, with --fixed agents in all others; implies --scoring paired")
-    tt.add_argument("--scoring", choices=("competitive", "paired"),
+    tt.add_argument("--scoring", choices=SCORINGS,
                     help="competitive: a game's result is the sign of the two sides' return difference; paired: each "
                          "player plays the same seeds in the same seats with the same fixed partners, and a pairing's "
                          "result on a seed is the sign of the difference of the players' own returns (default: the "
                          "game's; paired when players are bound to a role; else competitive)")
-    tt.add_argument("--schedule", choices=("round_robin", "gauntlet", "swiss"), help="default round_robin")
+    tt.add_argument("--schedule", choices=SCHEDULES, help="default round_robin")
     tt.add_argument("--games-per-pairing", type=positive_int, help="even; half the seeds, each in both seat orders (100)")
     tt.add_argument("--pool", nargs="+", metavar="NAME", help="gauntlet: the fixed pool the other players face "
                     "(pool players do not meet each other)")
@@ -96,41 +95,24 @@ def key_values(items: list[str] | None, what: str) -> dict:
     out = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(f"{what} {brief(item)} must look like key=value")
+            raise UsageError(f"{what} {brief(item)} must look like key=value")
         key, value = item.split("=", 1)
         out[key.strip()] = parse_yaml(value, f"{what} {brief(item)}: its value") if what == "--kwarg" else value
     return out
 
 
 OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=.*")
-LAYOUT = ("cogym tournament's YAML has the sections tournament, game, sampling, prompts and ray; the last four are "
-          "cogym train's, with the keys a tournament uses")
-# Keys of the first (flat) tournament YAML format, and where they are now.
-MOVED = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature",
-         "game_kwargs": "game.kwargs", "modules": "game.modules",
-         **{f.name: f"tournament.{f.name}" for f in dataclasses.fields(TournamentSection)}}
-
-
-def _moved_keys(tree: dict) -> None:
-    """A key of the flat format: a one-line error that names its new place."""
-    if isinstance(tree.get("game"), str):
-        raise ConfigError(f"game: write game.id (game: {{id: {tree['game'][:QUOTED_CHARS]}}}; {LAYOUT})")
-    for old, new in MOVED.items():
-        if old in tree:
-            raise ConfigError(f"{old}: write {new} ({LAYOUT})")
-    for role, value in (tree.get("prompts") or {}).items() if isinstance(tree.get("prompts"), dict) else ():
-        if isinstance(value, str):
-            raise ConfigError(f"prompts.{role}: write prompts.{role}.system (the prompts section of cogym train's configs)")
+# The flags of tournament: keys are named after them (--games-per-pairing sets tournament.games_per_pairing);
+# these are the keys whose flags say it another way, or that --kwarg/--fixed/--system/--module add to.
+OTHER_FLAGS = {"sides", "fixed", "backend"}
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """dotted key -> value of each flag given (None: not given)."""
-    return {"game.id": args.game, "tournament.players": args.players, "tournament.policy": args.policy,
-            "tournament.role": args.role, "tournament.schedule": args.schedule, "tournament.scoring": args.scoring,
-            "tournament.games_per_pairing": args.games_per_pairing, "tournament.pool": args.pool,
-            "tournament.swiss_rounds": args.swiss_rounds, "tournament.anchor": args.anchor, "tournament.seed": args.seed,
-            "tournament.batch_games": args.batch_games, "tournament.max_loaded": args.max_loaded,
-            "tournament.out": args.out, "tournament.transcripts": args.transcripts,
+    given = vars(args)
+    flags = {f"tournament.{f.name}": given[f.name] for f in dataclasses.fields(TournamentSection)
+             if f.name in given and f.name not in OTHER_FLAGS}
+    return {**flags, "game.id": args.game,
             "tournament.sides": [side.split(",") for side in args.sides] if args.sides else None,
             "sampling.max_new_tokens": args.max_new_tokens, "sampling.temperature": args.temperature,
             "tournament.backend": None if args.ray is None else "ray", "ray.address": args.ray,
@@ -155,7 +137,7 @@ def tournament_config(args: argparse.Namespace) -> TournamentConfig:
     overrides = [*args.overrides, *(p for p in args.players or [] if OVERRIDE.fullmatch(p) and not Path(p).exists())]
     args.players = [p for p in args.players or [] if p not in overrides] or None
     tree = load_tree(args.config, overrides, what="--config")
-    _moved_keys(tree)
+    check_tournament_layout(tree)
     for key, value in _flags(args).items():
         if value is not None:
             set_dotted(tree, key, value)
@@ -175,20 +157,14 @@ def tournament_config(args: argparse.Namespace) -> TournamentConfig:
 
 def run(args: argparse.Namespace) -> int:
     tc = tournament_config(args)
+    ray_backend = tc.tournament.backend == "ray"
+    if ray_backend and args.workers is not None and args.workers < 1:  # named as given, not as ray.num_rollout_workers
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     validate_tournament(tc)
+    if not ray_backend and args.workers is not None:
+        raise UsageError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
     t, game = tc.tournament, tc.game
-    if not game.id:
-        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game.id in --config")
-    check_choice(t.backend, BACKENDS, "tournament.backend")
-    ray = None
-    if t.backend == "ray":
-        if args.workers is not None and args.workers < 1:
-            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
-        if tc.ray.num_rollout_workers < 1:
-            raise ConfigError(f"ray.num_rollout_workers must be >= 1, got {tc.ray.num_rollout_workers}")
-        ray = tc.ray
-    elif args.workers is not None:
-        raise ConfigError("--workers sets the Ray workers of --ray; add --ray (or drop --workers)")
+    ray = tc.ray if t.backend == "ray" else None
     specs = []
     for p in t.players:  # globs expanded; a binding (@ROLE) kept on each match
         if isinstance(p, dict) or p.startswith(ENDPOINT_PREFIX):  # an endpoint player: no files to match
@@ -199,13 +175,7 @@ def run(args: argparse.Namespace) -> int:
         specs += [m + suffix for m in sorted(glob.glob(head))] or [p]
     players = resolve_players(specs, t.policy, role=t.role)
     import_game_modules(game.modules)
-    spec = TournamentSpec(
-        game=game.id, players=players, game_kwargs=game.kwargs, sides=t.sides, fixed=t.fixed,
-        schedule=t.schedule, games_per_pairing=t.games_per_pairing, pool=t.pool, swiss_rounds=t.swiss_rounds,
-        anchor=t.anchor, seed=t.seed, batch_games=t.batch_games, max_loaded=t.max_loaded,
-        max_new_tokens=tc.sampling.max_new_tokens, temperature=tc.sampling.temperature,
-        prompts={role: pc.system for role, pc in tc.prompts.items()}, scoring=t.scoring, modules=game.modules,
-        transcripts=t.transcripts)
+    spec = TournamentSpec.of(tc, players)
     out = Path(t.out or f"tournaments/{game.id}")
     rows = run_tournament(spec, out, progress=not args.no_progress, ray=ray, overwrite=args.overwrite)
     board = report(rows, [p.name for p in players], out, anchor=spec.anchor, n_boot=args.bootstrap, seed=spec.seed,

@@ -13,12 +13,13 @@ from cogym.agents.lora import peft_available
 from cogym.agents.loading import attention_implementations, DTYPES
 from cogym.core.errors import ConfigError
 from cogym.core.text import brief, QUOTED_CHARS
+from cogym.envs import make
 from cogym.envs.token_level import GRANULARITIES
 from cogym.learners import registry
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import DYNAMIC_SAMPLING
 from cogym.learners.losses import LOSS_AGG_MODES
-from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, WEIGHT_SYNCS
+from cogym.runners.config.schema import algorithm_choices, ASYNC_MODES, BACKENDS, Config, ENGINES, KL_LOSS, KL_REWARD, LEAGUE_SAMPLING, LeagueConfig, LEARNER_PLACES, PLACEMENTS, PolicyConfig, suggest, TournamentSection, WEIGHT_SYNCS
 from cogym.runners.rollout.agents import twin_name
 
 # Upper bounds of the integer keys that memory follows (the game copies, the seed lists), far above any
@@ -397,8 +398,57 @@ def _check_learner_groups(cfg: Config) -> None:
                           "one process only; set ray.learner_workers: 1")
 
 
-def validate_tournament(tc) -> None:  # noqa: ANN001 (a TournamentConfig; its own checks are in tournament.run)
-    """The bounds of ``cogym tournament``'s keys that memory follows: its seed, games per pairing, batch."""
+def check_data_parallel(cfg: Config, world: int) -> None:
+    """ConfigError unless ``cfg`` can train in ``world`` data-parallel processes (``--nproc``)."""
+    if world <= 1:
+        return
+    if cfg.run.backend == "ray":
+        raise ConfigError("run.backend: ray runs one driver process; drop --nproc (rollouts scale with "
+                          "ray.num_rollout_workers)")
+    n = cfg.game.num_games
+    if n % world:
+        raise ConfigError(f"--nproc {world}: game.num_games = {n} is not divisible by {world} (each process plays "
+                          f"num_games / nproc games of every iteration); set game.num_games to a multiple of {world}, "
+                          f"e.g. game.num_games={(n // world + 1) * world}")
+    for pid, pc in cfg.policies.items():
+        if pc.generation.backend == "vllm":
+            raise ConfigError(f"--nproc {world}: policies.{pid}.generation.backend: vllm runs one engine for one "
+                              "process (it batches the whole rollout itself); run it without --nproc")
+    alone = registry.one_process_only(cfg.learners)
+    if alone:
+        raise ConfigError(f"--nproc {world}: learners.{alone[0]} uses algorithm {alone[1]}, which trains in one process "
+                          "only; run it without --nproc")
+    for pid, lc in cfg.learners.items():
+        if lc.engine == "deepspeed" and lc.zero_stage == 3:
+            raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
+                              "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "
+                              "or 2 (the optimizer state is still partitioned)")
+
+
+# ----------------------------------------------------------------------------------------- cogym tournament
+TOURNAMENT_LAYOUT = ("cogym tournament's YAML has the sections tournament, game, sampling, prompts and ray; the last "
+                     "four are cogym train's, with the keys a tournament uses")
+# Keys of the first (flat) tournament YAML format, and where they are now.
+MOVED_TOURNAMENT_KEYS = {"max_new_tokens": "sampling.max_new_tokens", "temperature": "sampling.temperature",
+                         "game_kwargs": "game.kwargs", "modules": "game.modules",
+                         **{f.name: f"tournament.{f.name}" for f in dataclasses.fields(TournamentSection)}}
+
+
+def check_tournament_layout(tree: dict) -> None:
+    """A key of the flat tournament format in a ``--config`` tree: a one-line error naming its new place."""
+    if isinstance(tree.get("game"), str):
+        raise ConfigError(f"game: write game.id (game: {{id: {tree['game'][:QUOTED_CHARS]}}}; {TOURNAMENT_LAYOUT})")
+    for old, new in MOVED_TOURNAMENT_KEYS.items():
+        if old in tree:
+            raise ConfigError(f"{old}: write {new} ({TOURNAMENT_LAYOUT})")
+    for role, value in (tree.get("prompts") or {}).items() if isinstance(tree.get("prompts"), dict) else ():
+        if isinstance(value, str):
+            raise ConfigError(f"prompts.{role}: write prompts.{role}.system (the prompts section of cogym train's configs)")
+
+
+def validate_tournament(tc) -> None:  # noqa: ANN001 (a TournamentConfig; the spec's are tournament.settle's)
+    """``cogym tournament``'s keys: the bounds of those that memory follows (its seed, games per pairing,
+    batch), the sides' shape, a game, the backend, and Ray's workers."""
     t = tc.tournament
     check_seed(t.seed, "tournament.seed")
     if t.games_per_pairing > MAX_GAMES_PER_PAIRING:
@@ -409,3 +459,92 @@ def validate_tournament(tc) -> None:  # noqa: ANN001 (a TournamentConfig; its ow
     if sides is not None and not (isinstance(sides, list) and all(
             isinstance(side, list) and all(isinstance(seat, str) for seat in side) for side in sides)):
         raise ConfigError(f"tournament.sides must be lists of seats, e.g. [[player_0], [player_1]], got {brief(sides)}")
+    if not tc.game.id:
+        raise ConfigError("cogym tournament needs --game (e.g. --game kuhn_poker-v0) or game.id in --config")
+    check_choice(t.backend, BACKENDS, "tournament.backend")
+    if t.backend == "ray" and tc.ray.num_rollout_workers < 1:
+        raise ConfigError(f"ray.num_rollout_workers must be >= 1, got {tc.ray.num_rollout_workers}")
+
+
+# --------------------------------------------------------------- the checks that need the config's game
+def make_game(game_id: str, kwargs: dict, key: str = "game"):  # noqa: ANN201 (a cogym game)
+    """An instance of the game; an unknown game or argument is a ConfigError naming ``key`` (the
+    registry's message names the fix)."""
+    try:
+        return make(game_id, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: {exc}") from exc
+
+
+def check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
+    """Every role a config's ``prompts`` and ``learners.<id>.role_algorithms`` name is one of the game's."""
+    for role in cfg.prompts:
+        if role not in roles:
+            raise ConfigError(f"prompts.{role}: {cfg.game.id} has no role {role!r}{suggest(role, roles)}")
+    for pid, lc in cfg.learners.items():
+        for role in lc.role_algorithms:
+            if role not in roles:
+                raise ConfigError(f"learners.{pid}.role_algorithms.{role}: {cfg.game.id} has no role {role!r}"
+                                  f"{suggest(role, roles)}")
+
+
+def check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
+    """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
+    moves in one episode, which all share its return, so every advantage is 0."""
+    for role in game.spec.roles:
+        for pid in sorted({p for p, r in assignment.values() if r == role}):
+            lc = cfg.learners.get(pid)
+            if lc is None or lc.algorithm == "frozen":
+                continue
+            # Groups form inside one policy's batch: count the seats of the role this policy plays.
+            seats = [s for s, (p, r) in assignment.items() if r == role and p == pid]
+            estimator = lc.role_algorithms.get(role, lc.algorithm)
+            if registry.get(estimator).grouped and len(seats) == 1 and cfg.game.group_size == 1:
+                raise ConfigError(
+                    f"learners.{pid}: {estimator} groups turns by (episode, role), and policy {pid!r} plays one "
+                    f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Play "
+                    "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
+                    f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
+                    "argument that seats several players of the role")
+
+
+def check_outcomes(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
+    """An algorithm that reads end-of-game facts (SPIN: ``reference``) needs a game that declares them
+    (``GameSpec.outcomes``) for at least one role it trains."""
+    for pid in sorted({p for p, _ in assignment.values()}):
+        lc = cfg.learners.get(pid)
+        if lc is None or lc.algorithm == "frozen":
+            continue
+        roles = sorted({r for p, r in assignment.values() if p == pid})
+        for name in sorted({lc.role_algorithms.get(role, lc.algorithm) for role in roles}):
+            trained = [r for r in roles if lc.role_algorithms.get(r, lc.algorithm) == name]
+            for key in registry.get(name).outcome_keys:
+                if not any(key in game.spec.outcomes.get(r, ()) for r in trained):
+                    raise ConfigError(f"learners.{pid}: {name} reads each turn's {key!r} (the game's end-of-game facts), "
+                                      f"and {cfg.game.id} declares none for role(s) {', '.join(trained)} (GameSpec.outcomes: "
+                                      f"{dict(game.spec.outcomes) or 'none'}); train a role whose game reports it")
+
+
+def check_league_seats(cfg: Config, league: list[str], assignment: dict[str, tuple[str, str]]) -> None:
+    """Every league seat is the league policy's in ``seats``, and the policy keeps one seat of its own."""
+    pid = league_policy(cfg)
+    for seat in league:
+        if assignment[seat][0] != pid:
+            raise ConfigError(f"league.seats: seat {seat!r} is played by {assignment[seat][0]!r}, but the league plays "
+                              f"past selves of policy {pid!r} in its seats; seat it there (seats.{seat}={pid})")
+    if not [s for s, (p, _) in assignment.items() if p == pid and s not in league]:
+        raise ConfigError(f"league.seats cover every seat of policy {pid!r}, so it would only watch its past selves play; "
+                          "leave it at least one seat of its own (the league seats are its opponents)")
+
+
+def check_token_seats(tokenizers: dict) -> None:
+    """``game.granularity: token``: at least one model seat, all of whose policies (id -> tokenizer, in
+    order) share one tokenizer and chat template (one codec renders every seat's prompt)."""
+    if not tokenizers:
+        raise ConfigError("game.granularity: token needs at least one model seat (every seat is scripted)")
+    (first, tok), *rest = tokenizers.items()
+    for pid, other in rest:
+        if other.get_vocab() != tok.get_vocab() or other.chat_template != tok.chat_template:
+            raise ConfigError(f"game.granularity: token needs every model seat to share one tokenizer and chat template; "
+                              f"policies {first!r} and {pid!r} differ (a token is an action, and one codec renders "
+                              "every seat's prompt)")

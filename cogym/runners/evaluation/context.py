@@ -18,9 +18,8 @@ import torch
 
 from cogym.agents.policy import Policy
 from cogym.agents.reply_probs import reply_distributions
-from cogym.core.errors import ConfigError
 from cogym.core.types import SamplingParams
-from cogym.envs.evaluation import Chat, Classifier
+from cogym.envs.evaluation import Chat, Classifier, EvaluatorError
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
 from cogym.runners.rollout.seating import Seating
 from cogym.runners.rollout.turns import rollout
@@ -61,13 +60,12 @@ def evaluated_policy(name: str, policy: str, run) -> str:
     the first trained policy with a seat."""
     if policy:
         if policy not in run.policies:
-            raise ConfigError(f"eval.evaluators.{name}.policy: {policy!r} plays no seat "
-                              f"(policies with seats: {', '.join(run.policies)})")
+            raise EvaluatorError(f"{policy!r} plays no seat (policies with seats: {', '.join(run.policies)})", key="policy")
         return policy
     trained = [pid for pid in run.learners if pid in run.policies] or (
         [] if run.learners else list(run.policies))  # a run built without learners (cogym eval): any model seat
     if not trained:
-        raise ConfigError(f"eval.evaluators.{name}: no trained policy plays a seat; name one with policy:")
+        raise EvaluatorError("no trained policy plays a seat; name one with policy:")
     return trained[0]
 
 

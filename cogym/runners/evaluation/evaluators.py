@@ -41,7 +41,7 @@ from cogym.core.errors import ConfigError
 from cogym.core.names import did_you_mean
 from cogym.core.processes import load_object
 from cogym.envs import make
-from cogym.envs.evaluation import GAME_KINDS
+from cogym.envs.evaluation import EvaluatorError, GAME_KINDS
 from cogym.runners.evaluation.context import RunContext, evaluated_policy
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
 from cogym.runners.rollout.seating import Seating, seats_of
@@ -108,8 +108,8 @@ class VsScripted:
             twin = twin or [s for s in game.possible_agents if game.role_of(s) == game.spec.roles[-1]]
         mine = [s for s in game.possible_agents if run.seats[s][0] == pid and s not in twin]
         if not mine or not twin:
-            raise ConfigError(f"eval.evaluators.{self.name}: policy {pid!r} needs a seat of its own and the twin one "
-                              f"(policy seats: {mine}, twin seats: {twin})")
+            raise EvaluatorError(f"policy {pid!r} needs a seat of its own and the twin one "
+                                 f"(policy seats: {mine}, twin seats: {twin})")
         # Every other seat as the run seats it (a config's twin with this evaluation's RNG, a frozen judge as is).
         factory = AgentFactory(run.cfg.game.id, seed=self.seed)
         seating = RunContext(run).seated_as_in_training(game, factory)
@@ -190,7 +190,18 @@ def check(evaluators, run) -> None:
     ctx = context_of(run)
     for ev in evaluators:
         if hasattr(ev, "check"):
-            ev.check(ctx)
+            try:
+                ev.check(ctx)
+            except EvaluatorError as exc:
+                key = f"eval.evaluators.{ev.name}" + (f".{exc.key}" if exc.key else "")
+                raise ConfigError(f"{key}: {exc}") from exc
+
+
+def require_evaluators(cfg, evaluators: list) -> None:
+    """``cogym eval``'s check: a run with nothing to measure is an error naming how to add an evaluator."""
+    if not evaluators:
+        raise ConfigError(f"{cfg.game.id} declares no evaluator and the config adds none; add one, e.g. "
+                          f"eval.evaluators.vs_random='{{kind: vs_scripted, opponent: random}}'")
 
 
 def evaluate(evaluators, run) -> dict[str, float]:

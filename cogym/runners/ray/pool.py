@@ -17,17 +17,23 @@ import torch
 from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.core.threads import ThreadPolicy
 
 log = logging.getLogger("cogym.ray")
 RAY_EXTRA = "pip install 'cogym[ray]'"
+
+
+class RayError(CogymError, RuntimeError):
+    """Ray cannot be used: it is not installed, or the cluster at ``ray.address`` cannot be reached."""
+
+
 try:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError:
-    raise ConfigError(f"Ray is not installed: {RAY_EXTRA}") from None
+    raise RayError(f"Ray is not installed: {RAY_EXTRA}") from None
 # Passed to every worker: the driver's tokenizer and offline settings. Not CUDA_VISIBLE_DEVICES: Ray sets
 # it per actor to the GPUs it was given (ray.num_gpus), and a worker's policies take the GPU it sees.
 ENV_KEYS = ("DS_ACCELERATOR", "TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME",
@@ -108,7 +114,7 @@ def connect(rc, n_learners: int = 0) -> tuple[Any, bool]:
         try:
             ray.init(address=rc.address, **kwargs)
         except ConnectionError as exc:
-            raise ConfigError(_no_cluster(rc.address, exc)) from exc
+            raise RayError(_no_cluster(rc.address, exc)) from exc
     else:
         cpus = rc.num_rollout_workers * rc.num_cpus
         if n_learners and rc.learners == "separate":

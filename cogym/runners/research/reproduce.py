@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.core.names import did_you_mean
 from cogym.runners.config.load import load_config
 from cogym.runners.config.schema import default_config_path
@@ -37,10 +37,15 @@ from cogym.runners.train.loop import train
 CONFIGS = default_config_path().parent  # the shipped configs (cogym.configs)
 
 
+class ClaimError(CogymError, ValueError):
+    """A claim that cannot be reproduced as asked: an unknown name, an arm whose config is not shipped,
+    or a run that logged no value of a measure."""
+
+
 def claim_named(name: str) -> Claim:
     if name not in CLAIMS:
         hint = did_you_mean(name, CLAIMS)
-        raise ConfigError(f"unknown claim {name!r}{hint}; known: {', '.join(CLAIMS)} (cogym reproduce --list)")
+        raise ClaimError(f"unknown claim {name!r}{hint}; known: {', '.join(CLAIMS)} (cogym reproduce --list)")
     return CLAIMS[name]
 
 
@@ -81,7 +86,7 @@ def arm_config(arm: Arm, seed: int, extra: Sequence[str] = ()):
     or plots, then ``extra`` (the command line's overrides, applied to every arm)."""
     path = CONFIGS / arm.config
     if not path.is_file():
-        raise ConfigError(f"arm {arm.name!r}: no shipped config {arm.config!r} in {CONFIGS}")
+        raise ClaimError(f"arm {arm.name!r}: no shipped config {arm.config!r} in {CONFIGS}")
     fixed = [f"run.seed={seed}", "run.checkpoint_every=0", "run.tensorboard=false", "run.plot=false",
              "run.transcripts_every=0"]
     return load_config(str(path), [*arm.overrides, *fixed, *extra])
@@ -114,8 +119,8 @@ def reproduce(claim: Claim, seeds: int, out: Path, extra: Sequence[str] = (),
                 try:
                     values.setdefault(m.name, []).append(m.read(summary, rows))
                 except KeyError as exc:
-                    raise ConfigError(f"claim {claim.name!r}, measure {m.name!r}: the run of arm {arm.name!r} "
-                                      f"logged no {exc.args[0]!r} (see {run_dir})") from exc
+                    raise ClaimError(f"claim {claim.name!r}, measure {m.name!r}: the run of arm {arm.name!r} "
+                                     f"logged no {exc.args[0]!r} (see {run_dir})") from exc
             if claim.curve:
                 curve = [(int(r["iteration"]), float(r[claim.curve])) for r in rows
                          if isinstance(r.get(claim.curve), (int, float)) and r.get("iteration") is not None]

@@ -12,12 +12,17 @@ from typing import Sequence
 
 import numpy as np
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.core.text import printable
 from cogym.runners import rundir
 from cogym.runners.display import format_leaderboard, format_matrix, heatmap_figure, ratings_figure, terminal_width
 from cogym.runners.results.ratings import leaderboard, Result
 from cogym.runners.results.scoring import score_matrix
+
+
+class RatingError(CogymError, ValueError):
+    """Results that cannot be rated at all: nothing to rate, or players in groups that never met."""
+
 
 NO_RUN_CONFIG = "model (no run config)"  # a leaderboard row's kind: a model directory without the run's config, marked *
 
@@ -33,13 +38,13 @@ def report(rows: Sequence[dict], names: Sequence[str], out_dir: Path, anchor: st
     never won is rated +-inf with a ``note`` (:func:`print_leaderboard` prints it; leaderboard.json
     writes the value as ``Infinity``), and a fit that does not converge keeps its last iterate with a
     RuntimeWarning. Only results that cannot be rated at all (nothing to rate, players in groups
-    that never met) are a ConfigError."""
+    that never met) are a :class:`RatingError`."""
     played = [n for n in names if any(r["a"] == n or r["b"] == n for r in rows)]
     try:
         board = leaderboard([Result(r["a"], r["b"], r["score"]) for r in rows], played, n_boot=n_boot, seed=seed,
                             anchor=anchor, prior=prior)
     except ValueError as exc:  # nothing to rate, players that never met (a Swiss round too few)...
-        raise ConfigError(f"cannot rate these results: {exc}") from exc
+        raise RatingError(f"cannot rate these results: {exc}") from exc
     kinds = player_kinds(out_dir)
     if kinds:  # what each player is (scripted, checkpoint, model with no run config): tournament.json's word
         board = [{**row, "kind": kinds.get(row["name"], "")} for row in board]

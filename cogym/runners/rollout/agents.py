@@ -17,8 +17,8 @@ from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
 from cogym.agents.scripted import ScriptedAgent
 from cogym.core.types import Agent
-from cogym.core.errors import ConfigError
 from cogym.envs import scripted_strategies
+from cogym.runners.rollout.seating import SeatingError
 
 SCRIPTED_PREFIX = "scripted:"
 
@@ -45,7 +45,7 @@ class AgentFactory:
     def check_twin(self, twin: str, role: str, where: str = "seats") -> None:
         """A one-line error naming the available twins when ``role`` has no twin ``twin``."""
         if twin not in self.twins.get(role, {}):
-            raise ConfigError(f"{where}: no scripted twin {twin!r} for role {role!r} of {self.game_id} "
+            raise SeatingError(f"{where}: no scripted twin {twin!r} for role {role!r} of {self.game_id} "
                               f"(available: {', '.join(self.twins.get(role, {})) or 'none'})")
 
     def scripted(self, twin: str, role: str, name: str | None = None) -> ScriptedAgent:

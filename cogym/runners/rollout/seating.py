@@ -15,20 +15,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.core.names import did_you_mean
 
 T = TypeVar("T")
+
+
+class SeatingError(CogymError, ValueError):
+    """Who plays where does not fit the game: a key that is no seat or role of it, a seat nobody plays,
+    a scripted twin its role does not have, or a seat map a backend cannot play. The message names the
+    key (``seats.<role>``, ``league.seats``, ``--fixed ...``) it came from."""
 
 
 def _roles(game: Any) -> list[str]:
     return list(game.spec.roles)
 
 
-def unknown_key(game: Any, key: str, what: str) -> ConfigError:
+def unknown_key(game: Any, key: str, what: str) -> SeatingError:
     """The error for a key that is neither a seat nor a role of ``game`` (naming the closest one)."""
     hint = did_you_mean(key, [*_roles(game), *game.possible_agents], form="; did you mean {}?")
-    return ConfigError(f"{what}: {game.spec.id} has no role or seat {key!r} (roles: {', '.join(_roles(game))}; "
+    return SeatingError(f"{what}: {game.spec.id} has no role or seat {key!r} (roles: {', '.join(_roles(game))}; "
                        f"seats: {', '.join(game.possible_agents)}){hint}")
 
 
@@ -61,8 +67,8 @@ def assign(game: Any, mapping: Mapping[str, T], what: str, *, seats: Iterable[st
            missing: str | None = None) -> dict[str, T]:
     """seat -> value for each seat of ``seats`` (default: every seat), from keys naming seats or roles.
 
-    Every key must be a seat or a role of the game (else ``ConfigError`` naming ``what.key``). A seat
-    no key covers raises ``ConfigError`` with ``missing`` (formatted with ``seat`` and ``role``) when
+    Every key must be a seat or a role of the game (else :class:`SeatingError` naming ``what.key``). A seat
+    no key covers raises :class:`SeatingError` with ``missing`` (formatted with ``seat`` and ``role``) when
     given, and is left out otherwise."""
     for key in mapping:
         seats_of(game, [key], f"{what}.{key}" if what else key)
@@ -71,7 +77,7 @@ def assign(game: Any, mapping: Mapping[str, T], what: str, *, seats: Iterable[st
         key = key_of(game, seat, mapping)
         if key is None:
             if missing is not None:
-                raise ConfigError(missing.format(seat=seat, role=game.role_of(seat)))
+                raise SeatingError(missing.format(seat=seat, role=game.role_of(seat)))
             continue
         out[seat] = mapping[key]
     return out

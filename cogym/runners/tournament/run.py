@@ -50,17 +50,17 @@ import torch
 from tqdm.auto import tqdm
 
 from cogym.envs import make
-from cogym.core.errors import ConfigError
 from cogym.core.threads import ThreadPolicy
 from cogym.runners import rundir
+from cogym.runners.config.validate import make_game
 from cogym.runners.tournament.play import Agents, play_batch
 from cogym.runners.tournament.players import Player
 from cogym.runners.tournament.results import count, RESULTS_FILE, ResultsLog, write_json
 from cogym.runners.tournament.schedule import batches, game_seeds, GameKey, Schedule, SoloKey
 from cogym.runners.results.leaderboard import NO_RUN_CONFIG
 from cogym.runners.results.scoring import paired_rows
-from cogym.runners.tournament.settle import check_players, settle
-from cogym.runners.tournament.spec import SCHEDULES, TournamentSpec
+from cogym.runners.tournament.settle import check_players, check_spec, settle
+from cogym.runners.tournament.spec import TournamentSpec
 from cogym.runners.results.transcripts import append_transcripts, split_transcripts, TRANSCRIPTS_FILE
 
 
@@ -129,8 +129,8 @@ def _record_settings(spec: TournamentSpec, out_dir: Path, settings: dict, extra:
         changed = sorted(k for k in settings if json.dumps(before.get(k, _SETTING_DEFAULTS.get(k)), sort_keys=True)
                          != json.dumps(settings[k], sort_keys=True))
         if before and changed:
-            raise ConfigError(f"{out_dir} holds games played with other settings ({', '.join(changed)} differ); "
-                              "use another --out, or add --overwrite to start it over")
+            raise rundir.RunDirError(f"{out_dir} holds games played with other settings ({', '.join(changed)} differ); "
+                                     "use another --out, or add --overwrite to start it over")
     write_json(info_file, {"settings": settings, "schedule": spec.schedule, "games_per_pairing": spec.games_per_pairing,
                             "players": {p.name: str(p.path) if p.path else p.name for p in spec.players}, **(extra or {})})
 
@@ -147,15 +147,8 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
     (results.jsonl, transcripts.jsonl, schedule.json) and keeps every other file."""
     out_dir = Path(out_dir)
     rundir.claim(out_dir, "tournament", "--out", overwrite=overwrite)
-    if spec.schedule not in SCHEDULES:
-        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
-    if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
-        raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders, or, "
-                          f"paired, once by each player), got {spec.games_per_pairing}")
-    try:
-        probe = make(spec.game, **spec.game_kwargs)
-    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
-        raise ConfigError(f"--game: {exc}") from exc
+    check_spec(spec)
+    probe = make_game(spec.game, spec.game_kwargs, "--game")
     spec, sides, fixed = settle(spec, probe)  # every player and seat checked before the first game
     check_players(spec)
     paired = spec.scoring == "paired"
@@ -175,8 +168,6 @@ def run_tournament(spec: TournamentSpec, out_dir: Path, progress: bool = True,
                                      "sides": None if paired else sides, "rated": sides[0] if paired else None,
                                      "fixed": fixed, "seed": spec.seed, "temperature": spec.temperature,
                                      "max_new_tokens": spec.max_new_tokens, "prompts": spec.prompts}, info)
-    if spec.max_loaded and spec.max_loaded < 2:
-        raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
     log, agents, schedule = ResultsLog(out_dir / RESULTS_FILE), Agents(spec), Schedule(spec, out_dir)
     seeds = game_seeds(spec.seed, spec.games_per_pairing // 2)
     names = [p.name for p in spec.players]

@@ -1,5 +1,6 @@
-"""A tournament's settings checked against its game before the first game: the sides or rated seats,
-the fixed agents, each player's roles, prompts and message limit."""
+"""A tournament's settings checked before the first game: those that need no game (:func:`check_spec`,
+:func:`check_players`), then, against its game, the sides or rated seats, the fixed agents, each
+player's roles, prompts and message limit (:func:`settle`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,24 @@ from typing import Sequence
 from cogym.agents.endpoint import DEFAULT_MAX_TOKENS
 from cogym.core.errors import ConfigError
 from cogym.envs import scripted_strategies
+from cogym.runners.config.schema import SCHEDULES, SCORINGS
 from cogym.runners.rollout.agents import twin_name
 from cogym.runners.rollout.seating import key_of, seats_of
 from cogym.runners.tournament.players import default_limit, fixed_player, Player
 from cogym.runners.tournament.results import count
-from cogym.runners.tournament.spec import SCORINGS, TournamentSpec
+from cogym.runners.tournament.spec import TournamentSpec
+
+
+def check_spec(spec: TournamentSpec) -> None:
+    """The settings that need no game: a known schedule, an even ``games_per_pairing``, and a
+    ``max_loaded`` that leaves room for a game's two players."""
+    if spec.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {spec.schedule!r}")
+    if spec.games_per_pairing < 2 or spec.games_per_pairing % 2:
+        raise ConfigError(f"games_per_pairing must be even and >= 2 (each seed is played in both seat orders, or, "
+                          f"paired, once by each player), got {spec.games_per_pairing}")
+    if spec.max_loaded and spec.max_loaded < 2:
+        raise ConfigError(f"max_loaded must be 0 (no limit) or >= 2 (the two players of a game), got {spec.max_loaded}")
 
 
 def default_sides(env) -> list[list[str]]:
@@ -256,6 +270,7 @@ def settle(spec: TournamentSpec, probe) -> tuple[TournamentSpec, list[list[str]]
 
 
 def check_players(spec: TournamentSpec) -> None:
+    """The players ``anchor`` and a gauntlet's ``pool`` name are players of the tournament."""
     names = [p.name for p in spec.players]
     if spec.anchor is not None and spec.anchor not in names:
         raise ConfigError(f"--anchor {spec.anchor!r} is not a player (players: {', '.join(names)})")

@@ -21,7 +21,6 @@ from cogym.learners.engines import ZERO_FILE
 from cogym.runners import rundir
 from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import Run
-from cogym.core.errors import ConfigError
 from cogym.core.text import brief
 
 
@@ -156,14 +155,14 @@ def check_resume_world(ckpt: Path, world: int, learner_workers: int = 1) -> None
     state = read_trainer_state(ckpt)
     if learner_workers > 1 or int(state.get("learner_workers", 1)) > 1:  # Ray learner groups wrote or resume it
         if ranks and len(ranks) != learner_workers:
-            raise ConfigError(f"--resume: {ckpt} holds the ZeRO optimizer state of learner groups of {len(ranks)} "
+            raise RunDirError(f"--resume: {ckpt} holds the ZeRO optimizer state of learner groups of {len(ranks)} "
                               f"actors, and this run has ray.learner_workers = {learner_workers}; resume it with "
                               f"ray.learner_workers={len(ranks)}")
         ranks = set()
     count = len(ranks) or int(state.get("world_size", 1))
     if count != world:
         how = f"--nproc {count}" if count > 1 else "no --nproc"
-        raise ConfigError(f"--resume: {ckpt} was written by {count} process(es), and this run has {world}; resume it "
+        raise RunDirError(f"--resume: {ckpt} was written by {count} process(es), and this run has {world}; resume it "
                           f"with {how} (ZeRO partitions and each rank's sampling stream depend on the count)")
 
 

@@ -6,7 +6,7 @@ one return leave a policy with nothing to learn from, and the run ends with rc 0
 After the first :data:`IDLE_WINDOW` iterations of a run (or of a resumed run; fewer when the run is
 shorter) every such policy gets one warning line on stderr, naming it, its seats and what it lacked;
 with ``run.strict`` (``cogym train --strict``) the run stops there with a
-:class:`~cogym.core.errors.ConfigError` instead (one line at the CLI, exit 2).
+:class:`IdleError` instead (one line at the CLI, exit 2).
 """
 
 from __future__ import annotations
@@ -17,13 +17,17 @@ from typing import Iterable, Mapping
 
 from tqdm import tqdm
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError
 from cogym.learners import torch_dist as dist
 
 from cogym.runners.config.schema import RunConfig
 from cogym.runners.train.hooks import TrainHook
 
 IDLE_WINDOW = 3  # iterations: long enough for one unlucky rollout, short enough to stop a doomed run early
+
+
+class IdleError(CogymError, RuntimeError):
+    """``run.strict``: a policy trained on nothing in the run's first iterations (the warning, as an error)."""
 
 
 class IdlePolicies(TrainHook):
@@ -72,7 +76,7 @@ class IdlePolicies(TrainHook):
         self.done = True
         idle = dist.broadcast_object(self._idle(iteration)) if dist.world_size() > 1 else self._idle(iteration)
         if idle and self.strict:
-            raise ConfigError("; ".join(idle) + " (run.strict / --strict: this is an error)")
+            raise IdleError("; ".join(idle) + " (run.strict / --strict: this is an error)")
         if dist.is_main():
             for line in idle:
                 tqdm.write(f"cogym train: warning: {line} (--strict makes this an error)", file=sys.stderr)

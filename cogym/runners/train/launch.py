@@ -24,13 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from cogym.learners import registry
-
-from cogym.core.errors import ConfigError
 from cogym.core.processes import free_port
 from cogym.core.threads import cpu_capacity
 from cogym.runners import rundir
 from cogym.runners.config.schema import Config
+from cogym.runners.config.validate import check_data_parallel
+
 
 def _die_with_parent() -> None:
     """In the worker, before exec: on Linux, ask the kernel to SIGTERM it when the launcher dies
@@ -43,30 +42,6 @@ def _die_with_parent() -> None:
 
 
 WORKER_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-
-
-def check_data_parallel(cfg: Config, world: int) -> None:
-    """ConfigError unless ``cfg`` can train in ``world`` data-parallel processes."""
-    if world <= 1:
-        return
-    n = cfg.game.num_games
-    if n % world:
-        raise ConfigError(f"--nproc {world}: game.num_games = {n} is not divisible by {world} (each process plays "
-                          f"num_games / nproc games of every iteration); set game.num_games to a multiple of {world}, "
-                          f"e.g. game.num_games={(n // world + 1) * world}")
-    for pid, pc in cfg.policies.items():
-        if pc.generation.backend == "vllm":
-            raise ConfigError(f"--nproc {world}: policies.{pid}.generation.backend: vllm runs one engine for one "
-                              "process (it batches the whole rollout itself); run it without --nproc")
-    alone = registry.one_process_only(cfg.learners)
-    if alone:
-        raise ConfigError(f"--nproc {world}: learners.{alone[0]} uses algorithm {alone[1]}, which trains in one process "
-                          "only; run it without --nproc")
-    for pid, lc in cfg.learners.items():
-        if lc.engine == "deepspeed" and lc.zero_stage == 3:
-            raise ConfigError(f"--nproc {world}: learners.{pid}.zero_stage 3 partitions the weights across processes, and "
-                              "every generate call would then have to gather them on all ranks in step; use zero_stage 1 "
-                              "or 2 (the optimizer state is still partitioned)")
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cogym.core.errors import ConfigError
+from cogym.core.errors import CogymError, ConfigError
 from cogym.runners.config.load import load_config
 from cogym.runners.train.loop import train
 from tests.rounding import same
@@ -190,11 +190,11 @@ def test_an_address_that_takes_no_connection_is_one_line_with_the_token_hint(mon
     monkeypatch.setattr(pool, "import_ray", lambda: fake)
     rc = SimpleNamespace(address="10.9.8.7:6379", num_rollout_workers=1, num_cpus=1, learners="driver")
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    with pytest.raises(ConfigError, match=r"ray.address 10.9.8.7:6379: Failed to connect .*RAY_AUTH_MODE=token") as err:
+    with pytest.raises(pool.RayError, match=r"ray.address 10.9.8.7:6379: Failed to connect .*RAY_AUTH_MODE=token") as err:
         pool.connect(rc)
     assert "\n" not in str(err.value)
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # set already: the hint would not help
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(pool.RayError) as err:
         pool.connect(rc)
     assert "RAY_AUTH_MODE" not in str(err.value)
 
@@ -231,7 +231,7 @@ def test_without_ray_installed_the_error_names_the_extra(tmp_path: Path, monkeyp
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     monkeypatch.delitem(sys.modules, "cogym.runners.ray.pool", raising=False)
-    with pytest.raises(ConfigError, match=r"pip install 'cogym\[ray\]'"):
+    with pytest.raises(CogymError, match=r"pip install 'cogym\[ray\]'"):  # pool's RayError (pool did not import)
         importlib.import_module("cogym.runners.ray.pool")
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['ray'] = None\n"
                            "from cogym.runners.cli import main; sys.exit(main(sys.argv[1:]))",

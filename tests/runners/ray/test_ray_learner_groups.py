@@ -168,7 +168,7 @@ def test_a_zero3_learner_group_with_collective_sync_resumes_by_itself_when_an_ac
 def test_a_resume_needs_the_group_size_that_wrote_the_zero_state(tmp_path: Path) -> None:
     """ZeRO optimizer state is one file per actor of a group: --resume with another ray.learner_workers is
     one line naming the size to use; without ZeRO files (the torch engine) any size resumes."""
-    from cogym.core.errors import ConfigError
+    from cogym.runners.rundir import RunDirError
     from cogym.learners.engines import ZERO_FILE
     from cogym.runners.train.checkpoint import check_resume_world
 
@@ -180,10 +180,10 @@ def test_a_resume_needs_the_group_size_that_wrote_the_zero_state(tmp_path: Path)
         (ckpt / "learners" / "solver" / ZERO_FILE.format(rank=rank)).write_bytes(b"")
     check_resume_world(ckpt, 1, 2)
     for workers in (1, 4):
-        with pytest.raises(ConfigError, match="learner groups of 2 actors, and this run has ray.learner_workers = "
+        with pytest.raises(RunDirError, match="learner groups of 2 actors, and this run has ray.learner_workers = "
                                               f"{workers}; resume it with ray.learner_workers=2"):
             check_resume_world(ckpt, 1, workers)
     # an --nproc 2 checkpoint (no learner_workers in its state) still asks for --nproc 2
     (ckpt / "trainer_state.json").write_text(json.dumps({"iteration": 2, "world_size": 2}))
-    with pytest.raises(ConfigError, match="resume it with --nproc 2"):
+    with pytest.raises(RunDirError, match="resume it with --nproc 2"):
         check_resume_world(ckpt, 1, 1)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from cogym.core.errors import ConfigError
+from cogym.runners.rundir import RunDirError
 from cogym.runners.tournament.players import Player, resolve_players
-from cogym.runners.results.leaderboard import report
+from cogym.runners.results.leaderboard import RatingError, report
 from cogym.runners.tournament.results import RESULTS_FILE, ResultsLog
 from cogym.runners.tournament.run import run_tournament
 from cogym.runners.tournament.schedule import gauntlet, round_robin, swiss_round
@@ -206,7 +207,7 @@ def test_checkpoints_play_with_their_run_prompts_and_share_generate_calls(tmp_pa
     # 48 games in one batch: at each step of play, each checkpoint answers all of its seats in one call
     # (Kuhn poker has at most 3 moves a game: at most 3 checkpoints x 3 steps calls, each of many requests)
     assert len(calls) <= 3 * 3 and max(n for _, n, _ in calls) >= 8
-    with pytest.raises(ConfigError, match="other settings \\(prompts differ\\)"):
+    with pytest.raises(RunDirError, match="other settings \\(prompts differ\\)"):
         run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=8,
                                       prompts={"first": "Hi."}), tmp_path / "t", progress=False)
 
@@ -365,7 +366,7 @@ def test_max_loaded_bounds_the_models_in_memory(tmp_path, tiny_model_dir, monkey
 def test_reruns_refuse_changed_settings_and_bad_options_fail_before_playing(tmp_path):
     players = _scripted("nash", "random", "always_bet")
     run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4), tmp_path, progress=False)
-    with pytest.raises(ConfigError, match="seed differ"):
+    with pytest.raises(RunDirError, match="seed differ"):
         run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4, seed=7), tmp_path,
                        progress=False)
     fewer = run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=2), tmp_path,
@@ -395,7 +396,7 @@ def test_swiss_rematches_are_new_games(tmp_path):
 
 def test_a_rating_that_cannot_be_made_is_a_one_line_error(tmp_path):
     rows = [{"a": "x", "b": "y", "score": 1.0}, {"a": "z", "b": "w", "score": 0.0}]  # two groups that never met
-    with pytest.raises(ConfigError, match="cannot rate these results: .*disconnected"):
+    with pytest.raises(RatingError, match="cannot rate these results: .*disconnected"):
         report(rows, ["x", "y", "z", "w"], tmp_path, n_boot=0, plots=False)
 
 

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from cogym.envs import make, registry, scripted_strategies
 from cogym.envs.checks import PATHOLOGICAL, check_game
+from cogym.runners.rollout.seating import SeatingError
+from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import import_game_modules
 from cogym.core.errors import ConfigError
 from cogym.runners.tournament.players import resolve_players
@@ -245,7 +247,7 @@ def test_fixed_conflicts_are_errors_before_any_game(game, tmp_path, no_games):
     ]
     for changes, message in cases:
         out = tmp_path / "out"
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises((ConfigError, SeatingError), match=message):
             run_tournament(TournamentSpec(**{"game": GAME, "players": twins, "games_per_pairing": 4, **changes}), out,
                            progress=False)
         assert not out.exists(), changes  # refused before anything was written, let alone played
@@ -261,7 +263,7 @@ def test_fixed_conflicts_are_errors_before_any_game(game, tmp_path, no_games):
 def test_bad_players_are_refused_before_any_game(game, tmp_path, no_games, tiny_model_dir):
     def refused(players, message, **kw):
         out = tmp_path / "out"
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises((ConfigError, SeatingError), match=message):
             run_tournament(TournamentSpec(game=GAME, players=players, games_per_pairing=512, batch_games=8, **kw), out,
                            progress=False)
         assert not out.exists()
@@ -449,7 +451,7 @@ def test_directories_made_before_scoring_existed_still_resume(tmp_path):
     (tmp_path / "tournament.json").write_text(json.dumps(info))
     assert len(run_tournament(TournamentSpec(game="kuhn_poker-v0", players=players, games_per_pairing=4), tmp_path,
                               progress=False)) == 4
-    with pytest.raises(ConfigError, match=r"other settings \(.*scoring.*differ\)"):
+    with pytest.raises(RunDirError, match=r"other settings \(.*scoring.*differ\)"):
         run_tournament(TournamentSpec(game="kuhn_poker-v0", players=_players("scripted:nash@first", "scripted:random@first"),
                                       fixed={"second": "scripted:nash"}, games_per_pairing=4), tmp_path, progress=False)
 

@@ -9,6 +9,7 @@ from cogym.agents.scripted import ScriptedAgent
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
+from cogym.runners.rollout.seating import SeatingError
 
 
 def _cfg(model_dir, *extra: str):
@@ -42,7 +43,7 @@ def test_seat_name_overrides_role(tiny_model_dir):
 
 def test_unknown_seat_or_role_is_rejected(tiny_model_dir):
     cfg = _cfg(tiny_model_dir, "seats.judge=solver")
-    with pytest.raises(ConfigError, match="seats.judge") as err:
+    with pytest.raises(SeatingError, match="seats.judge") as err:
         build(cfg)
     assert "proposer" in str(err.value) and "solver" in str(err.value)
 
@@ -64,7 +65,7 @@ def test_scripted_twin_seat_builds_a_scripted_agent(tiny_model_dir):
 def test_unknown_scripted_twin_lists_the_available(tiny_model_dir):
     cfg = _cfg(tiny_model_dir)
     cfg.seats["solver"] = "scripted:genius"
-    with pytest.raises(ConfigError, match="genius") as err:
+    with pytest.raises(SeatingError, match="genius") as err:
         build(cfg)
     assert "oracle" in str(err.value) and "always_wrong" in str(err.value)
 
