@@ -48,6 +48,7 @@ from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from cogym.agents import http_bounded
+from cogym.core.config_key import key
 from cogym.core.errors import CogymError
 from cogym.core.types import Action, Request
 
@@ -76,18 +77,24 @@ class EndpointConfig:
     """An OpenAI-compatible chat endpoint that plays seats (frozen: never trained). Requests go to
     ``{base_url}/chat/completions``; see :mod:`cogym.agents.endpoint`."""
 
-    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1 (requests go to {base_url}/chat/completions)
-    model: str = ""  # the model name the endpoint serves (the request's "model")
-    api_key_env: Optional[str] = None  # the environment variable holding the API key (sent as a Bearer token); null: no key
-    max_concurrency: int = 4  # requests in flight at once, for the whole run (<= 256)
-    timeout_s: float = 30.0  # a try (connect, send, wait, read) is cut after this long in all, whatever the server sends (<= 3600)
-    retries: int = 2  # tries after the first, on a connection error, a time-out, HTTP 429 or 5xx (<= 100)
-    backoff_s: float = 0.5  # wait before the first retry, doubled before each next one, each wait at most 60 s (<= 600)
-    max_tokens: Optional[int] = None  # the reply limit sent; null: the policy's sampling.max_new_tokens (tournaments: --max-new-tokens, else 256)
-    temperature: Optional[float] = None  # null: the policy's sampling.temperature (tournaments: sampling.temperature)
-    max_reply_chars: int = 16000  # a longer reply is an invalid move (<= 10,000,000)
-    send_seed: bool = True  # send each request's sampling key as "seed" (servers may ignore it)
-    max_consecutive_failures: int = 8  # this many failed requests in a row stop a training run (a tournament counts them)
+    base_url: str = key("", "e.g. http://127.0.0.1:8000/v1 (requests go to {base_url}/chat/completions)")
+    model: str = key("", "the model name the endpoint serves (the request's \"model\")")
+    api_key_env: Optional[str] = key(None, "the environment variable holding the API key (sent as a Bearer token); "
+                                     "null: no key")
+    max_concurrency: int = key(4, "requests in flight at once, for the whole run (<= 256)")
+    timeout_s: float = key(30.0, "a try (connect, send, wait, read) is cut after this long in all, whatever the "
+                           "server sends (<= 3600)")
+    retries: int = key(2, "tries after the first, on a connection error, a time-out, HTTP 429 or 5xx (<= 100)")
+    backoff_s: float = key(0.5, "wait before the first retry, doubled before each next one, each wait at most 60 s "
+                           "(<= 600)")
+    max_tokens: Optional[int] = key(None, "the reply limit sent; null: the policy's sampling.max_new_tokens "
+                                    "(tournaments: --max-new-tokens, else 256)")
+    temperature: Optional[float] = key(None, "null: the policy's sampling.temperature (tournaments: "
+                                       "sampling.temperature)")
+    max_reply_chars: int = key(16000, "a longer reply is an invalid move (<= 10,000,000)")
+    send_seed: bool = key(True, "send each request's sampling key as \"seed\" (servers may ignore it)")
+    max_consecutive_failures: int = key(8, "this many failed requests in a row stop a training run (a tournament "
+                                        "counts them)")
 
     def __post_init__(self) -> None:
         if isinstance(self.base_url, str) and has_userinfo(self.base_url):

@@ -26,13 +26,14 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.errors import ModelLoadError
+from cogym.core.config_key import key
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -44,10 +45,10 @@ FALLBACK_TARGETS = ("q_proj", "v_proj")
 class LoraConfig:
     """LoRA settings of one policy. ``r == 0``: off (the whole model trains)."""
 
-    r: int = 0  # rank of the adapter; 0 = no LoRA
-    alpha: float = 16.0  # scaling: the update is (alpha / r) * B @ A
-    dropout: float = 0.0  # on the adapter's input, in train mode only
-    target_modules: list = field(default_factory=list)  # module names; empty: peft's default for the architecture
+    r: int = key(0, "rank of the adapter; 0 = no LoRA")
+    alpha: float = key(16.0, "scaling: the update is (alpha / r) * B @ A")
+    dropout: float = key(0.0, "on the adapter's input, in train mode only")
+    target_modules: list = key(factory=list, help="module names; empty: peft's default for the architecture")
 
     def __post_init__(self) -> None:
         if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
 
+from cogym.core.config_key import key
 from cogym.core.outcome import SeatOutcome
 
 
@@ -146,10 +147,11 @@ class Turn:
 class SamplingParams:
     """How to sample. ``temperature == 0`` means greedy decoding."""
 
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    max_new_tokens: int = key(8, "the longest message a turn may generate, in tokens")
+    temperature: float = key(1.0, "the sampling temperature; 0: greedy decoding")
+    top_p: float = key(1.0, "nucleus sampling: draw from the fewest most likely tokens whose probabilities reach top_p "
+                       "(1: all; the vllm backend takes only 1)")
+    top_k: int = key(0, "draw from the top_k most likely tokens (0: all; the vllm backend takes only 0)")
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

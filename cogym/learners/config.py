@@ -9,12 +9,17 @@ common keys here and the others to the config of the algorithm that declares the
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from cogym.core.names import did_you_mean
-from cogym.learners.losses import check_mismatch_options
+from cogym.core.config_key import key
+from cogym.learners.losses import check_mismatch_options, LOSS_AGG_MODES
+from cogym.learners.packing import PACKING
 from cogym.learners.registry import FROZEN, get, names, reserve
+
+
+MULTI_TURN = ("joined", "turns")
 
 
 @dataclass
@@ -22,79 +27,80 @@ class LearnerConfig:
     """How one policy is trained: the common keys, and ``algorithm_configs`` (name -> that algorithm's
     config) for the algorithms it uses (:meth:`settings` gives one, with defaults if none was set)."""
 
-    # A registered algorithm (grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | rae |
-    # trr_pp | prime | spin, or a user's) or frozen.
-    algorithm: str = "grpo"
-    # A policy shared by several roles may use a different estimator per role, e.g.
-    # {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two algorithms).
-    role_algorithms: dict = field(default_factory=dict)
-    engine: str = "deepspeed"  # deepspeed | torch
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    # A micro-batch (one forward/backward) holds at most micro_batch_size rows and at most
-    # max_tokens_per_micro_batch padded tokens (rows x its longest row; null: no token limit). It
-    # ends before a group of rows sharing a prompt rather than inside it where it can, so a packed
-    # forward reads each prompt once. The loss is normalised over the whole step, so the split
-    # changes memory, not the update.
-    micro_batch_size: int = 256
-    max_tokens_per_micro_batch: Optional[int] = 4096
-    epochs: int = 1
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: Optional[float] = 3.0
-    loss_agg: str = "token-mean"
-    norm_const: Optional[float] = None  # C of the seq-mean-token-sum-norm / dr_grpo modes
-    kl_in_reward: str = "off"  # off | k1 | k2 | k3 | abs
-    kl_reward_coef: float = 0.001
-    kl_in_loss: str = "off"  # off | k2 | k3 | k3+ | k1+
-    kl_loss_coef: float = 0.001
-    # A moving KL anchor (TR-DPO; TRL's sync_ref_model): every ref_sync_every optimizer steps each weight of
-    # the reference becomes ref_sync_mix * policy + (1 - ref_sync_mix) * reference. 0: the reference stays the
-    # initial model. A small mix every step keeps the policy near a slow average of itself, which damps the
-    # cycling of self-play in zero-sum games (magnetic mirror descent with a moving magnet).
-    ref_sync_every: int = 0
-    ref_sync_mix: float = 1.0
-    entropy_coef: float = 0.0
-    # Truncated importance sampling against a sampler/trainer mismatch (docs/algorithms.md §5.6; verl's TIS):
-    # each token's policy-gradient term is weighted by min(exp(logp_trainer_old - logp_behaviour), tis_cap),
-    # logp_trainer_old being the trainer's own log-prob before the update (the first epoch's forward), and the
-    # PPO ratio is taken against logp_trainer_old. A number > 0 (e.g. 2); null: off.
-    tis_cap: Optional[float] = None
-    # Masking against a sampler/trainer mismatch (§5.6): [low, high] with 0 < low < 1 < high; tokens whose
-    # exp(logp_trainer_old - logp_behaviour) is outside it get weight 0 in the policy-gradient term (they stay
-    # in the loss's denominators) and the PPO ratio is taken against logp_trainer_old. null: off. With
-    # tis_cap as well, the kept tokens are weighted as TIS weights them.
-    mismatch_mask: Optional[Sequence[float]] = None
-    # DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. Groups failing the
-    # predicate are dropped and more episodes are played (at most max_sampling_rounds rollouts in all)
-    # until as many groups survive as one rollout makes; the surplus is trimmed.
-    # Bounds of the mean predicates; null: the predicate's default ((0, 1) open, (0.2, 0.8) closed).
-    dynamic_sampling: str = "off"
-    dynamic_sampling_low: Optional[float] = None
-    dynamic_sampling_high: Optional[float] = None
-    max_sampling_rounds: int = 10
-    # DAPO overlong shaping (§7.4): with overlong_buffer > 0, a response longer than
-    # max_new_tokens - overlong_buffer loses (excess / overlong_buffer) * overlong_penalty, up to
-    # overlong_penalty at max_new_tokens. mask_truncated drops every unfinished response (cut at
-    # max_new_tokens; at token level also one the game interrupted or max_turn_tokens cut) from the loss.
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
-    mask_truncated: bool = False
-    # A conversation role's moves of one game (cogym.agents.conversation): "joined" trains them as one
-    # sequence whose loss covers only the ids the model wrote; "turns" trains each move as a row of its own.
-    multi_turn: str = "joined"
-    # The training forward's layout (cogym.learners.packing): rows packed end to end and the rows of a
-    # group that share a prompt reading one copy of it. auto: where the cost model says it pays, after a
-    # one-time check that the model's packed log-probs equal its plain ones (else plain, with a
-    # warning); on: whenever the rows fit a packed row (an error for a model that cannot take it); off:
-    # plain right-padded rows.
-    packing: str = "auto"
-    zero_stage: int = 0
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    # name -> the algorithm's own config (its keys are flat in YAML; see split_keys)
-    algorithm_configs: dict = field(default_factory=dict, repr=False)
+    algorithm: str = key("grpo", "A registered algorithm (grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | "
+                         "rae | trr_pp | prime | spin, or a user's) or frozen.")
+    role_algorithms: dict = key(factory=dict, help="A policy shared by several roles may use a different estimator per "
+                                "role, e.g. {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two "
+                                "algorithms).")
+    engine: str = key("deepspeed", "deepspeed | torch")
+    lr: float = key(1e-4, "the optimizer's (AdamW's) learning rate")
+    weight_decay: float = key(0.0, "the optimizer's (AdamW's) weight decay")
+    max_grad_norm: float = key(1.0, "gradients are clipped to this global norm before each optimizer step")
+    micro_batch_size: int = key(256, "A micro-batch (one forward/backward) holds at most micro_batch_size rows and at "
+                                "most max_tokens_per_micro_batch padded tokens (rows x its longest row; null: no token "
+                                "limit). It ends before a group of rows sharing a prompt rather than inside it where it "
+                                "can, so a packed forward reads each prompt once. The loss is normalised over the whole "
+                                "step, so the split changes memory, not the update.")
+    max_tokens_per_micro_batch: Optional[int] = key(4096, "the most padded tokens (rows x its longest row) in a "
+                                                    "micro-batch; null: no token limit")
+    epochs: int = key(1, "passes over each rollout's rows per update")
+    clip_low: float = key(0.2, "PPO clipping: the ratio's term is clipped below 1 - clip_low")
+    clip_high: float = key(0.2, "PPO clipping: the ratio's term is clipped above 1 + clip_high (DAPO's clip-higher: "
+                           "clip_high > clip_low)")
+    dual_clip: Optional[float] = key(3.0, "dual-clip PPO: a negative-advantage token's ratio term is bounded by "
+                                     "dual_clip (> 1); null: off")
+    loss_agg: str = key("token-mean", "how the token losses of a step are aggregated", choices=LOSS_AGG_MODES)
+    norm_const: Optional[float] = key(None, "C of the seq-mean-token-sum-norm / dr_grpo modes")
+    kl_in_reward: str = key("off", "off | k1 | k2 | k3 | abs")
+    kl_reward_coef: float = key(0.001, "the weight of the KL penalty in the reward (kl_in_reward)")
+    kl_in_loss: str = key("off", "off | k2 | k3 | k3+ | k1+")
+    kl_loss_coef: float = key(0.001, "the weight of the KL term in the loss (kl_in_loss)")
+    ref_sync_every: int = key(0, "A moving KL anchor (TR-DPO; TRL's sync_ref_model): every ref_sync_every optimizer "
+                              "steps each weight of the reference becomes ref_sync_mix * policy + (1 - ref_sync_mix) * "
+                              "reference. 0: the reference stays the initial model. A small mix every step keeps the "
+                              "policy near a slow average of itself, which damps the cycling of self-play in zero-sum "
+                              "games (magnetic mirror descent with a moving magnet).")
+    ref_sync_mix: float = key(1.0, "the policy's share of the moved KL reference, in (0, 1] (1: a copy)")
+    entropy_coef: float = key(0.0, "the weight of an entropy bonus in the loss (0: off)")
+    tis_cap: Optional[float] = key(None, "Truncated importance sampling against a sampler/trainer mismatch "
+                                   "(docs/algorithms.md §5.6; verl's TIS): each token's policy-gradient term is weighted "
+                                   "by min(exp(logp_trainer_old - logp_behaviour), tis_cap), logp_trainer_old being the "
+                                   "trainer's own log-prob before the update (the first epoch's forward), and the PPO "
+                                   "ratio is taken against logp_trainer_old. A number > 0 (e.g. 2); null: off.")
+    mismatch_mask: Optional[Sequence[float]] = key(None, "Masking against a sampler/trainer mismatch (§5.6): [low, high] "
+                                                   "with 0 < low < 1 < high; tokens whose exp(logp_trainer_old - "
+                                                   "logp_behaviour) is outside it get weight 0 in the policy-gradient "
+                                                   "term (they stay in the loss's denominators) and the PPO ratio is "
+                                                   "taken against logp_trainer_old. null: off. With tis_cap as well, the "
+                                                   "kept tokens are weighted as TIS weights them.")
+    dynamic_sampling: str = key("off", "DAPO dynamic sampling (§7.2): off | std_gt_0 | mean_in_open | mean_in_closed. "
+                                "Groups failing the predicate are dropped and more episodes are played (at most "
+                                "max_sampling_rounds rollouts in all) until as many groups survive as one rollout makes; "
+                                "the surplus is trimmed.")
+    dynamic_sampling_low: Optional[float] = key(None, "the low bound of the mean predicates; null: the predicate's "
+                                                "default (0 open, 0.2 closed)")
+    dynamic_sampling_high: Optional[float] = key(None, "the high bound of the mean predicates; null: the predicate's "
+                                                 "default (1 open, 0.8 closed)")
+    max_sampling_rounds: int = key(10, "dynamic sampling: the most rollouts played for one update")
+    overlong_buffer: int = key(0, "DAPO overlong shaping (§7.4): with overlong_buffer > 0, a response longer than "
+                               "max_new_tokens - overlong_buffer loses (excess / overlong_buffer) * overlong_penalty, up "
+                               "to overlong_penalty at max_new_tokens.")
+    overlong_penalty: float = key(1.0, "overlong shaping: what a response of max_new_tokens tokens loses")
+    mask_truncated: bool = key(False, "drop every unfinished response (cut at max_new_tokens; at token level also one "
+                               "the game interrupted or max_turn_tokens cut) from the loss")
+    multi_turn: str = key("joined", "A conversation role's moves of one game (cogym.agents.conversation): \"joined\" "
+                          "trains them as one sequence whose loss covers only the ids the model wrote; \"turns\" trains "
+                          "each move as a row of its own.", choices=MULTI_TURN)
+    packing: str = key("auto", "The training forward's layout (cogym.learners.packing): rows packed end to end and the "
+                       "rows of a group that share a prompt reading one copy of it. auto: where the cost model says it "
+                       "pays, after a one-time check that the model's packed log-probs equal its plain ones (else plain, "
+                       "with a warning); on: whenever the rows fit a packed row (an error for a model that cannot take "
+                       "it); off: plain right-padded rows.", choices=PACKING)
+    zero_stage: int = key(0, "DeepSpeed ZeRO stage, 0 to 3 (engine: deepspeed)")
+    offload_optimizer: bool = key(False, "ZeRO-Offload: the optimizer state in CPU memory (zero_stage >= 1)")
+    offload_params: bool = key(False, "the parameters in CPU memory (zero_stage: 3)")
+    algorithm_configs: dict = key(factory=dict, help="name -> the algorithm's own config (its keys are flat in YAML; "
+                                  "see split_keys)", repr=False)
 
     def __post_init__(self) -> None:
         """The mismatch options are checked as the config is made (a config file's bad value is then a
@@ -165,10 +171,6 @@ class LearnerConfig:
                 for key, value in dataclasses.asdict(self.algorithm_configs[name]).items():
                     out.setdefault(key, value)
         return out
-
-
-MULTI_TURN = ("joined", "turns")
-PACKING = ("auto", "on", "off")  # as cogym.learners.packing.PACKING
 
 
 def common_keys() -> frozenset[str]:

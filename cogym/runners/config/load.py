@@ -13,6 +13,7 @@ import keyword
 import math
 import types
 import typing
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.safe_yaml import parse_yaml, read_yaml_file
-from cogym.runners.config.schema import algorithm_choices, Config, config_path, default_config_path, MAP_OWNERS, suggest, TYPED_MAPS
+from cogym.runners.config.schema import algorithm_choices, Config, config_path, default_config_path, MAP_OWNERS, RENAMED, suggest, TYPED_MAPS
 from cogym.runners.config.validate import check_choice, validate
 
 
@@ -179,18 +180,38 @@ def _module_path(module: str, config_path: Path) -> str:
     return module
 
 
-def load_tree(path: str | Path | None, overrides: list[str] | None = None, what: str = "config file") -> dict:
-    """The YAML mapping at ``path`` (an empty one when None) with the dotted ``overrides`` applied."""
+def load_tree(path: str | Path | None, overrides: list[str] | None = None, what: str = "config file",
+              renamed: dict[str, str] | None = None) -> dict:
+    """The YAML mapping at ``path`` (an empty one when None) with the dotted ``overrides`` applied; the
+    ``renamed`` keys (old dotted key -> new) that the file or an override holds are moved to their new keys."""
     tree: Any = {}
     if path is not None:
         path = config_path(path)
         tree = read_yaml_file(path, what) or {}
         if not isinstance(tree, dict):
             raise ConfigError(f"{path} must hold a mapping at the top level, got {type(tree).__name__}")
+        move_renamed(tree, renamed or {}, str(path))
     for text in overrides or []:
         key, value = parse_override(text)
         set_dotted(tree, key, value)
+        move_renamed(tree, renamed or {}, f"override {text}")
     return tree
+
+
+def move_renamed(tree: dict, renamed: dict[str, str], source: str) -> None:
+    """Move each renamed key in ``tree`` to its new key, warning once for each (a FutureWarning of one line
+    naming ``source``, the file or the override that holds it); the run goes on. Called for the file, then
+    for each override as it is applied, so the old key's value wins over the new key's only when it was
+    written later."""
+    for old, new in renamed.items():
+        *parents, name = old.split(".")
+        section: Any = tree
+        for part in parents:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and name in section:
+            set_dotted(tree, new, section.pop(name))
+            warnings.warn_explicit(f"config key {old} is renamed {new}; read as {new} (write that instead)",
+                                   FutureWarning, filename=source, lineno=0)
 
 
 def shared_sampling(tree: dict) -> dict:
@@ -210,24 +231,10 @@ def shared_sampling(tree: dict) -> dict:
     return dict(shared)
 
 
-# eval keys of the first format, when the held-out arithmetic set was every config's evaluator
-MOVED_EVAL = {"heldout": "eval.declared (the game's declared evaluators, heldout among them) or eval.evaluators.heldout=null",
-              **{k: f"eval.evaluators.heldout.{k} (the held-out evaluator the arithmetic games declare)"
-                 for k in ("size", "max_new_tokens", "batch_size", "temperature", "samples")}}
-
-
-def _moved_eval_keys(tree: dict) -> None:
-    ev = tree.get("eval")
-    for key in ev if isinstance(ev, dict) else ():
-        if key in MOVED_EVAL:
-            raise ConfigError(f"eval.{key} is now {MOVED_EVAL[key]}")
-
-
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
     """Load a YAML config (the shipped default when ``path`` is None) and apply dotted overrides."""
     path = default_config_path() if path is None else config_path(path)
-    tree = load_tree(path, overrides)
-    _moved_eval_keys(tree)
+    tree = load_tree(path, overrides, renamed=RENAMED)
     _drop_null_seats(tree)
     shared = shared_sampling(tree)
     if shared and isinstance(tree.get("policies"), dict):

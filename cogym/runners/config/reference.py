@@ -1,28 +1,27 @@
 """Every config key with its type, default and meaning, read from the schema itself.
 
-The meaning of a key is the comment next to its field (on the field's line, or the comment lines
-right above it) in the dataclass that declares it; a field with none is described by its section's
-docstring. ``cogym config`` prints the table and docs/config.md is its Markdown form (a test keeps
-the page equal to the output, so it cannot drift from the code).
+The meaning of a key is the help its field declares (:func:`cogym.core.config_key.key`, in the
+field's metadata), and a string key's choices are its type where its field declares them.
+``cogym config`` prints the table and docs/config.md is its Markdown form (a test keeps the page
+equal to the output, so it cannot drift from the code); the page also lists the renamed keys a
+config may still hold (``schema.RENAMED``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import io
 import textwrap
-import tokenize
 import types
 import typing
 from typing import Any
 
 from cogym.agents.endpoint import EndpointConfig
 from cogym.agents.lora import LoraConfig
+from cogym.core.config_key import choices_of, help_of
 from cogym.core.types import SamplingParams
 from cogym.learners.config import common_keys, LearnerConfig
 from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig,
-                                         PolicyConfig, PromptConfig, RayConfig, RunConfig, TournamentGame,
+                                         PolicyConfig, PromptConfig, RayConfig, RENAMED, RunConfig, TournamentGame,
                                          TournamentSampling, TournamentSection)
 
 
@@ -42,35 +41,9 @@ SEATS = ("seats.<role or seat>", "str | null", "", "the policy id (or scripted:<
          "(a seat's own key wins); null removes the seat, its prompt and a policy no seat plays")
 
 
-def _comments(cls: type) -> dict[str, str]:
-    """field name -> the comment on its line, or the comment lines right above it."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return {}
-    out: dict[str, str] = {}
-    above: list[str] = []
-    line_comment: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            line_comment[tok.start[0]] = tok.string.lstrip("#").strip()
-    for number, line in enumerate(source.splitlines(), 1):
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(line_comment.get(number, ""))
-            continue
-        name = stripped.split(":", 1)[0].strip() if ":" in stripped else ""
-        if name.isidentifier() and line.startswith("    ") and not line.startswith("     ") and not stripped.startswith("def "):
-            text = " ".join([*above, line_comment.get(number, "")]).strip()
-            if text:
-                out[name] = text
-        above = []
-    return out
-
-
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+    if origin in (typing.Union, types.UnionType):
         return " | ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
     if origin is typing.Literal:  # a key's choices
         return " | ".join(repr(a) for a in typing.get_args(tp))
@@ -101,18 +74,11 @@ def _optional_section(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 and dataclasses.is_dataclass(args[0])
 
 
-def _section_doc(cls: type) -> str:
-    doc = inspect.getdoc(cls) or ""
-    return doc.split("\n\n")[0].replace("\n", " ") if doc and not doc.startswith(cls.__name__ + "(") else ""
-
-
 def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
     """(key, type, default, meaning) of every key ``command``'s config takes, in schema order."""
     rows: list[tuple[str, str, str, str]] = []
     for prefix, cls in SECTIONS[command]:
         hints = typing.get_type_hints(cls)
-        notes = _comments(cls)
-        fallback = _section_doc(cls)
         for f in dataclasses.fields(cls):
             if f.name == "algorithm_configs" or (cls is LearnerConfig and f.name not in common_keys()):
                 continue
@@ -120,7 +86,8 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
             if dataclasses.is_dataclass(tp) or _optional_section(tp) or (cls is Config):
                 continue  # a nested section: its keys are listed under their own prefix
             key = f"{prefix}.{f.name.rstrip('_')}" if prefix else f.name
-            rows.append((key, _type_name(tp), _default(f), notes.get(f.name) or fallback))
+            choices = " | ".join(map(repr, choices_of(f)))
+            rows.append((key, choices or _type_name(tp), _default(f), help_of(f)))
         if prefix == "game" and command != "tournament":
             rows.append(SEATS)
     if command != "tournament":
@@ -153,11 +120,20 @@ def format_markdown(command: str = "train") -> str:
     return "\n".join(out)
 
 
+def renamed_markdown() -> str:
+    """The renamed keys (``schema.RENAMED``) as a Markdown table."""
+    rows = [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
+    return "\n".join(["## Renamed keys", "",
+                      "A config may still hold these keys from before a redesign: each is read as its new key, with a "
+                      "warning naming it (one line each time a file or an override uses it), and the run goes on.", "",
+                      "| old key | new key |", "|---|---|", *rows, ""])
+
+
 def config_page() -> str:
     """docs/config.md."""
     return ("# Config reference\n\n"
-            "Every key a config takes, with its type, default and meaning, generated from the schema "
-            "(`runners/config/schema.py`) by `cogym config --markdown > docs/config.md`. A YAML file and "
-            "dotted command-line overrides (`run.iterations=10`) set the same keys; an unknown key gets a "
+            "Every key a config takes, with its type, default and meaning, generated from the help each key declares "
+            "in the schema (`cogym/runners/config/schema.py`) by `cogym config --markdown > docs/config.md`. A YAML "
+            "file and dotted command-line overrides (`run.iterations=10`) set the same keys; an unknown key gets a "
             "\"did you mean\". How the sections fit together: [training.md](training.md).\n\n"
-            + format_markdown("all"))
+            + format_markdown("all") + "\n" + renamed_markdown())

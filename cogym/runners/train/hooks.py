@@ -3,7 +3,8 @@
 The loop in :mod:`cogym.runners.train.loop` knows no feature by name: it asks its hooks who plays the
 seats of a rollout, tells them what the rollout and the update did, and lets them save into
 checkpoints and add to the summary. A new training feature (a league, a curriculum, an opponent
-pool) is a new hook, not a branch in the loop.
+pool) is a new hook, not a branch in the loop. Where rollouts and updates run (this process,
+``--nproc`` ranks, Ray) is the same kind of seam: an :class:`~cogym.runners.train.execution.Execution`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class TrainHook:
 
     def reads_policies(self, iteration: int) -> bool:
         """Whether :meth:`after_update` of ``iteration`` reads the policies' weights (then the loop first
-        gives the driver's copies the newest weights of learners that train elsewhere, Ray learner
-        actors). The default says yes, the safe answer."""
+        gives the driver's copies the newest weights of learners that train elsewhere, e.g. Ray's
+        learner actors: :meth:`~cogym.runners.train.execution.Execution.refresh`). The default says
+        yes, the safe answer."""
         return True
 
     def save(self, checkpoint: Path) -> None:
