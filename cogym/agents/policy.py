@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 from pathlib import Path
 from typing import Sequence
 
@@ -22,6 +21,7 @@ from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.loading import HUB_ID, load_causal_lm, parse_dtype, resolve_model_dir
 from cogym.agents.lora import adapter_base, ADAPTER_CONFIG, adapter_param_pattern, AdapterView, FALLBACK_TARGETS, is_adapter_dir, LoraConfig, require_peft
+from cogym.core import seeding
 from cogym.core.types import Generation, SamplingParams
 
 RENDER_CACHE_SIZE = 4096
@@ -260,11 +260,6 @@ def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | Non
                          "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
 
 
-def _adapter_seed(seed: int, name: str) -> int:
-    """A seed for adapter ``name``'s init, fixed by (seed, name) and independent of the others."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
-
-
 class LoraBase:
     """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``)."""
 
@@ -318,7 +313,7 @@ class LoraBase:
             devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
             try:
                 with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(_adapter_seed(seed, name))
+                    seeding.torch_seed("adapter.init", seed, name)  # fixed by (seed, name), apart from the others
                     if self.peft is None:
                         self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
                     else:

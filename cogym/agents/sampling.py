@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from cogym.core.seeding import derive_key, GOLDEN, KEY_BITS  # noqa: F401 - derive_key: cogym.agents exports it
 from cogym.core.types import SamplingParams
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-KEY_BITS = 63
+_GOLDEN = np.uint64(GOLDEN)
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -28,26 +28,6 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
-
-
-_MASK64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _mix64_int(x: int) -> int:
-    """:func:`_mix64` on one Python int in [0, 2**64): the same bits, without numpy's per-call cost."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def derive_key(*parts: int) -> int:
-    """One 63-bit key from integers (a run seed, a game index, a move number, ...); order matters.
-    (Plain int arithmetic modulo 2**64: every seat of every game derives keys, and numpy on one
-    number costs ~15 us an operation.)"""
-    x = 0
-    for p in parts:
-        x = _mix64_int(x ^ (((int(p) & _MASK64) + int(_GOLDEN)) & _MASK64))
-    return x >> (64 - KEY_BITS)
 
 
 def random_keys(n: int) -> list[int]:

@@ -12,6 +12,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 
 from cogym.agents.text_streams import TextStreams
+from cogym.core import seeding
 from cogym.core.errors import GameError
 from cogym.core.text import twin_failure
 from cogym.core.types import Action, Message, Request, Token
@@ -29,7 +30,7 @@ class ScriptedAgent:
         self.strategy = strategy
         self.name = name
         self.twin = twin or name
-        self.rng = np.random.default_rng(seed)  # for unkeyed requests; the trainer reseeds it every iteration
+        self.rng = seeding.rng("scripted.init", seed)  # for unkeyed requests; the trainer reseeds it every iteration
         self.streams = TextStreams(self.act)
 
     def act(self, requests: Sequence[Request]) -> list[Action]:
@@ -44,7 +45,7 @@ class ScriptedAgent:
             raise GameError(twin_failure(self.twin, request.seat, request.role, exc)) from exc
 
     def _rng(self, request: Request) -> np.random.Generator:
-        return self.rng if request.key is None else np.random.default_rng(request.key)
+        return self.rng if request.key is None else seeding.rng("scripted.move", request.key)
 
     # Token level: the whole answer, one id per step (see TokenStreaming).
     def begin(self, requests: Sequence[Request], encode: Callable[[str], list[int]]) -> list[Message]:

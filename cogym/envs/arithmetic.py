@@ -20,6 +20,8 @@ from typing import Iterator
 
 import numpy as np
 
+from cogym.core import seeding
+
 MAX_PROBLEM_CHARS = 32
 MAX_ANSWER_CHARS = 64
 OPS = ("+", "-", "*")
@@ -107,7 +109,7 @@ def is_strict_answer(text: str) -> bool:
 def heldout_problems(n: int = 500, seed: int = 20261121, domain: Domain | None = None) -> list[Problem]:
     """The fixed held-out evaluation set: ``n`` distinct problems drawn with ``seed``."""
     domain = domain or Domain()
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng("arithmetic.heldout", seed)
     seen: set[str] = set()
     out: list[Problem] = []
     while len(out) < n:

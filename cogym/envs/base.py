@@ -32,6 +32,7 @@ import numpy as np
 from gymnasium.spaces import Text
 from pettingzoo import AECEnv
 
+from cogym.core import seeding
 from cogym.core.outcome import KEYS as ALL_OUTCOME_KEYS
 
 OUTCOME_KEYS = tuple(k for k in ALL_OUTCOME_KEYS if k != "role")  # every seat's info names its role
@@ -100,18 +101,14 @@ def seed_spaces(env: Any, entropy: int | list[int]) -> None:
     """
     env._space_entropy, env._unseeded = entropy, set(env.possible_agents)
     for i, agent in enumerate(env.possible_agents):
-        env.action_spaces[agent].seed(_child_seed(entropy, 2 * i))
-
-
-def _child_seed(entropy: int | list[int], k: int) -> int:
-    return int(np.random.SeedSequence(entropy, spawn_key=(k,)).generate_state(1)[0])
+        env.action_spaces[agent].seed(seeding.seed("game.spaces", entropy, 2 * i))
 
 
 def seeded_space(env: Any, agent: str) -> gymnasium.spaces.Space:
     """``env.observation_spaces[agent]``, seeded first if :func:`seed_spaces` ran since it was last seeded."""
     if agent in getattr(env, "_unseeded", ()):
         env._unseeded.discard(agent)
-        env.observation_spaces[agent].seed(_child_seed(env._space_entropy, 2 * list(env.possible_agents).index(agent) + 1))
+        env.observation_spaces[agent].seed(seeding.seed("game.spaces", env._space_entropy, 2 * list(env.possible_agents).index(agent) + 1))
     return env.observation_spaces[agent]
 
 
@@ -171,7 +168,7 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
     def np_random(self) -> np.random.Generator:
         """This game's own generator; created from fresh entropy if ``reset`` had no seed yet."""
         if self._np_random is None:
-            self._np_random = np.random.default_rng()
+            self._np_random = seeding.rng("game.unseeded", None)
         return self._np_random
 
     def _seed(self, seed: int | None) -> None:
@@ -180,7 +177,7 @@ class CogymEnv(AECEnv[str, dict[str, Any], str]):
             return
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-        self._np_random = np.random.default_rng(int(seed))
+        self._np_random = seeding.rng("game.reset", int(seed))
         # The spaces get their own streams (children of the seed) so that sampling random
         # actions never shifts the game's draws, and api_test's samples are reproducible.
         seed_spaces(self, int(seed))

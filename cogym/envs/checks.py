@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, Text
 
+from cogym.core import seeding
 from cogym.core.text import twin_failure
 from cogym.envs.base import CogymEnv, GameSpec, check_messages
 from cogym.envs.contract import ContractViolation, check_infos, check_rewards, observed_text
@@ -57,7 +58,7 @@ class _Episode:
 
     def __init__(self, env: CogymEnv, label: str, plan: dict[str, str], scripted: dict[str, dict[str, Callable]], seed: int) -> None:
         self.env, self.label, self.plan, self.scripted = env, label, plan, scripted
-        self.rng = np.random.default_rng(seed)  # the players' RNG, never the game's
+        self.rng = seeding.rng("game.checks", seed)  # the players' RNG, never the game's
         self.trace: Trace = []
         self.queues: dict[str, list[int]] = {}
         self.returns: dict[str, float] = {}
@@ -331,7 +332,7 @@ def prompts_that_depend_on_play(env_id: str, kwargs: dict[str, Any] | None = Non
     for seed in seeds:
         seen: list[dict[str, str]] = []
         for k in range(plays):
-            rng = np.random.default_rng([seed, k])
+            rng = seeding.rng("game.checks", [seed, k])
             twins = {r: list(fns.values())[k % len(fns)] for r, fns in scripted.items()}
             env.reset(seed=seed)
             first: dict[str, str] = {}

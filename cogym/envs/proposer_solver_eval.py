@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cogym.core import seeding
 from cogym.envs.evaluation import EvalContext, EvaluatorError, Model, chat, for_game
 from cogym.envs.proposer_solver import GAME_ID
 from cogym.envs.registry import make
@@ -61,7 +62,7 @@ class ProposalDifficulty:
         """(problem, reference, the current solver's success rate) of each game that posed a valid problem,
         and the game's truth verifier."""
         games = [make(ctx.game_id, **ctx.game_kwargs) for _ in range(self.games)]
-        seeds = [int(s) for s in np.random.SeedSequence([self.seed]).generate_state(self.games)]
+        seeds = seeding.seeds("eval.games", self.seed, n=self.games)
         _, infos = ctx.play(games, seeds, seed=self.seed, label=self.name)
         posed = []
         for game, info in zip(games, infos):

@@ -37,6 +37,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from cogym.core import seeding
+
 from .datasets import read_utf8_lines
 from .errors import DatasetError
 
@@ -263,7 +265,7 @@ def make_index(vecs: np.ndarray, kind: str, nprobe: int = 16, ef_search: int = 6
     elif kind == "ivf":
         nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))  # faiss wants >= 39 training points a list
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        sample = np.random.default_rng(seed).choice(n, size=min(n, 64 * nlist), replace=False)
+        sample = seeding.rng("search.index", seed).choice(n, size=min(n, 64 * nlist), replace=False)
         index.train(vecs[np.sort(sample)])
     else:
         raise ValueError(f"index kind must be one of {', '.join(INDEX_KINDS[1:])}, got {kind!r}")
@@ -328,7 +330,7 @@ def synthetic_corpus(n: int, seed: int = 0) -> list[dict]:
     """``n`` documents of made-up facts, each with the ``question`` it answers, the ``answer`` (a made-up
     name, or a year for the ``archive`` kind) and its ``kind`` (distinct subjects, so every question has
     one supporting document; filler sentences so that documents are not bare facts)."""
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng("search.corpus", seed)
     docs, seen = [], set()
     while len(docs) < n:
         kind, rel, fact, question = KINDS[len(docs) % len(KINDS)]

@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
+from cogym.core import seeding
 from cogym.envs.checks import PATHOLOGICAL
 from cogym.envs.registry import make, scripted_strategies
 
@@ -86,7 +85,7 @@ class _Stress:
     def episode(self, seed: int, where: str, hostile: str | None = None, at: int = 0) -> None:
         """One episode: the twin plays every seat; with ``hostile``, the seat to move at acting turn ``at``
         sends it instead (or the last seat to move, if the game ends sooner)."""
-        env, rng = self.env, np.random.default_rng(seed)
+        env, rng = self.env, seeding.rng("game.stress", seed)
         env.reset(seed=seed)
         returns = {a: 0.0 for a in env.possible_agents}
         turn, sent = 0, hostile is None

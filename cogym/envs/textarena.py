@@ -54,6 +54,7 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 from gymnasium.spaces import Box, Dict
 
+from cogym.core import seeding
 from cogym.core.names import did_you_mean
 from cogym.core.processes import load_object
 from cogym.envs.base import CogymEnv, GameSpec, int_arg, text_space
@@ -287,7 +288,7 @@ class TextArenaEnv(CogymEnv):
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self._seed(seed)
         py_seed, np_seed, ta_seed = (int(x) for x in self.np_random.integers(0, 2**31 - 1, size=3))
-        self._rng = {"py": random.Random(py_seed).getstate(), "np": np.random.RandomState(np_seed).get_state()}
+        self._rng = seeding.global_states("textarena.globals", py_seed, np_seed)
         self._messages = [[], []]
         self._moves, self._invalid, self._over = 0, None, False
         self._env = self._call(_new_env, self._id)

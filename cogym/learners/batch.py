@@ -12,6 +12,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from cogym.core import seeding
 from cogym.core.types import Turn
 from cogym.agents import cascade
 from cogym.learners import packing as packing_mod, torch_dist as dist
@@ -149,7 +150,7 @@ def _check_packing(model: torch.nn.Module, device: torch.device) -> None:
     vocab = int(getattr(packing_mod.text_config(base), "vocab_size", 0) or 0)
     if vocab < 8:
         return
-    g = torch.Generator().manual_seed(0)
+    g = seeding.torch_generator("learners.packing_check", 0)
     turns = []
     for k, (p, r) in enumerate([(12, 5)] * 3 + [(9, 3)] * 3 + [(14, 6), (5, 2)]):
         if k in (0, 3, 6, 7):  # a new prompt: two groups of three, then two rows of their own

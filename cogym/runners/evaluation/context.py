@@ -18,6 +18,7 @@ import torch
 
 from cogym.agents.policy import Policy
 from cogym.agents.reply_probs import reply_distributions
+from cogym.core import seeding
 from cogym.core.types import SamplingParams
 from cogym.envs.evaluation import Chat, Classifier, EvaluatorError
 from cogym.runners.rollout.agents import AgentFactory, model_agent, twin_name
@@ -30,7 +31,7 @@ def forked_rng(seed: int):
     """Run a block on its own torch RNG stream (CPU and every CUDA device), then restore the caller's."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+        seeding.torch_seed("eval.sampling", seed)
         yield
 
 

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from cogym.core import seeding
 from cogym.core.errors import ConfigError
 from cogym.core.names import did_you_mean
 from cogym.core.processes import load_object
@@ -132,7 +133,7 @@ class VsScripted:
         run, pid = ctx.run, ctx.evaluated(self.name, self.policy)
         games = [make(ctx.game_id, **ctx.game_kwargs) for _ in range(self.games)]
         seating, mine, twin = self._seating(run, games[0], pid)
-        seeds = [int(s) for s in np.random.SeedSequence([self.seed]).generate_state(self.games)]
+        seeds = seeding.seeds("eval.games", self.seed, n=self.games)
         with ctx.rng(self.seed):
             res = rollout(games, Seating(seating), ctx.systems(), seeds, episode_prefix=f"eval-{self.name}")
         scores = [game_score(ret, mine, twin) for ret in res.returns]

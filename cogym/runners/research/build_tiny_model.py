@@ -46,6 +46,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from cogym.agents.char_tokenizer import build_char_tokenizer
 from cogym.agents.loading import embedded_model_path, tiny_model_path
 from cogym.agents.policy import Policy
+from cogym.core import seeding
 from cogym.core.types import SamplingParams
 from cogym.envs.arithmetic_eval import heldout_accuracy
 from cogym.envs.arithmetic import PROPOSER_REQUEST, Domain, Problem, extract_answer, load_heldout
@@ -121,8 +122,8 @@ def build(out_dir: Path, *, seed: int = 0, target_low: float = 0.35, target_high
           max_steps: int = 6000, batch_size: int = 128, lr: float = 2e-3, eval_every: int = 100,
           eval_every_close: int = 25,
           hidden: int = 128, layers: int = 4, quiet: bool = False) -> dict:
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    seeding.torch_seed("tiny_model.init", seed)
+    rng = seeding.rng("tiny_model.data", seed)
     cfg = load_config(None)
     prompts = {role: cfg.prompts[role].system for role in ("proposer", "solver")}
     domain = Domain()
@@ -230,14 +231,14 @@ def build_verifier(out_dir: Path, *, base: str | Path = "tiny", seed: int = 0, s
     ``steps`` steps of ``batch_size`` fresh answers, AdamW at ``lr`` with a cosine decay to 0. Writes the
     model and ``build_info.json`` (its quality on ``test_size`` answers drawn with another seed)."""
     _require_positive(steps=steps, batch_size=batch_size, test_size=test_size, eval_every=eval_every)
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    seeding.torch_seed("tiny_model.init", seed)
+    rng = seeding.rng("tiny_model.data", seed)
     generator, verifier = Policy.from_pretrained(base, device="cpu"), Policy.from_pretrained(base, device="cpu")
     generator.model.eval()
     tok = verifier.tokenizer
     verdict_ids = dict(zip((True, False), _verdict_ids(tok)))
     domain, banned = Domain(), {r["question"] for r in load_heldout()}
-    test = _sampled_answers(generator, domain, np.random.default_rng(seed + 10_000), test_size, banned)
+    test = _sampled_answers(generator, domain, seeding.rng("tiny_model.test", seed), test_size, banned)
     before = verifier_quality(verifier, test)
     opt = torch.optim.AdamW(verifier.model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1.0 + float(np.cos(np.pi * min(s, steps) / steps))))
@@ -366,8 +367,8 @@ def build_reasoner(out_dir: Path, *, seed: int = 0, steps: int = REASONER_STEPS,
     _require_positive(steps=steps, batch_size=batch_size, eval_every=eval_every, votes=votes)
     if not 0.0 <= slip < 0.5:  # at 0.5 a step would be as often wrong as right: nothing left to vote on
         raise ValueError(f"slip must be in [0, 0.5), got {slip}")
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    seeding.torch_seed("tiny_model.init", seed)
+    rng = seeding.rng("tiny_model.data", seed)
     tok = build_char_tokenizer()
     model = LlamaForCausalLM(_tiny_config(tok))
     policy = Policy(model, tok, name="tiny-reasoner")

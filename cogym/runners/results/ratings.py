@@ -58,7 +58,7 @@ Live ratings (:class:`~cogym.runners.results.live_ratings.StreamingRatings`) use
 models (Plackett–Luce by default, Thurstone–Mosteller for TrueSkill-like updates): one game at a
 time, ``(mu, sigma)`` per player, JSON-serialisable state for checkpoints.
 
-Nothing here touches global RNG state; bootstrap draws come from ``numpy.random.default_rng(seed)``.
+Nothing here touches global RNG state; bootstrap draws come from ``seeding.rng("ratings.bootstrap", seed)``.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cogym.core import seeding
 from cogym.runners.results.bt_fit import SCALES, check_identifiable, check_options, closure, fit, not_converged
 
 __all__ = ["Result", "SCALES", "win_matrix", "bradley_terry", "bootstrap_intervals", "expected_score", "leaderboard"]
@@ -277,7 +278,7 @@ def bootstrap_intervals(
     effect[rows, ci * n + cj] += s_cell
     effect[rows, cj * n + ci] += 1.0 - s_cell
 
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng("ratings.bootstrap", seed)
     draws = rng.multinomial(len(results), counts / counts.sum(), size=n_boot)  # (B, K)
     wb = (draws @ effect).reshape(n_boot, n, n)                                 # (B, n, n)
     if prior == 0:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 import numpy as np
 
 from cogym.agents.conversation import Conversation
-from cogym.agents.sampling import derive_key
+from cogym.core import seeding
 from cogym.core.types import Agent, Request, Turn
 from cogym.core.errors import GameContractError, GameStepError
 from cogym.core.text import printable
@@ -51,6 +51,7 @@ class RolloutResult:
     # games' places in this result's lists (their returns and infos are empty: no game result to rate)
     errors: list[dict] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # per game: the seed it was reset with (transcripts show it)
 
 
 SeatMap = Callable[[str, str], tuple[str, Agent]]  # (seat, role) -> (policy id, agent)
@@ -185,7 +186,7 @@ class Episodes:
         of (rollout key, the game's place in the iteration's list, move, k), whoever plays the game."""
         if self.sampling_key is None:
             return None
-        return derive_key(self.sampling_key, self.index[g], self.moves[g], k)
+        return seeding.key("rollout.move", self.sampling_key, self.index[g], self.moves[g], k)
 
     def live(self) -> list[int]:
         return [g for g, env in enumerate(self.games) if env.agents and g not in self.failed]
@@ -308,7 +309,7 @@ class Episodes:
         return RolloutResult(turns=credit(self.seat_turns, self.returns, self.infos), returns=self.returns,
                              infos=self.infos, generated_tokens=generated_tokens, generate_seconds=generate_seconds,
                              seconds=time.perf_counter() - t0, stats=stats, moves=self.log, errors=self.errors,
-                             failed=sorted(self.failed))
+                             failed=sorted(self.failed), seeds=list(self.seeds))
 
 
 class Mover(Protocol):

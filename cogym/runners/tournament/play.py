@@ -7,14 +7,11 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
-from cogym.agents.sampling import derive_key
 from cogym.agents.scripted import ScriptedAgent
+from cogym.core import seeding
 from cogym.core.types import Agent
 from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.turns import rollout
@@ -74,7 +71,7 @@ class Agents:
         # Every agent loaded so far, scripted ones first, then by name (the order the streams were numbered in before).
         for k, (_, agent) in enumerate(sorted(self.cache.items(), key=lambda kv: (twin_name(kv[0]) is None, kv[0]))):
             if isinstance(agent, ScriptedAgent):
-                agent.rng = np.random.default_rng([self.spec.seed, batch, k])
+                agent.rng = seeding.rng("tournament.scripted", self.spec.seed, batch, k)
 
 
 def play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: Agents, sides: list[list[str]],
@@ -94,9 +91,9 @@ def play_batch(spec: TournamentSpec, batch: list[GameKey], envs: list, agents: A
                 return fixed[seat], agents.get(fixed[seat], role)
             return who, agents.get(by_name[who], role)
         maps.append(seat_map)
-    torch.manual_seed(spec.seed * 1_000_003 + batch_no)
+    seeding.torch_seed("tournament.sampling", spec.seed, batch_no)
     res = rollout(envs[: len(batch)], maps, dict(spec.prompts), [seeds[key.k] for key in batch], episode_prefix=f"t{batch_no}",
-                  game_indices=[game_index(key) for key in batch], sampling_key=derive_key(spec.seed))
+                  game_indices=[game_index(key) for key in batch], sampling_key=seeding.key("tournament.key", spec.seed))
     rows = []
     for key, returns in zip(batch, res.returns):
         if isinstance(key, SoloKey):  # paired scoring: the player's own return, compared later seed by seed

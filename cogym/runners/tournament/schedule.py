@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from cogym.core import seeding
 from cogym.runners import rundir
 from cogym.runners.tournament.results import ResultsLog, write_json
 from cogym.runners.results.scoring import paired_rows
@@ -96,7 +97,7 @@ def game_index(key: GameKey) -> int:
 
 def game_seeds(seed: int, n: int) -> list[int]:
     """The seeds of a pairing's games: the same for every pairing (paired comparisons)."""
-    return [int(x) for x in np.random.SeedSequence([seed, 0xC06]).generate_state(n)]
+    return seeding.seeds("tournament.games", seed, n=n)
 
 
 def batches(todo: list[GameKey], size: int, max_loaded: int, models: set[str]) -> Iterable[list[GameKey]]:
@@ -159,7 +160,7 @@ class Schedule:
     def pairs(self, round_no: int, log: ResultsLog) -> list[tuple[str, str]]:
         if round_no < len(self.rounds):
             return [tuple(p) for p in self.rounds[round_no]]
-        pairs = _pairings(self.spec, self.stamp["players"], log, np.random.default_rng([self.spec.seed, 1, round_no]),
+        pairs = _pairings(self.spec, self.stamp["players"], log, seeding.rng("tournament.pairings", self.spec.seed, round_no),
                           self.rounds)
         self.rounds.append([list(p) for p in pairs])
         write_json(self.file, {**self.stamp, "rounds": self.rounds})

@@ -11,14 +11,13 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from cogym.agents.backends import make_backend
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.loading import resolve_model_dir
 from cogym.agents.lora import adapter_base, ADAPTER_CONFIG, is_adapter_dir
 from cogym.agents.policy import LoraBase, Policy
 from cogym.agents.scripted import ScriptedAgent
+from cogym.core import seeding
 from cogym.core.errors import ConfigError, GameError
 from cogym.core.types import Agent
 from cogym.envs import make
@@ -87,7 +86,7 @@ class Run:
         rank in a data-parallel run, so an iteration replays exactly on resume."""
         for k, (_, (_, agent)) in enumerate(sorted(self.seats.items())):
             if isinstance(agent, ScriptedAgent):
-                agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k] + ([rank] if rank else []))
+                agent.rng = seeding.rng("scripted.iteration", self.cfg.run.seed, iteration, k, rank)
 
 
 def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 
 from cogym.agents.llm import LLMAgent
 from cogym.agents.policy import Policy
+from cogym.core import seeding
 from cogym.core.text import brief
 from cogym.core.types import SamplingParams
 from cogym.runners import rundir
@@ -148,7 +149,7 @@ class League:
     def sample(self, iteration: int, groups: int, round_: int = 0) -> list[str | None]:
         """One opponent per group (a member name, or None: the current policy); a pure function of the
         league's state and (run seed, iteration, round)."""
-        rng = np.random.default_rng([self.seed, iteration, round_, 0x1EA6])
+        rng = seeding.rng("league.draw", self.seed, iteration, round_)
         probs = self.probabilities()
         latest = rng.random(groups) < self.cfg.latest_prob
         picks = rng.choice(len(self.members), size=groups, p=probs)
