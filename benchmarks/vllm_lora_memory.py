@@ -2,8 +2,8 @@
 
 Three co-trained roles (proposer, solver, judge) on one base model can generate two ways:
 
-* ``1 engine, 3 LoRA``: the roles are LoRA adapters on one base (:class:`~cogym.agents.policy.LoraBase`,
-  ``.add(name, LoraConfig(r=8, alpha=16, target_modules=["q_proj", "v_proj"]))``), and
+* ``1 engine, 3 LoRA``: the roles are LoRA adapters on one base (:class:`~cogym.agents.lora.LoraBase`,
+  ``Policy.from_adapter(base, name, LoraConfig(r=8, alpha=16, target_modules=["q_proj", "v_proj"]))``), and
   ``make_backend("vllm", policy, options, shared=shared)`` gives all three one shared engine
   (:class:`~cogym.agents.backends.vllm_lora.LoraEngine`: the base weights once, ``enable_lora``,
   ``max_loras=3``, each adapter a ``LoRARequest``);
@@ -108,8 +108,8 @@ def side_main(side: str, path: str, kv_bytes: int) -> dict:
     import torch
 
     from cogym.agents.backends import make_backend
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase, Policy
+    from cogym.agents.lora import LoraBase, LoraConfig
+    from cogym.agents.policy import Policy
     from cogym.core.types import SamplingParams
 
     torch.manual_seed(0)
@@ -118,7 +118,7 @@ def side_main(side: str, path: str, kv_bytes: int) -> dict:
     if side == "lora":
         base = LoraBase(path)
         lora = LoraConfig(r=8, alpha=16, target_modules=["q_proj", "v_proj"])
-        policies = [base.add(name, lora) for name in ROLES]
+        policies = [Policy.from_adapter(base, name, lora) for name in ROLES]
         shared: dict = {}
         for p in policies:  # every adapter registers before the first generate starts the engine
             p.backend = make_backend("vllm", p, options, shared=shared)

@@ -24,7 +24,7 @@ _EXPORTS = {
     "Conversation": "conversation",
     "GenerationBackend": "backends", "HFBackend": "backends",
     "PolicyStreams": "streaming", "TextStreams": "text_streams",
-    "LoraConfig": "lora", "LoraBase": "policy",
+    "LoraConfig": "lora", "LoraBase": "lora",
     "ModelLoadError": "errors",
     "derive_key": "sampling",
 }
@@ -43,8 +43,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names above loa
     from cogym.agents.conversation import Conversation
     from cogym.agents.errors import ModelLoadError
     from cogym.agents.llm import LLMAgent
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
+    from cogym.agents.lora import LoraBase, LoraConfig
     from cogym.agents.loading import load_causal_lm, resolve_model_dir, tiny_model_path
     from cogym.agents.policy import Policy
     from cogym.core.types import Generation, SamplingParams

@@ -1,7 +1,9 @@
 """LoRA policies: several seats' policies as named adapters on ONE shared base model (peft).
 
 A :class:`LoraBase` loads a base causal LM once and wraps it in a peft model; every LoRA policy
-on that base is one named LoRA adapter of it (the policy id), and its ``Policy.model`` is an
+on that base is one named LoRA adapter of it (the policy id: :meth:`Policy.from_adapter
+<cogym.agents.policy.Policy.from_adapter>`; a run's policies share their bases through
+:class:`LoraBases`), and its ``Policy.model`` is an
 :class:`AdapterView`: a small ``nn.Module`` whose forward and ``generate`` first make its own
 adapter the active one, then call the shared peft model. The base weights are frozen; each
 view's ``parameters()`` are the (shared, frozen) base weights and its own adapter only, so an
@@ -21,6 +23,7 @@ directory as base + adapter. peft is optional: ``pip install peft`` (or ``cogym[
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -30,9 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.errors import ModelLoadError
+from cogym.agents.loading import load_causal_lm, resolve_model_dir
 from cogym.core.config_key import key
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -231,3 +236,149 @@ class AdapterView(torch.nn.Module):
                 if dest.is_dir():
                     shutil.rmtree(dest)
                 os.replace(item, dest)
+
+
+def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | None:
+    """``lora.target_modules``, or None (peft's default for the model type), or q_proj/v_proj."""
+    if lora.target_modules:
+        return list(lora.target_modules)
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    if getattr(model.config, "model_type", None) in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+        return None
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    if all(t in names for t in FALLBACK_TARGETS):
+        return list(FALLBACK_TARGETS)
+    raise ModelLoadError(f"peft has no default LoRA target modules for model type {model.config.model_type!r}; "
+                         "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
+
+
+def _adapter_seed(seed: int, name: str) -> int:
+    """A seed for adapter ``name``'s init, fixed by (seed, name) and independent of the others."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
+
+
+class LoraBase:
+    """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``; a policy on it
+    is :meth:`Policy.from_adapter <cogym.agents.policy.Policy.from_adapter>`)."""
+
+    def __init__(self, path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "auto",
+                 attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> None:
+        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters);
+        ``dtype``, ``attn_implementation``, ``gradient_checkpointing``: as for ``Policy.from_pretrained``."""
+        require_peft()
+        self.path = str(path)
+        self.dir = resolve_model_dir(path)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = load_causal_lm(self.dir, dtype, device, attn_implementation, gradient_checkpointing)
+        self.model.requires_grad_(False)
+        self.peft = None  # the peft model, once the first adapter is added
+        self.trainable: dict[str, bool] = {}
+
+    def add(self, name: str, lora: LoraConfig | None = None, adapter_dir: str | Path | None = None,
+            trainable: bool = True, seed: int = 0) -> tuple[AdapterView, object]:
+        """Add adapter ``name`` (fresh from ``lora``, or loaded from ``adapter_dir``); its model (an
+        :class:`AdapterView`) and its tokenizer (the adapter directory's, else the base model's).
+
+        A fresh adapter's random A matrices are drawn from a generator seeded by ``seed`` and ``name``
+        (the global torch RNG is left as it was), so a run's LoRA init is fixed by its seed.
+        ``trainable=False`` (a frozen policy) keeps the adapter's weights out of every optimizer.
+        """
+        peft = require_peft()
+
+        if not name or "." in name or name in "lora_":
+            raise ModelLoadError(f"a LoRA adapter is named after its policy, and {name!r} cannot name a peft adapter "
+                                 "(no dots, and not a part of 'lora_'); rename the policy")
+        if name in self.trainable:
+            raise ModelLoadError(f"the base model {self.path!r} already has an adapter {name!r}")
+        if adapter_dir is not None:
+            adapter_dir = Path(adapter_dir)
+            if not is_adapter_dir(adapter_dir):
+                raise ModelLoadError(f"{str(adapter_dir)!r} is not a LoRA adapter directory (no {ADAPTER_CONFIG})")
+            try:
+                if self.peft is None:
+                    self.peft = peft.PeftModel.from_pretrained(self.model, str(adapter_dir), adapter_name=name,
+                                                               is_trainable=True)
+                else:
+                    self.peft.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=True)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                raise ModelLoadError(f"could not load the LoRA adapter at {str(adapter_dir)!r} onto {self.path!r}: {exc}") from exc
+        else:
+            if lora is None or not lora.enabled:
+                raise ModelLoadError(f"adapter {name!r}: give a LoraConfig with r > 0 or an adapter directory")
+            config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                     target_modules=_target_modules(self.model, lora), task_type="CAUSAL_LM")
+            dev = self.model.device
+            devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+            try:
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(_adapter_seed(seed, name))
+                    if self.peft is None:
+                        self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
+                    else:
+                        self.peft.add_adapter(name, config)
+            except ValueError as exc:  # e.g. a target module the model does not have
+                raise ModelLoadError(f"could not add LoRA adapter {name!r} to {self.path!r}: {exc}") from exc
+        self.trainable[name] = bool(trainable)
+        self._apply_requires_grad()
+        self.peft.eval()
+        view = AdapterView(self.peft, name, base_ref=self.path)
+        tok_dir = adapter_dir if adapter_dir is not None and (adapter_dir / "tokenizer_config.json").is_file() else self.dir
+        return view, AutoTokenizer.from_pretrained(tok_dir)
+
+    def base_view(self) -> AdapterView:
+        """The base model with every adapter disabled (a LoRA policy's KL reference), sharing the weights."""
+        if self.peft is None:
+            raise ValueError("no adapter has been added yet")
+        return AdapterView(self.peft, None, base_ref=self.path)
+
+    def _apply_requires_grad(self) -> None:
+        """Base frozen; each adapter trainable as declared (peft resets these flags when adapters are added)."""
+        pattern = adapter_param_pattern()
+        for pname, p in self.peft.named_parameters():
+            m = pattern.search(pname)
+            p.requires_grad_(bool(m is not None and self.trainable.get(m.group(1), False)))
+
+
+class LoraBases:
+    """A run's base models for LoRA policies: one :class:`LoraBase` per base model directory, which every
+    LoRA policy on that base shares (:meth:`add`); its :meth:`reference` is the base itself."""
+
+    def __init__(self) -> None:
+        self.bases: dict[str, LoraBase] = {}  # resolved base model directory -> its LoraBase
+
+    @staticmethod
+    def base_of(model: str | Path) -> str:
+        """The base model directory a LoRA policy's ``model`` names (an adapter directory names its base)."""
+        base = adapter_base(model) if is_adapter_dir(model) else model
+        try:
+            return str(resolve_model_dir(base).resolve())
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"policies: {exc}") from exc
+
+    def add(self, name: str, model: str | Path, lora: LoraConfig, adapter_dir: Path | None = None,
+            trainable: bool = True, seed: int = 0, device: str = "auto", **options) -> tuple[AdapterView, object]:
+        """Policy ``name``'s adapter on the base model its config ``model`` names (loaded with ``device`` and
+        ``options``, ``LoraBase``'s, when no policy uses it yet): fresh from ``lora``, or from
+        ``adapter_dir`` (a checkpoint being resumed, or a ``model`` that is itself a trained adapter),
+        whose rank and alpha must be ``lora``'s. Its model and tokenizer, as :meth:`LoraBase.add`."""
+        where = f"policies.{name}.lora"
+        if adapter_dir is not None:
+            saved = json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text())
+            if saved.get("r") != lora.r or float(saved.get("lora_alpha", 0)) != lora.alpha:
+                raise ModelLoadError(f"{where}: the adapter at {str(adapter_dir)!r} has r={saved.get('r')}, alpha="
+                                     f"{saved.get('lora_alpha')}, but the config says r={lora.r}, alpha={lora.alpha}; "
+                                     "make them equal")
+        base = self.base_of(model)
+        if base not in self.bases:
+            self.bases[base] = LoraBase(adapter_base(model) if is_adapter_dir(model) else model, device=device, **options)
+        try:
+            return self.bases[base].add(name, lora, adapter_dir=adapter_dir, trainable=trainable, seed=seed)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"{where}: {exc}") from exc
+
+    def reference(self, model: str | Path) -> AdapterView:
+        """The base model of a LoRA policy whose config names ``model``, every adapter disabled (its KL
+        reference: a fresh adapter adds zero), sharing the base weights instead of copying them."""
+        return self.bases[self.base_of(model)].base_view()

@@ -20,8 +20,7 @@ from cogym.agents.backends import GenerationBackend, HFBackend
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.loading import HUB_ID, load_causal_lm, parse_dtype, resolve_model_dir
-from cogym.agents.lora import adapter_base, ADAPTER_CONFIG, adapter_param_pattern, AdapterView, FALLBACK_TARGETS, is_adapter_dir, LoraConfig, require_peft
-from cogym.core import seeding
+from cogym.agents.lora import adapter_base, AdapterView, is_adapter_dir, LoraBase, LoraConfig
 from cogym.core.types import Generation, SamplingParams
 
 RENDER_CACHE_SIZE = 4096
@@ -77,8 +76,9 @@ class Policy:
         """
         dtype = parse_dtype(dtype)
         options = dict(attn_implementation=attn_implementation, gradient_checkpointing=gradient_checkpointing)
-        if is_adapter_dir(path):
-            return load_adapter_policy(path, name=name, dtype=dtype, device=device, **options)
+        if is_adapter_dir(path):  # its base (from adapter_config.json) + the adapter
+            base = LoraBase(adapter_base(path), dtype=dtype, device=device, **options)
+            return cls.from_adapter(base, name or Path(path).name.replace(".", "_") or "adapter", adapter_dir=path)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -90,6 +90,14 @@ class Policy:
         model = load_causal_lm(path, dtype, device, **options)
         default = given if given in EMBEDDED_MODELS else (given.split("/")[-1] if HUB_ID.match(given) else path.name)
         return cls(model, tokenizer, name=name or default)
+
+    @classmethod
+    def from_adapter(cls, base: LoraBase, name: str, lora: LoraConfig | None = None,
+                     adapter_dir: str | Path | None = None, trainable: bool = True, seed: int = 0) -> "Policy":
+        """Policy ``name``: a LoRA adapter added to ``base`` (:meth:`LoraBase.add
+        <cogym.agents.lora.LoraBase.add>`: fresh from ``lora``, or loaded from ``adapter_dir``)."""
+        model, tokenizer = base.add(name, lora, adapter_dir=adapter_dir, trainable=trainable, seed=seed)
+        return cls(model, tokenizer, name=name)
 
     @property
     def lora(self) -> bool:
@@ -243,109 +251,3 @@ def _eos_ids(model, tokenizer) -> list[int]:
     if not ids:
         raise ModelLoadError("the tokenizer defines no eos token, so generation could never stop")
     return sorted(ids)
-
-
-def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | None:
-    """``lora.target_modules``, or None (peft's default for the model type), or q_proj/v_proj."""
-    if lora.target_modules:
-        return list(lora.target_modules)
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-
-    if getattr(model.config, "model_type", None) in TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
-        return None
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    if all(t in names for t in FALLBACK_TARGETS):
-        return list(FALLBACK_TARGETS)
-    raise ModelLoadError(f"peft has no default LoRA target modules for model type {model.config.model_type!r}; "
-                         "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
-
-
-class LoraBase:
-    """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``)."""
-
-    def __init__(self, path: str | Path, dtype: str | torch.dtype = torch.float32, device: str = "auto",
-                 attn_implementation: str | None = None, gradient_checkpointing: bool = False) -> None:
-        """``path``: an HF causal-LM directory or ``"tiny"`` (written as given into saved adapters);
-        ``dtype``, ``attn_implementation``, ``gradient_checkpointing``: as for ``Policy.from_pretrained``."""
-        require_peft()
-        self.path = str(path)
-        self.dir = resolve_model_dir(path)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = load_causal_lm(self.dir, dtype, device, attn_implementation, gradient_checkpointing)
-        self.model.requires_grad_(False)
-        self.peft = None  # the peft model, once the first adapter is added
-        self.trainable: dict[str, bool] = {}
-
-    def add(self, name: str, lora: LoraConfig | None = None, adapter_dir: str | Path | None = None,
-            trainable: bool = True, seed: int = 0):
-        """Add adapter ``name`` (fresh from ``lora``, or loaded from ``adapter_dir``) and return its Policy.
-
-        A fresh adapter's random A matrices are drawn from a generator seeded by ``seed`` and ``name``
-        (the global torch RNG is left as it was), so a run's LoRA init is fixed by its seed.
-        ``trainable=False`` (a frozen policy) keeps the adapter's weights out of every optimizer.
-        """
-        peft = require_peft()
-
-        if not name or "." in name or name in "lora_":
-            raise ModelLoadError(f"a LoRA adapter is named after its policy, and {name!r} cannot name a peft adapter "
-                                 "(no dots, and not a part of 'lora_'); rename the policy")
-        if name in self.trainable:
-            raise ModelLoadError(f"the base model {self.path!r} already has an adapter {name!r}")
-        if adapter_dir is not None:
-            adapter_dir = Path(adapter_dir)
-            if not is_adapter_dir(adapter_dir):
-                raise ModelLoadError(f"{str(adapter_dir)!r} is not a LoRA adapter directory (no {ADAPTER_CONFIG})")
-            try:
-                if self.peft is None:
-                    self.peft = peft.PeftModel.from_pretrained(self.model, str(adapter_dir), adapter_name=name,
-                                                               is_trainable=True)
-                else:
-                    self.peft.load_adapter(str(adapter_dir), adapter_name=name, is_trainable=True)
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:
-                raise ModelLoadError(f"could not load the LoRA adapter at {str(adapter_dir)!r} onto {self.path!r}: {exc}") from exc
-        else:
-            if lora is None or not lora.enabled:
-                raise ModelLoadError(f"adapter {name!r}: give a LoraConfig with r > 0 or an adapter directory")
-            config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                     target_modules=_target_modules(self.model, lora), task_type="CAUSAL_LM")
-            dev = self.model.device
-            devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
-            try:
-                with torch.random.fork_rng(devices=devices):
-                    seeding.torch_seed("adapter.init", seed, name)  # fixed by (seed, name), apart from the others
-                    if self.peft is None:
-                        self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
-                    else:
-                        self.peft.add_adapter(name, config)
-            except ValueError as exc:  # e.g. a target module the model does not have
-                raise ModelLoadError(f"could not add LoRA adapter {name!r} to {self.path!r}: {exc}") from exc
-        self.trainable[name] = bool(trainable)
-        self._apply_requires_grad()
-        self.peft.eval()
-        view = AdapterView(self.peft, name, base_ref=self.path)
-        tok_dir = adapter_dir if adapter_dir is not None and (Path(adapter_dir) / "tokenizer_config.json").is_file() else self.dir
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-        return Policy(view, tokenizer, name=name)
-
-    def base_view(self) -> AdapterView:
-        """The base model with every adapter disabled (a LoRA policy's KL reference), sharing the weights."""
-        if self.peft is None:
-            raise ValueError("no adapter has been added yet")
-        return AdapterView(self.peft, None, base_ref=self.path)
-
-    def _apply_requires_grad(self) -> None:
-        """Base frozen; each adapter trainable as declared (peft resets these flags when adapters are added)."""
-        pattern = adapter_param_pattern()
-        for pname, p in self.peft.named_parameters():
-            m = pattern.search(pname)
-            p.requires_grad_(bool(m is not None and self.trainable.get(m.group(1), False)))
-
-
-def load_adapter_policy(path: str | Path, name: str | None = None, dtype: torch.dtype = torch.float32,
-                        device: str = "auto", **options):
-    """A Policy from an adapter directory alone: its base (from ``adapter_config.json``) + the adapter.
-    ``options``: ``attn_implementation`` and ``gradient_checkpointing`` of the base model."""
-    path = Path(path)
-    base = LoraBase(adapter_base(path), dtype=dtype, device=device, **options)
-    return base.add(name or path.name.replace(".", "_") or "adapter", adapter_dir=path)

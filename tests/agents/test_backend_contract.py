@@ -45,13 +45,12 @@ ENGINE = dict(max_num_seqs=64, kv_cache_memory_bytes=256 << 20)
 def lora_policies():
     """Three LoRA adapters (rank 8) on the embedded tiny model, each moved away from the base (a fresh
     adapter's B is zero) so each generates its own tokens."""
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
+    from cogym.agents.lora import LoraBase, LoraConfig
 
     base = LoraBase("tiny")
     policies = {}
     for k, name in enumerate(ADAPTERS):
-        policy = base.add(name, LoraConfig(r=8, alpha=16), seed=k)
+        policy = Policy.from_adapter(base, name, LoraConfig(r=8, alpha=16), seed=k)
         gen = torch.Generator().manual_seed(k)
         with torch.no_grad():
             for pname, p in policy.model.adapter_parameters():

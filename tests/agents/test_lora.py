@@ -13,14 +13,12 @@ import torch
 pytest.importorskip("peft", reason="LoRA policies need peft (pip install peft)")
 
 from cogym.agents.errors import ModelLoadError
-from cogym.agents.lora import AdapterView, LoraConfig, require_peft
-from cogym.agents.policy import LoraBase
+from cogym.agents.lora import AdapterView, LoraBase, LoraConfig, require_peft
 from cogym.agents.policy import Policy
 from cogym.core.types import SamplingParams
 from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch, response_logp
-from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
@@ -33,7 +31,7 @@ MESSAGES = [[{"role": "system", "content": "Solve."}, {"role": "user", "content"
 
 def _pair(model_dir) -> tuple[LoraBase, Policy, Policy]:
     base = LoraBase(model_dir)
-    return base, base.add("alice", LoraConfig(r=4)), base.add("bob", LoraConfig(r=4))
+    return base, Policy.from_adapter(base, "alice", LoraConfig(r=4)), Policy.from_adapter(base, "bob", LoraConfig(r=4))
 
 
 def _adapter_of(name: str) -> str:
@@ -141,7 +139,7 @@ def test_save_and_reload_reproduces_log_probs_exactly(tiny_model_dir, tmp_path):
     assert alone.lora and torch.equal(_logp(alone, turns), expected)
     shared = LoraBase(tiny_model_dir)
     shared.add("bob", LoraConfig(r=4))
-    again = shared.add("alice", adapter_dir=tmp_path / "alice")
+    again = Policy.from_adapter(shared, "alice", adapter_dir=tmp_path / "alice")
     assert torch.equal(_logp(again, turns), expected)
 
 
@@ -185,7 +183,7 @@ def test_lora_build_errors(tiny_model_dir):
     with pytest.raises(ModelLoadError, match=r"policies\.solver\.lora: could not add LoRA adapter 'solver'.*nope"):
         build(load_config(CONFIG, _overrides("policies.solver.lora.target_modules=[nope]")))
     # Resuming a LoRA config from a full-model checkpoint directory: the settings changed since the run began.
-    with pytest.raises(RunDirError, match=r"policies\.solver\.lora\.r > 0, but .* is a full model"):
+    with pytest.raises(ConfigError, match=r"policies\.solver\.lora\.r > 0, but .* is a full model"):
         build(load_config(CONFIG, _overrides()), policy_dirs={"solver": tiny_model_dir})
 
 

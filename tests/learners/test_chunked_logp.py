@@ -189,13 +189,13 @@ def test_a_lora_view_is_scored_through_its_adapter_with_the_chunked_head(tiny_mo
     """A LoRA policy (and its base view, the KL reference) take the chunked path, with the right adapter
     active for the head as well: lm_head is adapted here, so a wrong adapter would change the log-probs."""
     pytest.importorskip("peft", reason="LoRA needs the peft package (the test extra installs it)")
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
+    from cogym.agents.lora import LoraBase, LoraConfig
+    from cogym.agents.policy import Policy
 
     monkeypatch.setattr(batch_mod, "HEAD_CHUNK_ELEMENTS", 3 * 200)  # a few tokens a chunk
     base = LoraBase(tiny_model_dir)
-    alice = base.add("alice", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
-    bob = base.add("bob", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    alice = Policy.from_adapter(base, "alice", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
+    bob = Policy.from_adapter(base, "bob", LoraConfig(r=4, target_modules=["q_proj", "lm_head"]))
     with torch.no_grad():  # adapters start at zero: give them weights so that each view differs
         for name, p in base.model.named_parameters():
             if "lora_B" in name:

@@ -194,11 +194,10 @@ def test_a_bfloat16_lora_adapter_with_checkpointing_trains(tiny_model_dir):
     """The shared base loads in bf16 with checkpointing; peft keeps the adapter in float32 (so the engine
     needs no master copy), and only the adapter moves."""
     pytest.importorskip("peft", reason="LoRA needs the peft package (the test extra installs it)")
-    from cogym.agents.lora import LoraConfig
-    from cogym.agents.policy import LoraBase
+    from cogym.agents.lora import LoraBase, LoraConfig
 
     base = LoraBase(tiny_model_dir, dtype="bf16", gradient_checkpointing=True)
-    policy = base.add("alice", LoraConfig(r=4))
+    policy = Policy.from_adapter(base, "alice", LoraConfig(r=4))
     base_before = {n: p.detach().clone() for n, p in base.model.named_parameters() if "lora_" not in n}
     learner = Learner(policy, LearnerConfig.from_flat(engine="torch", lr=1e-2))
     assert {p.dtype for p in learner.engine.params} == {torch.float32} and learner.engine.master is None

@@ -1,6 +1,6 @@
 """Several LoRA policies on one vLLM engine: vLLM's multi-LoRA serving for cogym's shared-base adapters.
 
-Policies that are LoRA adapters on one base model (:class:`~cogym.agents.policy.LoraBase`) and say
+Policies that are LoRA adapters on one base model (:class:`~cogym.agents.lora.LoraBase`) and say
 ``generation.backend: vllm`` share ONE engine (:class:`LoraEngine`), started from the base model's
 directory with ``enable_lora``; each policy's :class:`VLLMLoraBackend` names its adapter in every
 request (a ``LoRARequest``). So three co-trained roles hold one copy of the base weights and three
