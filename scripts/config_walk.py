@@ -148,7 +148,9 @@ def _collect(module: Module, node: ast.AST, prefix: str) -> None:
             _collect(module, child, qualname + ".")
 
 
-class Walker:
+class Resolver:
+    """Finds the cogym function, method or class a name or a call means."""
+
     def __init__(self, modules: dict[str, Module]) -> None:
         self.modules = modules
 
@@ -214,7 +216,7 @@ class Walk:
     """The walk's state: what holds the Config in each function reached, and the carrier classes."""
 
     def __init__(self, modules: dict[str, Module]) -> None:
-        self.walker = Walker(modules)
+        self.resolver = Resolver(modules)
         self.carriers: set[str] = set()  # names of the classes that receive the whole Config
 
     def kinds(self, fn: Function, received: dict[str, str]) -> dict[str, str]:
@@ -227,13 +229,13 @@ class Walk:
             for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                 if a.annotation is not None and ast.unparse(a.annotation).strip("\"'") in self.carriers:
                     kinds.setdefault(a.arg, CARRIER)
-        module = self.walker.modules[fn.module]
+        module = self.resolver.modules[fn.module]
         for stmt in ast.walk(node):
             if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
                 continue
             name, value = stmt.targets[0].id, stmt.value
             if isinstance(value, ast.Call):
-                target = self.walker.callee(module, fn, value, {})
+                target = self.resolver.callee(module, fn, value, {})
                 if isinstance(target, Function) and (target.qualname.removesuffix(".__init__") in self.carriers
                                                      or _returns(target) in self.carriers):
                     kinds.setdefault(name, CARRIER)
@@ -259,17 +261,17 @@ class Walk:
     def calls(self, fn: Function, kinds: dict[str, str]):
         """(call, callee or "unresolved", the parameter that receives it, CONFIG or CARRIER) for each
         call in ``fn`` that passes the whole Config, bare or in a carrier."""
-        module = self.walker.modules[fn.module]
+        module = self.resolver.modules[fn.module]
         body = fn.node
         local = {n.name: _function(fn.module, f"{fn.qualname}.<locals>.{n.name}", n, method=False)
                  for n in ast.walk(body) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not body}
 
         def returns(call: ast.Call) -> str:
-            target = self.walker.callee(module, fn, call, local)
+            target = self.resolver.callee(module, fn, call, local)
             return _returns(target) if isinstance(target, Function) else ""
 
         for call in (n for n in ast.walk(body) if isinstance(n, ast.Call)):
-            target = self.walker.callee(module, fn, call, local)
+            target = self.resolver.callee(module, fn, call, local)
             if target is None:
                 continue
             params = target.params if isinstance(target, Function) else []
@@ -295,7 +297,7 @@ def walk(modules: dict[str, Module]) -> dict:
 
 
 def _walk_once(state: Walk) -> dict:
-    modules = state.walker.modules
+    modules = state.resolver.modules
     start = modules[START[0]].functions[START[1]]
     received: dict[str, dict[str, str]] = {start.key: {n: CONFIG for n in NAMES}}
     path: dict[str, list[str]] = {start.key: [start.module]}  # the modules on the first path to a function
