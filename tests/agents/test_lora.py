@@ -19,6 +19,7 @@ from cogym.core.types import SamplingParams
 from cogym.core.types import Turn
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner, TokenBatch, response_logp
+from cogym.runners.rundir import RunDirError
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
@@ -183,7 +184,7 @@ def test_lora_build_errors(tiny_model_dir):
     with pytest.raises(ModelLoadError, match=r"policies\.solver\.lora: could not add LoRA adapter 'solver'.*nope"):
         build(load_config(CONFIG, _overrides("policies.solver.lora.target_modules=[nope]")))
     # Resuming a LoRA config from a full-model checkpoint directory: the settings changed since the run began.
-    with pytest.raises(ConfigError, match=r"policies\.solver\.lora\.r > 0, but .* is a full model"):
+    with pytest.raises(RunDirError, match=r"policies\.solver\.lora\.r > 0, but .* is a full model"):
         build(load_config(CONFIG, _overrides()), policy_dirs={"solver": tiny_model_dir})
 
 

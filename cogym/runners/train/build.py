@@ -1,7 +1,9 @@
 """Instantiate a config: games, policies, the agent behind every seat, and a learner per trained policy.
 
 Everything that depends on the game (which roles and seats exist, which scripted twins it has)
-is checked here, before any run directory is written, with a one-line :class:`ConfigError`.
+is checked here, before any run directory is written, with a one-line error: the config's checks
+against the game are :mod:`cogym.runners.config.validate`'s, who sits where
+:mod:`cogym.runners.rollout.seating`'s.
 """
 
 from __future__ import annotations
@@ -10,13 +12,12 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from cogym.agents.backends import make_backend
 from cogym.agents.lora import is_adapter_dir, LoraBases
 from cogym.agents.policy import Policy
 from cogym.agents.scripted import ScriptedAgent
-from cogym.core.errors import ConfigError, GameError
+from cogym.core import seeding
+from cogym.core.errors import GameError
 from cogym.core.types import Agent
 from cogym.envs import make
 from cogym.envs.checks import prompts_that_depend_on_play
@@ -26,14 +27,16 @@ from cogym.learners import registry
 from cogym.learners.learner import Learner
 from cogym.runners.config.load import build_section
 from cogym.runners.config.modules import import_game_modules
-from cogym.runners.config.schema import Config, suggest
-from cogym.runners.config.validate import league_policy
+from cogym.runners.config.schema import Config
+from cogym.runners.config.validate import (check_groups, check_league_seats, check_outcomes, check_role_keys,
+                                           check_token_seats, league_policy, make_game)
 from cogym.runners.evaluation.evaluators import check as check_evaluators
 from cogym.runners.evaluation.evaluators import evaluators_of
 from cogym.runners.rollout.agents import AgentFactory, twin_name
 from cogym.runners.rollout.loop import reproduce_command
 from cogym.runners.rollout.seating import assign, seats_of
 from cogym.runners.rollout.tokens import ChatCodec
+from cogym.runners.rundir import RunDirError
 from cogym.runners.train.league import League
 
 
@@ -42,16 +45,8 @@ def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -
     if cfg.game.granularity == "turn":
         return [make(cfg.game.id, **cfg.game.kwargs) for _ in range(cfg.game.num_games)]
     llm = [pid for pid in sorted(seat_pids) if pid in policies]
-    if not llm:
-        raise ConfigError("game.granularity: token needs at least one model seat (every seat is scripted)")
-    first = policies[llm[0]]
-    for pid in llm[1:]:
-        other = policies[pid].tokenizer
-        if other.get_vocab() != first.tokenizer.get_vocab() or other.chat_template != first.tokenizer.chat_template:
-            raise ConfigError(f"game.granularity: token needs every model seat to share one tokenizer and chat template; "
-                              f"policies {llm[0]!r} and {pid!r} differ (a token is an action, and one codec renders "
-                              "every seat's prompt)")
-    codec = ChatCodec(first, {role: p.system for role, p in cfg.prompts.items()})
+    check_token_seats({pid: policies[pid].tokenizer for pid in llm})
+    codec = ChatCodec(policies[llm[0]], {role: p.system for role, p in cfg.prompts.items()})
     # The game's bound on a message; each policy's own max_new_tokens is enforced by the rollout, and
     # scripted seats (whose moves may be longer than a model's) get at least the default bound.
     max_tokens = cfg.game.max_turn_tokens or max(DEFAULT_MAX_TURN_TOKENS, *(cfg.policies[pid].sampling.max_new_tokens for pid in llm))
@@ -84,38 +79,7 @@ class Run:
         rank in a data-parallel run, so an iteration replays exactly on resume."""
         for k, (_, (_, agent)) in enumerate(sorted(self.seats.items())):
             if isinstance(agent, ScriptedAgent):
-                agent.rng = np.random.default_rng([self.cfg.run.seed, iteration, k] + ([rank] if rank else []))
-
-
-def _check_role_keys(cfg: Config, roles: tuple[str, ...]) -> None:
-    for role in cfg.prompts:
-        if role not in roles:
-            raise ConfigError(f"prompts.{role}: {cfg.game.id} has no role {role!r}{suggest(role, roles)}")
-    for pid, lc in cfg.learners.items():
-        for role in lc.role_algorithms:
-            if role not in roles:
-                raise ConfigError(f"learners.{pid}.role_algorithms.{role}: {cfg.game.id} has no role {role!r}"
-                                  f"{suggest(role, roles)}")
-
-
-def _check_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
-    """A grouped estimator on a role with one seat per game learns nothing: the group is that seat's
-    moves in one episode, which all share its return, so every advantage is 0."""
-    for role in game.spec.roles:
-        for pid in sorted({p for p, r in assignment.values() if r == role}):
-            lc = cfg.learners.get(pid)
-            if lc is None or lc.algorithm == "frozen":
-                continue
-            # Groups form inside one policy's batch: count the seats of the role this policy plays.
-            seats = [s for s, (p, r) in assignment.items() if r == role and p == pid]
-            estimator = lc.role_algorithms.get(role, lc.algorithm)
-            if registry.get(estimator).grouped and len(seats) == 1 and cfg.game.group_size == 1:
-                raise ConfigError(
-                    f"learners.{pid}: {estimator} groups turns by (episode, role), and policy {pid!r} plays one "
-                    f"{role!r} seat per game of {cfg.game.id}, so every group has one return and every advantage is 0. Play "
-                    "each start several times (game.group_size: 4 groups 4 episodes of one seed), use reinforce_pp (a "
-                    f"batch baseline) for this role (learners.{pid}.role_algorithms.{role}: reinforce_pp), or a game "
-                    "argument that seats several players of the role")
+                agent.rng = seeding.rng("scripted.iteration", self.cfg.run.seed, iteration, k, rank)
 
 
 def _warn_mixed_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
@@ -146,37 +110,13 @@ def _warn_mixed_groups(cfg: Config, game, assignment: dict[str, tuple[str, str]]
             UserWarning, stacklevel=2)
 
 
-def _check_outcomes(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> None:
-    """An algorithm that reads end-of-game facts (SPIN: ``reference``) needs a game that declares them
-    (``GameSpec.outcomes``) for at least one role it trains."""
-    for pid in sorted({p for p, _ in assignment.values()}):
-        lc = cfg.learners.get(pid)
-        if lc is None or lc.algorithm == "frozen":
-            continue
-        roles = sorted({r for p, r in assignment.values() if p == pid})
-        for name in sorted({lc.role_algorithms.get(role, lc.algorithm) for role in roles}):
-            trained = [r for r in roles if lc.role_algorithms.get(r, lc.algorithm) == name]
-            for key in registry.get(name).outcome_keys:
-                if not any(key in game.spec.outcomes.get(r, ()) for r in trained):
-                    raise ConfigError(f"learners.{pid}: {name} reads each turn's {key!r} (the game's end-of-game facts), "
-                                      f"and {cfg.game.id} declares none for role(s) {', '.join(trained)} (GameSpec.outcomes: "
-                                      f"{dict(game.spec.outcomes) or 'none'}); train a role whose game reports it")
-
-
 def _league_seats(cfg: Config, game, assignment: dict[str, tuple[str, str]]) -> tuple[list[str], list[str]]:
     """league.seats as seats of the game (a role stands for its seats), and the learner's seats (the
     league policy's other seats); every league seat must be the league policy's in ``seats``."""
     pid = league_policy(cfg)
     league = seats_of(game, cfg.league.seats, "league.seats")
-    for seat in league:
-        if assignment[seat][0] != pid:
-            raise ConfigError(f"league.seats: seat {seat!r} is played by {assignment[seat][0]!r}, but the league plays "
-                              f"past selves of policy {pid!r} in its seats; seat it there (seats.{seat}={pid})")
-    learner = [s for s, (p, _) in assignment.items() if p == pid and s not in league]
-    if not learner:
-        raise ConfigError(f"league.seats cover every seat of policy {pid!r}, so it would only watch its past selves play; "
-                          "leave it at least one seat of its own (the league seats are its opponents)")
-    return league, learner
+    check_league_seats(cfg, league, assignment)
+    return league, [s for s, (p, _) in assignment.items() if p == pid and s not in league]
 
 
 def _load_lora_policy(cfg: Config, pid: str, path, bases: LoraBases, device: str = "auto") -> Policy:
@@ -186,7 +126,7 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: LoraBases, device: str
     adapter_dir = Path(path) if is_adapter_dir(path) else None
     if adapter_dir is None and str(path) != str(pc.model):
         where = f"policies.{pid}.lora"
-        raise ConfigError(f"{where}.r > 0, but {str(path)!r} (the checkpoint being resumed) is a full model, not a LoRA "
+        raise RunDirError(f"{where}.r > 0, but {str(path)!r} (the checkpoint being resumed) is a full model, not a LoRA "
                           f"adapter directory; resume with the lora settings the run was started with ({where}.r: 0)")
     model, tokenizer = bases.add(pid, pc.model, pc.lora, adapter_dir, trainable=cfg.learners[pid].algorithm != "frozen",
                                  seed=cfg.run.seed, device=device, **pc.load_options())
@@ -195,7 +135,7 @@ def _load_lora_policy(cfg: Config, pid: str, path, bases: LoraBases, device: str
 
 def _assign_seats(cfg: Config, game, factory: AgentFactory) -> dict[str, tuple[str, str]]:
     """seat -> (policy id, role) for every seat of the game, from ``seats`` (a seat name wins over its role)."""
-    _check_role_keys(cfg, game.spec.roles)
+    check_role_keys(cfg, game.spec.roles)
     policies = assign(game, cfg.seats, "seats", missing="seat {seat!r} (role {role!r}) has no policy; add seats.{role}: <policy id>")
     assignment: dict[str, tuple[str, str]] = {}
     for seat, pid in policies.items():
@@ -264,10 +204,7 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
 def _game_of(cfg: Config):
     """An instance of the config's game (after importing ``game.modules``, which may register it)."""
     import_game_modules(cfg.game.modules)
-    try:
-        return make(cfg.game.id, **cfg.game.kwargs)
-    except (TypeError, ValueError) as exc:  # unknown game or argument: the registry's message names the fix
-        raise ConfigError(f"game: {exc}") from exc
+    return make_game(cfg.game.id, cfg.game.kwargs)
 
 
 def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: dict[str, Path] | None = None,
@@ -280,9 +217,9 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     game = _game_of(cfg)
     factory = AgentFactory(cfg.game.id, seed=cfg.run.seed)
     assignment = _assign_seats(cfg, game, factory)
-    _check_groups(cfg, game, assignment)
+    check_groups(cfg, game, assignment)
     _warn_mixed_groups(cfg, game, assignment)
-    _check_outcomes(cfg, game, assignment)
+    check_outcomes(cfg, game, assignment)
     evaluators = [] if rollout_only else evaluators_of(cfg.eval, game.spec, build_section)  # after game.modules: they may register kinds
     league_seats = _league_seats(cfg, game, assignment) if cfg.league.seats and not rollout_only else None
     used = {pid for pid, _ in assignment.values()}
@@ -328,5 +265,5 @@ def build_learner(cfg: Config, pid: str, policy_dir: Path | None = None, critic_
     made = _make_learners(cfg, {pid: policy}, {pid: policy_dir} if policy_dir else {},
                           {pid: critic_dir} if critic_dir else {}, bases)
     if pid not in made:
-        raise ConfigError(f"policy {pid!r} is not trained (learners.{pid}.algorithm: frozen)")
+        raise ValueError(f"policy {pid!r} is not trained (learners.{pid}.algorithm: frozen)")
     return policy, made[pid]
