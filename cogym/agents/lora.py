@@ -23,7 +23,6 @@ directory as base + adapter. peft is optional: ``pip install peft`` (or ``cogym[
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -38,6 +37,7 @@ from transformers import AutoTokenizer
 from cogym.agents.embedded import EMBEDDED_MODELS
 from cogym.agents.errors import ModelLoadError
 from cogym.agents.loading import load_causal_lm, resolve_model_dir
+from cogym.core import seeding
 from cogym.core.config_key import key
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -253,11 +253,6 @@ def _target_modules(model: torch.nn.Module, lora: LoraConfig) -> list[str] | Non
                          "set policies.<id>.lora.target_modules (e.g. [q_proj, v_proj])")
 
 
-def _adapter_seed(seed: int, name: str) -> int:
-    """A seed for adapter ``name``'s init, fixed by (seed, name) and independent of the others."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") >> 1
-
-
 class LoraBase:
     """One base causal LM, loaded once, carrying one LoRA adapter per policy (``add``; a policy on it
     is :meth:`Policy.from_adapter <cogym.agents.policy.Policy.from_adapter>`)."""
@@ -313,7 +308,7 @@ class LoraBase:
             devices = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
             try:
                 with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(_adapter_seed(seed, name))
+                    seeding.torch_seed("adapter.init", seed, name)  # fixed by (seed, name), apart from the others
                     if self.peft is None:
                         self.peft = peft.get_peft_model(self.model, config, adapter_name=name)
                     else:
