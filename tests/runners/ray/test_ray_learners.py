@@ -133,7 +133,7 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
     calls: list[tuple[int, bool]] = []
     ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
 
-    def dies(cfg, run_path, start_it, ckpt_, t_start, progress, threads, restarts):
+    def dies(cfg, execution, run_path, start_it, ckpt_, t_start, progress, threads):
         calls.append((start_it, (run_path / "metrics.jsonl").exists() or (run_path / "tb").exists()))
         run_path.mkdir(parents=True, exist_ok=True)
         if run_path.name == "b" and start_it == 1:  # run b's first attempt saved iteration 4's checkpoint
@@ -145,7 +145,7 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
         raise LearnerDied("the learner actor of policy 'solver' (pid 1) died during update 1")
 
     monkeypatch.setattr(loop, "_train", dies)
-    cfg = small_config(tmp_path, "ray.max_restarts=2")
+    cfg = small_config(tmp_path, "run.backend=ray", "ray.max_restarts=2")
     with pytest.raises(LearnerDied, match=r"died during update 1; ray.max_restarts = 2 resumes were used: the run "
                                           r"stops \(it had no checkpoint yet: run it again\)"):
         train(cfg, tmp_path / "a", progress=False)

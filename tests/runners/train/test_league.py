@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from cogym.agents.loading import tiny_model_path
 from cogym.core.types import SamplingParams
 from cogym.learners.learner import Learner
-from cogym.runners.train import loop as train_mod
+from cogym.runners.train import execution as execution_mod
 from cogym.runners.train.build import build
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
@@ -148,7 +148,7 @@ def test_size_keeps_the_most_recent_members() -> None:
 def league_run(tmp_path_factory: pytest.TempPathFactory):
     """5 iterations; records every rollout result and every batch the learner got."""
     rollouts, updates = [], []
-    real_rollout, real_update = train_mod.rollout, Learner.update
+    real_rollout, real_update = execution_mod.rollout, Learner.update
 
     def spy_rollout(games, seat_map, *args, **kwargs):
         res = real_rollout(games, seat_map, *args, **kwargs)
@@ -161,7 +161,7 @@ def league_run(tmp_path_factory: pytest.TempPathFactory):
 
     path = tmp_path_factory.mktemp("league") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train_mod, "rollout", spy_rollout)
+        mp.setattr(execution_mod, "rollout", spy_rollout)
         mp.setattr(Learner, "update", spy_update)
         summary = train(load_config(KUHN, _overrides()), run_path=path, progress=False)
     return path, summary, rollouts, updates
