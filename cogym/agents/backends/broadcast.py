@@ -11,7 +11,7 @@ receivers, each as of its last start) and kept for the next sync with the same m
 that restarts joins a new group. Groups are ``torch.distributed`` process groups made directly on a
 ``TCPStore`` that the sender hosts, outside the default group a learner group (``ray.learner_workers``)
 uses. The module needs only torch: it lives with the backends because a vLLM engine's worker process
-joins groups too (the Ray runner, :mod:`cogym.runners.ray.rollout`, decides who meets whom)."""
+joins groups too (the Ray runner's weight sync, :mod:`cogym.runners.ray.sync`, decides who meets whom)."""
 
 from __future__ import annotations
 

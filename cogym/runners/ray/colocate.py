@@ -5,10 +5,10 @@ In a sync run a rollout worker's engines are idle while the learner actor beside
 placement bundle, the same GPU) updates. vLLM's sleep mode (level 1) moves an engine's weights to CPU
 memory and drops its KV cache, which frees most of the GPU memory the engine holds (vLLM's
 documentation: "up to 90%+"); waking copies the weights back and allocates the KV cache again. So the
-driver asks every worker to :meth:`~RolloutWorker.sleep` its engines once a rollout is gathered and
-wakes them before the new weights load. Only where vLLM supports it: on CUDA, engines started with
-``enable_sleep_mode`` (:func:`with_sleep_mode` adds it to the workers' config); a CPU engine ignores
-both calls. One-step runs overlap the rollout with the update, so their engines never sleep."""
+driver asks every worker to :meth:`~cogym.runners.ray.worker.RolloutWorker.sleep` its engines once
+a rollout is gathered and wakes them before the new weights load. Only where vLLM supports it: on
+CUDA, engines started with ``enable_sleep_mode`` (:func:`with_sleep_mode` adds it to the workers'
+config); a CPU engine ignores both calls. One-step runs overlap the rollout with the update, so their engines never sleep."""
 
 from __future__ import annotations
 

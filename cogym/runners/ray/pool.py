@@ -131,7 +131,7 @@ class StaleWorker(RuntimeError):
     usually a restart the driver did not see (Ray restarts a killed actor on its own, between two calls),
     so the driver repairs it (``RayRollout._repair``: the weights and members sent again, the
     call made again) rather than stop the run. ``held``: what the worker holds
-    (:meth:`~cogym.runners.ray.rollout.RolloutWorker.ping`'s answer)."""
+    (:meth:`~cogym.runners.ray.worker.RolloutWorker.ping`'s answer)."""
 
     def __init__(self, message: str, held: dict, shm: bool = True) -> None:
         super().__init__(message)
