@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from cogym.agents.policy import Policy
+from cogym.core.config_key import key
 from cogym.core.names import did_you_mean
 from cogym.core.types import Turn
 from cogym.learners import advantages as adv_fns
@@ -61,7 +62,7 @@ def check_choice(value: Any, options: Sequence[str], name: str) -> None:
 class Discounted(AlgorithmConfig):
     """``gamma``: the discount over tokens (or over turns, for RAE)."""
 
-    gamma: float = 1.0
+    gamma: float = key(1.0, "the discount over tokens (or over turns, for RAE)")
 
     def validate(self, common: CommonConfig) -> None:
         super().validate(common)
@@ -72,7 +73,8 @@ class Discounted(AlgorithmConfig):
 class Whitened(AlgorithmConfig):
     """``whiten``: verl (token-weighted, Bessel) or openrlhf (population variance) whitening."""
 
-    whiten: str = "verl"
+    whiten: str = key("verl", "verl (token-weighted, Bessel) or openrlhf (population variance) whitening",
+                      choices=adv_fns.WHITEN_MODES)
 
     def validate(self, common: CommonConfig) -> None:
         super().validate(common)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cogym.core.config_key import key
 from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import AlgorithmConfig, Algorithm, check_number
 from cogym.learners.rows import Advantages, RoleRows
@@ -12,7 +13,7 @@ from cogym.learners.rows import Advantages, RoleRows
 
 @dataclass
 class GRPOConfig(AlgorithmConfig):
-    grpo_eps: float = 1e-6  # added to the group std (verl's 1e-6; TRL 1e-4, OpenRLHF 1e-9)
+    grpo_eps: float = key(1e-6, "added to the group std (verl's 1e-6; TRL 1e-4, OpenRLHF 1e-9)")
 
     def validate(self, common) -> None:
         check_number("grpo_eps", self.grpo_eps, 0.0)

@@ -11,6 +11,7 @@ from typing import Optional
 
 import torch
 
+from cogym.core.config_key import key
 from cogym.learners.batch import TokenBatch
 from cogym.learners.critic import Critic
 from cogym.learners.gae import gae_advantages
@@ -20,9 +21,9 @@ from cogym.learners.rows import Advantages, RoleRows
 
 @dataclass
 class PPOConfig(Discounted, Whitened):
-    lam: float = 1.0  # GAE lambda
-    critic_lr: float = 1e-4  # the critic's own learning rate
-    value_clip: Optional[float] = 0.5  # null: unclipped value loss
+    lam: float = key(1.0, "GAE lambda")
+    critic_lr: float = key(1e-4, "the critic's own learning rate")
+    value_clip: Optional[float] = key(0.5, "null: unclipped value loss")
 
     def validate(self, common) -> None:
         super().validate(common)

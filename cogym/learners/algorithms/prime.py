@@ -11,28 +11,33 @@ from pathlib import Path
 
 import torch
 
+from cogym.core.config_key import key
 from cogym.learners import advantages as adv_fns
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, check_choice, check_number, Context
 from cogym.learners.multiagent import prime_advantages, PRIME_GRANULARITIES, PRIME_NORMS
 from cogym.learners.prime import PrimeRewardModel
 from cogym.learners.rows import Advantages, RoleRows
 
+PRIME_UPDATES = ("before", "after")
+
 
 @dataclass
 class PrimeConfig(AlgorithmConfig):
-    prime_model: str = ""  # an HF directory for the PRM; "": a copy of the policy
-    prime_beta: float = 0.05
-    prime_lr: float = 1e-6
-    prime_granularity: str = "token"
-    prime_norm: str = "batch_norm"
-    prime_process_coef: float = 5.0
-    prime_outcome_coef: float = 5.0
-    prime_update: str = "before"  # update the PRM on the batch "before" or "after" it scores it
+    prime_model: str = key("", 'an HF directory for the PRM; "": a copy of the policy')
+    prime_beta: float = key(0.05, "beta: a token's process reward is beta times the PRM's log-likelihood gap to the reference")
+    prime_lr: float = key(1e-6, "the PRM's learning rate (constant)")
+    prime_granularity: str = key("token", "token: every trained token gets its process reward; whole: their sum on the last "
+                                 "token", choices=PRIME_GRANULARITIES)
+    prime_norm: str = key("batch_norm", "batch_norm: process rewards divided by the batch's largest absolute return; none: "
+                          "kept as they are", choices=PRIME_NORMS)
+    prime_process_coef: float = key(5.0, "the weight of the process part of the advantage")
+    prime_outcome_coef: float = key(5.0, "the weight of the outcome part of the advantage")
+    prime_update: str = key("before", 'update the PRM on the batch "before" or "after" it scores it', choices=PRIME_UPDATES)
 
     def validate(self, common) -> None:
         check_choice(self.prime_granularity, PRIME_GRANULARITIES, "prime_granularity")
         check_choice(self.prime_norm, PRIME_NORMS, "prime_norm")
-        check_choice(self.prime_update, ("before", "after"), "prime_update")
+        check_choice(self.prime_update, PRIME_UPDATES, "prime_update")
         check_number("prime_beta", self.prime_beta, 0.0, open_low=True)
         check_number("prime_lr", self.prime_lr, 0.0, open_low=True)
         if self.prime_model and not Path(self.prime_model).is_dir():

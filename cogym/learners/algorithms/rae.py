@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from cogym.core.config_key import key
 from cogym.learners.multiagent import RAE_ORDERS, RAEBaselines, nonzero_rows, rae_turn_discount
 from cogym.learners.algorithm import Algorithm, Context, Discounted, check_choice
 from cogym.learners.rows import Advantages, RoleRows
@@ -20,9 +21,9 @@ STATE_FILE = "rae_baselines.json"
 
 @dataclass
 class RAEConfig(Discounted):
-    rae_decay: float = 0.95  # EMA decay of the baselines
-    rae_order: str = "pre"  # subtract before ("pre") or after ("update_first") updating the baseline
-    rae_filter_zero_adv: bool = True  # drop turns whose advantage is exactly 0
+    rae_decay: float = key(0.95, "EMA decay of the baselines")
+    rae_order: str = key("pre", 'subtract before ("pre") or after ("update_first") updating the baseline', choices=RAE_ORDERS)
+    rae_filter_zero_adv: bool = key(True, "drop turns whose advantage is exactly 0")
 
     def validate(self, common) -> None:
         super().validate(common)

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from cogym.agents.policy import Policy
+from cogym.core.config_key import key
 from cogym.core.types import Turn
 
 from cogym.learners.batch import TokenBatch, batch_widths, pack_rows, response_logp
@@ -94,8 +95,8 @@ def reference_ids(policy: Policy, reference: str, end_id: int | None = None) -> 
 
 @dataclass
 class SpinConfig(AlgorithmConfig):
-    spin_beta: float = 0.1
-    spin_refresh: int = 1  # updates between opponent refreshes
+    spin_beta: float = key(0.1, "beta of the loss log(1 + exp(-beta * margin))")
+    spin_refresh: int = key(1, "updates between opponent refreshes")
 
     def validate(self, common) -> None:
         """SPIN has its own objective: options of the policy-gradient learner are refused, not ignored."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cogym.core.config_key import key
 from cogym.learners import advantages as adv_fns
 from cogym.learners.multiagent import trr_pp_advantages
 from cogym.learners.algorithm import Algorithm, Discounted, Whitened
@@ -14,7 +15,8 @@ from cogym.learners.rows import Advantages, RoleRows
 
 @dataclass
 class TRRPPConfig(Discounted, Whitened):
-    trr_task_key: str = ""
+    trr_task_key: str = key("", "the turn's outcome fact that names its task (each task is whitened apart); "
+                            "empty: one task")
 
     def validate(self, common) -> None:
         super().validate(common)
