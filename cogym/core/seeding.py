@@ -20,7 +20,7 @@ imports nothing from cogym (a sandbox loads it by path): it seeds ``random`` wit
 The formulas are the ones recorded runs followed (golden runs, tournaments, leagues, evaluations), each
 kept bit for bit under a name that says what it is for: they differ (a salt constant at the end, in the
 middle or none; a linear formula; a hash) because they were written at different times, and changing one
-would change every recorded run's numbers. Two of them may so give equal numbers for equal parts (both
+would change every recorded run's numbers. So two of them can give equal numbers for equal parts (both
 ``"game.reset"`` and ``"ratings.bootstrap"`` seed with the number as given): they are apart by purpose.
 A new stream takes :func:`salted` with a constant of its own (non-zero: ``SeedSequence`` pads its
 entropy with zeros, so a trailing 0 names no stream of its own), which makes it independent of the rest.
@@ -120,6 +120,8 @@ def py_and_np(py_seed: int, np_seed: int) -> tuple[int, int]:
 # ----------------------------------------------------------------------------- the salts
 @dataclass(frozen=True)
 class Salt:
+    """One named stream: its kind, the formula of its seed material, and what it seeds."""
+
     kind: str  # "numpy": rng/seeds; "torch": torch_seed/torch_generator; "key": key; "globals": global_states
     formula: Callable[..., Any]  # the seed material from the parts a site passes
     seeds: str  # what the stream seeds (docs/training.md lists them)
