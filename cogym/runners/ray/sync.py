@@ -21,10 +21,10 @@ import torch
 
 from cogym.agents.backends.broadcast import COLLECTIVE_TIMEOUT_S, Groups, Meet, Sending, spec
 from cogym.core.errors import LearnerDied
+from cogym.core.processes import free_port
 from cogym.runners.ray.pool import log, node_ip, say, StaleWorker
 from cogym.runners.ray.weights import sees_shm, WeightSlots
 from cogym.runners.ray.wire import nbytes, Sent, state_of, to_wire
-from cogym.core.processes import free_port
 
 
 class WeightSync:
