@@ -47,8 +47,8 @@ class LearnerConfig:
     clip_low: float = key(0.2, "PPO clipping: the ratio's term is clipped below 1 - clip_low")
     clip_high: float = key(0.2, "PPO clipping: the ratio's term is clipped above 1 + clip_high (DAPO's clip-higher: "
                            "clip_high > clip_low)")
-    dual_clip: Optional[float] = key(3.0, "dual-clip PPO: a negative-advantage token's ratio term is bounded by "
-                                     "dual_clip (> 1); null: off")
+    dual_clip: Optional[float] = key(3.0, "dual-clip PPO: the loss of a token with advantage A < 0 is at most "
+                                     "-A * dual_clip (> 1); null: off")
     loss_agg: str = key("token-mean", "how the token losses of a step are aggregated", choices=LOSS_AGG_MODES)
     norm_const: Optional[float] = key(None, "C of the seq-mean-token-sum-norm / dr_grpo modes")
     kl_in_reward: str = key("off", "off | k1 | k2 | k3 | abs")
