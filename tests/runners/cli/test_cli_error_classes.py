@@ -60,3 +60,10 @@ def test_a_checkpoint_written_by_another_process_count_is_one_line(tmp_path, cap
 def test_a_missing_claim_is_a_usage_error(capsys) -> None:
     assert _one_line(capsys, main(["reproduce"]), "reproduce") == "name a claim (cogym reproduce --list shows them)"
     assert "did you mean" in _one_line(capsys, main(["reproduce", all_claims()[0].name + "x"]), "reproduce")
+
+
+def test_a_ray_error_is_one_line_too(monkeypatch, capsys) -> None:
+    pytest.importorskip("ray", reason="needs the ray extra: pip install 'cogym[ray]'")
+    from cogym.runners.ray.pool import RayError  # imports ray itself: only where it is installed
+
+    test_every_error_class_is_a_one_line_error(RayError, monkeypatch, capsys)
