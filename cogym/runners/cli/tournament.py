@@ -102,8 +102,9 @@ def key_values(items: list[str] | None, what: str) -> dict:
 
 
 OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=.*")
-# The flags of tournament: keys are named after them (--games-per-pairing sets tournament.games_per_pairing);
-# these are the keys whose flags say it another way, or that --kwarg/--fixed/--system/--module add to.
+# A tournament: key's flag bears its name (--games-per-pairing sets tournament.games_per_pairing), read from the
+# section's declaration; these keys' flags say it another way (--sides SEATS,SEATS; --fixed added entry by entry;
+# --ray sets the backend).
 OTHER_FLAGS = {"sides", "fixed", "backend"}
 
 
