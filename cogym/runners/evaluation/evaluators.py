@@ -31,6 +31,7 @@ Register your own kind with :func:`register_evaluator` in a module listed under 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -185,17 +186,24 @@ def evaluators_of(settings: EvalConfig, spec, build_section: Callable) -> list:
     return [evaluator_from(name, ev, build_section) for name, ev in declared(settings, spec).items()]
 
 
+@contextlib.contextmanager
+def _config_key_of(ev):
+    """An :class:`EvaluatorError` raised inside as the ConfigError of ``eval.evaluators.<name>`` (and its key)."""
+    try:
+        yield
+    except EvaluatorError as exc:
+        key = f"eval.evaluators.{ev.name}" + (f".{exc.key}" if exc.key else "")
+        raise ConfigError(f"{key}: {exc}") from exc
+
+
 def check(evaluators, run) -> None:
     """Every evaluator's ``check`` (those that have one) on a built run, given its :class:`RunContext`:
     a setting the game cannot meet fails when the run is built, not after training."""
     ctx = context_of(run)
     for ev in evaluators:
         if hasattr(ev, "check"):
-            try:
+            with _config_key_of(ev):
                 ev.check(ctx)
-            except EvaluatorError as exc:
-                key = f"eval.evaluators.{ev.name}" + (f".{exc.key}" if exc.key else "")
-                raise ConfigError(f"{key}: {exc}") from exc
 
 
 def require_evaluators(cfg, evaluators: list) -> None:
@@ -210,5 +218,6 @@ def evaluate(evaluators, run) -> dict[str, float]:
     ctx = context_of(run)
     metrics: dict[str, float] = {}
     for ev in evaluators:
-        metrics.update(ev.evaluate(ctx))
+        with _config_key_of(ev):  # an evaluator without a check meets its settings here
+            metrics.update(ev.evaluate(ctx))
     return metrics
