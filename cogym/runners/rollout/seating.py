@@ -15,16 +15,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cogym.core.errors import CogymError
+from cogym.core.errors import ConfigError
 from cogym.core.names import did_you_mean
 
 T = TypeVar("T")
 
 
-class SeatingError(CogymError, ValueError):
+class SeatingError(ConfigError):
     """Who plays where does not fit the game: a key that is no seat or role of it, a seat nobody plays,
     a scripted twin its role does not have, or a seat map a backend cannot play. The message names the
-    key (``seats.<role>``, ``league.seats``, ``--fixed ...``) it came from."""
+    key (``seats.<role>``, ``league.seats``, ``--fixed ...``) it came from. A ConfigError, as it was
+    before it had a class of its own, so code that catches ConfigError still catches it."""
 
 
 def _roles(game: Any) -> list[str]:
