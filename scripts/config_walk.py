@@ -13,8 +13,11 @@ the Config, and follows every call that passes the whole Config to a cogym funct
   ``self.cfg``) given to a parameter annotated ``Config``. ``cfg.run`` (a section) passes none;
 - the callee is resolved through the calling module's imports (re-exports followed), its own
   functions and classes, ``self.method`` and ``module.function``; a class receives it in its
-  ``__init__``, or in the dataclass field of that name. A call on any other object (``obj.method``)
-  cannot be resolved statically: it is counted as **unresolved** and listed with ``--list``.
+  ``__init__``, or in the dataclass field of that name. A call on a parameter annotated with a cogym
+  class (``execution: Execution`` then ``execution.refresh(run)``) reaches that class's method and
+  every override of it in the class's subclasses (``InProcess``, ``RayExecution``): each is followed. A
+  call on any other object (``obj.method``) cannot be resolved statically: it is counted as
+  **unresolved** and listed with ``--list``.
 
 The measures, each over the functions the walk reaches:
 
@@ -153,6 +156,41 @@ class Resolver:
 
     def __init__(self, modules: dict[str, Module]) -> None:
         self.modules = modules
+        # class name -> (module, qualname) of each class with that name, and its direct bases' names
+        self.classes: dict[str, list[tuple[str, str]]] = {}
+        self.bases: dict[tuple[str, str], list[str]] = {}
+        for module in modules.values():
+            tree = ast.parse(module.path.read_text(encoding="utf-8"))
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    self.classes.setdefault(node.name, []).append((module.name, node.name))
+                    self.bases[(module.name, node.name)] = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+
+    def overrides(self, module: Module, fn: Function, call: ast.Call) -> list[Function]:
+        """For ``param.method(...)`` where ``fn``'s parameter is annotated with a cogym class: that class's
+        ``method`` and every override of it in the class's subclasses (empty when not such a call)."""
+        f = call.func
+        node = fn.node
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            return []
+        args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+        annotation = next((a.annotation for a in args if a.arg == f.value.id and a.annotation is not None), None)
+        if annotation is None:
+            return []
+        name = ast.unparse(annotation).strip("\"'").split(" | ")[0].rsplit(".", 1)[-1]
+        family, grown = {name}, True
+        while grown:  # the class and its subclasses, by name, across the package
+            subclasses = {cls for (_, cls), bases in self.bases.items() if family & set(bases)}
+            grown = not subclasses <= family
+            family |= subclasses
+        out = []
+        for cls in sorted(family):
+            for mod, qual in self.classes.get(cls, []):
+                method = self.modules[mod].functions.get(f"{qual}.{f.attr}")
+                if method is not None:
+                    out.append(method)
+        return out
 
     def find(self, dotted: str, seen: frozenset = frozenset()) -> Function | None:
         """The function, method or class a dotted name (module.name, module.Class.method) means,
@@ -274,14 +312,16 @@ class Walk:
             target = self.resolver.callee(module, fn, call, local)
             if target is None:
                 continue
-            params = target.params if isinstance(target, Function) else []
-            configs = target.config_params if isinstance(target, Function) else set()
-            passed = [(params[i] if i < len(params) else "?", arg) for i, arg in enumerate(call.args)]
-            passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-            for param, arg in passed:
-                kind = self.config_of(arg, kinds, param in configs, returns)
-                if kind:
-                    yield call, target, param, kind
+            targets = (self.resolver.overrides(module, fn, call) or [target]) if target == "unresolved" else [target]
+            for target in targets:
+                params = target.params if isinstance(target, Function) else []
+                configs = target.config_params if isinstance(target, Function) else set()
+                passed = [(params[i] if i < len(params) else "?", arg) for i, arg in enumerate(call.args)]
+                passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+                for param, arg in passed:
+                    kind = self.config_of(arg, kinds, param in configs, returns)
+                    if kind:
+                        yield call, target, param, kind
 
 
 def walk(modules: dict[str, Module]) -> dict:

@@ -14,20 +14,19 @@ from cogym.runners.config.schema import Config
 from cogym.runners.ray.learners import RemoteUpdates
 from cogym.runners.ray.pool import actor_threads
 from cogym.runners.ray.rollout import RayRollout
-from cogym.runners.train.build import Run
-from cogym.runners.train.execution import Execution, Updates
+from cogym.runners.train.execution import Execution, Trained, Updates
 
 
-def versions(run: Run) -> dict[str, int]:
+def versions(trained: Trained) -> dict[str, int]:
     """Each trained policy's weight version: its learner's step count."""
-    return {pid: learner.steps for pid, learner in run.learners.items()}
+    return {pid: learner.steps for pid, learner in trained.learners.items()}
 
 
-def staleness(run: Run, batches: dict[str, list], bound: int) -> dict[str, float]:
+def staleness(trained: Trained, batches: dict[str, list], bound: int) -> dict[str, float]:
     """How many updates behind the learner the weights that sampled each batch are (0: on-policy);
     more than ``bound`` is an error."""
     worst = 0
-    for pid, learner in run.learners.items():
+    for pid, learner in trained.learners.items():
         if batches[pid]:
             lag = learner.steps - min(t.policy_version for t in batches[pid])
             if lag > bound:
@@ -42,9 +41,9 @@ class ActorUpdates(Updates):
     waited for; learners in the driver step here. A learner actor's weights reach the driver's copy
     when it evaluates or saves (:meth:`RayExecution.refresh`)."""
 
-    def __init__(self, run: Run, batches: dict[str, list]) -> None:
-        super().__init__(run, batches)
-        self.remote = RemoteUpdates(run.learners, batches)
+    def __init__(self, trained: Trained, batches: dict[str, list]) -> None:
+        super().__init__(trained, batches)
+        self.remote = RemoteUpdates(trained.learners, batches)
 
     def finish(self, pid: str) -> dict[str, float]:
         return self.remote.finish(pid) if pid in self.remote else super().finish(pid)
@@ -76,25 +75,25 @@ class RayExecution(Execution):
     def learners(self) -> dict:
         return self.pool.learners if self.pool is not None else {}
 
-    def attach(self, run: Run) -> None:
-        self.pool.sync(run.policies, versions(run))  # a resumed run's weights (nothing to send on a fresh one)
+    def attach(self, trained: Trained) -> None:
+        self.pool.sync(trained.policies, versions(trained))  # a resumed run's weights (nothing to send on a fresh one)
 
     def rollouts(self) -> RayRollout:
         return self.pool
 
-    def batch_metrics(self, run: Run, batches: dict[str, list]) -> dict[str, float]:
-        return staleness(run, batches, self.cfg.ray.max_staleness)
+    def batch_metrics(self, trained: Trained, batches: dict[str, list]) -> dict[str, float]:
+        return staleness(trained, batches, self.cfg.ray.max_staleness)
 
-    def updates(self, run: Run, batches: dict[str, list]) -> Updates:
-        return ActorUpdates(run, batches)
+    def updates(self, trained: Trained, batches: dict[str, list]) -> Updates:
+        return ActorUpdates(trained, batches)
 
-    def after_update(self, run: Run) -> dict[str, float]:
+    def after_update(self, trained: Trained) -> dict[str, float]:
         """The new weights reach every worker before it samples with them; one step ahead, the loads queue
         behind the rollout under way."""
-        return self.pool.sync(run.policies, versions(run), wait=self.cfg.run.async_ != "one_step")
+        return self.pool.sync(trained.policies, versions(trained), wait=self.cfg.run.async_ != "one_step")
 
-    def refresh(self, run: Run) -> None:
-        self.pool.refresh(run.policies)
+    def refresh(self, trained: Trained) -> None:
+        self.pool.refresh(trained.policies)
 
     def lost_learner(self, exc: LearnerDied, run_path: Path, checkpoint: Path | None) -> None:
         """Resume from ``checkpoint`` (from the start without one) with new actors, unless

@@ -13,31 +13,43 @@ calls its execution in this order (tests/runners/train/test_execution_seam.py ch
 
     open(checkpoint)                 start workers and actors (again after a resume)
     learners                         learners it made elsewhere, which the run uses instead of building them
-    attach(run)                      the run is built: e.g. workers get a resumed run's weights
+    attach(trained)                  the run is built: e.g. workers get a resumed run's weights
     per iteration:
         rollouts().submit/collect    the iteration's games (the sampler may submit one iteration ahead)
-        batch_metrics(run, batches)  e.g. how stale the batch's weights are
-        updates(run, batches)        each learner's step: .finish(pid) in the learners' order
-        after_update(run)            the new weights to where the next rollout plays
-        refresh(run)                 before the driver reads its policies (evaluation, checkpoint, a hook)
+        batch_metrics(trained, batches)  e.g. how stale the batch's weights are
+        updates(trained, batches)    each learner's step: .finish(pid) in the learners' order
+        after_update(trained)        the new weights to where the next rollout plays
+        refresh(trained)             before the driver reads its policies (evaluation, checkpoint, a hook)
     summary()                        entries for the run's summary
     close()
 
-and, when a learner that lives elsewhere died (:class:`~cogym.core.errors.LearnerDied`),
+``trained`` (:class:`Trained`) is what an execution sees of the run: its policies and their learners,
+not its config (an execution gets the sections it needs when it is made).
+
+And, when a learner that lives elsewhere died (:class:`~cogym.core.errors.LearnerDied`),
 ``lost_learner`` decides whether the run resumes from its last checkpoint (then ``open`` again).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 from cogym.core.errors import LearnerDied
 from cogym.runners.config.schema import Config
 from cogym.runners.rollout.tokens import token_rollout
 from cogym.runners.rollout.turns import rollout
-from cogym.runners.train.build import Run
 from cogym.runners.train.iteration import data_parallel, Played
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What an execution sees of a run: its policies (id -> Policy) and the learners that train some
+    of them (id -> Learner, or a learner actor's handle)."""
+
+    policies: dict
+    learners: dict
 
 
 class Updates:
@@ -45,13 +57,13 @@ class Updates:
     its metrics. The policy's backend generates with the trained model itself, so the new weights are in
     place: it takes only their version (the next rollout's turns carry it)."""
 
-    def __init__(self, run: Run, batches: dict[str, list]) -> None:
-        self.run, self.batches = run, batches
+    def __init__(self, trained: Trained, batches: dict[str, list]) -> None:
+        self.trained, self.batches = trained, batches
 
     def finish(self, pid: str) -> dict[str, float]:
-        learner = self.run.learners[pid]
+        learner = self.trained.learners[pid]
         rec = learner.update(self.batches[pid])
-        self.run.policies[pid].backend.load_weights(None, version=learner.steps)
+        self.trained.policies[pid].backend.load_weights(None, version=learner.steps)
         return rec
 
 
@@ -78,7 +90,7 @@ class Execution:
         """Learners this execution made (policy -> a handle with a learner's surface); the run builds the others."""
         return {}
 
-    def attach(self, run: Run) -> None:
+    def attach(self, trained: Trained) -> None:
         """The run is built (its policies hold a resumed run's weights)."""
 
     def rollouts(self):
@@ -86,19 +98,19 @@ class Execution:
         (the signature of :func:`~cogym.runners.rollout.turns.rollout`)."""
         raise NotImplementedError
 
-    def batch_metrics(self, run: Run, batches: dict[str, list]) -> dict[str, float]:
+    def batch_metrics(self, trained: Trained, batches: dict[str, list]) -> dict[str, float]:
         """Metrics of the batch about to train (or an error when it cannot)."""
         return {}
 
-    def updates(self, run: Run, batches: dict[str, list]) -> Updates:
+    def updates(self, trained: Trained, batches: dict[str, list]) -> Updates:
         """Start the learners' updates on ``batches``."""
-        return Updates(run, batches)
+        return Updates(trained, batches)
 
-    def after_update(self, run: Run) -> dict[str, float]:
+    def after_update(self, trained: Trained) -> dict[str, float]:
         """The learners stepped: the next rollout samples with their new weights; returns metrics."""
         return {}
 
-    def refresh(self, run: Run) -> None:
+    def refresh(self, trained: Trained) -> None:
         """The driver's policies are about to be read: give them the learners' newest weights."""
 
     def lost_learner(self, exc: LearnerDied, run_path: Path, checkpoint: Path | None) -> None:

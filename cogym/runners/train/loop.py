@@ -61,7 +61,7 @@ from cogym.runners.config.schema import Config
 from cogym.runners.config.validate import check_data_parallel
 from cogym.runners.evaluation.evaluators import evaluate
 from cogym.runners.train.hooks import TrainHook
-from cogym.runners.train.execution import Execution
+from cogym.runners.train.execution import Execution, Trained
 from cogym.runners.train.idle import IdlePolicies
 from cogym.runners.train.league import LeagueHook
 from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
@@ -186,16 +186,16 @@ def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Ru
     return run
 
 
-def _update(run: Run, execution: Execution, batches: dict[str, list], main: bool) -> dict[str, float]:
+def _update(trained: Trained, execution: Execution, batches: dict[str, list], main: bool) -> dict[str, float]:
     """Every learner's step on its policy's turns (:meth:`~cogym.runners.train.execution.Execution.updates`:
     all may start before any is waited for), with the retokenization drift check."""
     t0 = time.perf_counter()
     rec: dict[str, float] = {}
-    updates = execution.updates(run, batches)
-    for pid in run.learners:
+    updates = execution.updates(trained, batches)
+    for pid in trained.learners:
         turns = batches[pid]
         if turns and main:
-            rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(run.policies[pid], turns)
+            rec[f"{pid}/retokenize_mismatch"] = retokenize_mismatch(trained.policies[pid], turns)
             breaks, checked = continuity_breaks(turns)
             if checked:  # conversation moves whose prompt is not the last prompt + answer + new messages
                 rec[f"{pid}/context_drift"] = breaks / checked
@@ -220,6 +220,7 @@ def _train(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckp
 def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt: Path | None, t_start: float,
           progress: bool, threads: ThreadPolicy) -> dict:
     run = _restore(cfg, ckpt, execution.learners or None)
+    seen = Trained(run.policies, run.learners)  # what the execution sees of the run
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
@@ -231,11 +232,11 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
     history: list[dict] = []
 
     def fresh() -> Run:  # the driver's policies hold the newest weights (learners may train elsewhere)
-        execution.refresh(run)
+        execution.refresh(seen)
         return run
 
     try:
-        execution.attach(run)
+        execution.attach(seen)
         sampler = Sampler(run, execution.rollouts(), hooks)
         summary.update(_evaluate_before(run, sinks, start_it, main))
         bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
@@ -256,10 +257,10 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
                     _log_game_errors(run_path, it, res.errors, bar)
                 if main and transcripts_due(it, cfg.run.transcripts_every, cfg.run.iterations):
                     sinks.transcripts(train_rows(res, it, res.seeds, cfg.run.transcripts_games))  # the seeds the games were reset with
-                metrics.update(execution.batch_metrics(run, batches))
-                rec = {"iteration": it, **metrics, **_update(run, execution, batches, main), "threads": n_threads}
+                metrics.update(execution.batch_metrics(seen, batches))
+                rec = {"iteration": it, **metrics, **_update(seen, execution, batches, main), "threads": n_threads}
                 trained = it
-                rec.update(execution.after_update(run))  # the new weights, to where the next rollout plays
+                rec.update(execution.after_update(seen))  # the new weights, to where the next rollout plays
                 rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
                 if any(hook.reads_policies(it) for hook in hooks):
                     fresh()  # e.g. a league snapshots the driver's policy: the learners' newest weights

@@ -14,7 +14,7 @@ import pytest
 
 from cogym.runners.config.load import load_config
 from cogym.runners.train import loop as train_mod
-from cogym.runners.train.execution import InProcess, Updates
+from cogym.runners.train.execution import InProcess, Trained, Updates
 
 DEFAULT = Path(str(resources.files("cogym.configs").joinpath("proposer_solver.yaml")))
 SMALL = ["run.iterations=2", "game.num_games=2", "run.eval_every=0", "run.checkpoint_every=0", "run.tensorboard=false",
@@ -36,7 +36,10 @@ class Recording(InProcess):
         self.calls.append("learners")
         return {}
 
-    def attach(self, run) -> None:
+    def attach(self, trained) -> None:
+        # what an execution sees of the run is its policies and learners, never the whole config
+        assert isinstance(trained, Trained) and not hasattr(trained, "cfg")
+        assert set(trained.learners) <= set(trained.policies) and trained.learners
         self.calls.append("attach")
 
     def rollouts(self):
@@ -56,11 +59,11 @@ class Recording(InProcess):
 
         return Rollouts()
 
-    def batch_metrics(self, run, batches) -> dict[str, float]:
+    def batch_metrics(self, trained, batches) -> dict[str, float]:
         self.calls.append("batch_metrics")
         return {"seam/batch": 1.0}
 
-    def updates(self, run, batches) -> Updates:
+    def updates(self, trained, batches) -> Updates:
         self.calls.append("updates")
         calls = self.calls
 
@@ -69,13 +72,13 @@ class Recording(InProcess):
                 calls.append(f"finish {pid}")
                 return super().finish(pid)
 
-        return Recorded(run, batches)
+        return Recorded(trained, batches)
 
-    def after_update(self, run) -> dict[str, float]:
+    def after_update(self, trained) -> dict[str, float]:
         self.calls.append("after_update")
         return {"seam/after": 2.0}
 
-    def refresh(self, run) -> None:
+    def refresh(self, trained) -> None:
         self.calls.append("refresh")
 
     def summary(self) -> dict:
