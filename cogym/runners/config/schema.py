@@ -150,8 +150,7 @@ class RunConfig:
                        "level)")
     backend: Backend = key("local", 'where rollouts run: "local" (this process, or --nproc ranks) or "ray" (see ray.*)')
     async_: AsyncMode = key("off", "\"off\": each rollout uses the newest weights; \"one_step\": iteration i+1's rollout "
-                            "overlaps iteration i's update (weights one version behind; ray only). Written "
-                            "``run.async`` in YAML.")
+                            "overlaps iteration i's update (weights one version behind; ray only)")
     transcripts_every: int = key(10, "transcripts.jsonl (and TensorBoard text): the full messages of the first "
                                  "transcripts_games games of iteration 1, every transcripts_every-th iteration and "
                                  "the last (0: none); `cogym show RUN` prints them")
