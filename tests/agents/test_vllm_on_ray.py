@@ -154,13 +154,17 @@ def test_three_lora_roles_share_one_engine_and_only_adapters_travel(local_cluste
     def submit_and_count(self, *args, **kwargs):
         pending = submit(self, *args, **kwargs)
         if kwargs.get("iteration") == 2:  # the engine started in iteration 1
-            cores.append([" ".join(p.cmdline()) or p.name() for p in psutil.Process(self.pids()[0]).children(recursive=True)])
+            # The worker's own processes (an engine's workers are its children, not the rollout worker's).
+            cores.append([" ".join(p.cmdline()) or p.name() for p in psutil.Process(self.pids()[0]).children()])
         return pending
 
     monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit_and_count)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["ray_worker_restarts"] == 0
-    assert len(cores) == 1 and sum("EngineCore" in c for c in cores[0]) == 1, cores  # one engine, three adapters
+    # One engine, three adapters: one engine process beside multiprocessing's resource tracker. vLLM retitles it
+    # "VLLM::EngineCore" once it runs; on a busy machine it may still show its spawn command line.
+    engines = [c for c in cores[0] if "resource_tracker" not in c] if cores else []
+    assert len(cores) == 1 and len(engines) == 1 and ("EngineCore" in engines[0] or "spawn_main" in engines[0]), cores
     raw = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     base = LoraBase("tiny")
     adapter = sum(p.numel() * p.element_size() for _, p in base.add("x", LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))[0]
