@@ -37,10 +37,10 @@ from cogym.agents.policy import Policy
 from cogym.core.config_key import key
 from cogym.core.types import Turn
 
-from cogym.learners.batch import TokenBatch, batch_widths, pack_rows, response_logp
 from cogym.learners.engines import save_weights
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context
 from cogym.learners.host import LearnerHost
+from cogym.learners.pairs import pair_rows, refuse_policy_gradient_keys
 from cogym.learners.rows import MicroStep, TrainBatch
 
 OPPONENT_FILE = "spin_opponent.safetensors"
@@ -108,11 +108,7 @@ class SpinConfig(AlgorithmConfig):
                              f"kl_in_loss must be 'off', got kl_in_reward={common.kl_in_reward!r}, "
                              f"kl_in_loss={common.kl_in_loss!r}")
         # tis_cap / mismatch_mask weight a policy-gradient term; SPIN's loss has none (and its real rows no sampler)
-        for key, off in (("entropy_coef", 0), ("dynamic_sampling", "off"), ("overlong_buffer", 0), ("mask_truncated", False),
-                         ("tis_cap", None), ("mismatch_mask", None)):
-            if getattr(common, key) != off:
-                raise ValueError(f"SPIN has its own objective; {key} must be {off!r}, got {getattr(common, key)!r} "
-                                 f"(remove {key} from this learner)")
+        refuse_policy_gradient_keys(common, "SPIN")
         beta = self.spin_beta
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
             raise ValueError(f"spin_beta must be a finite number > 0, got {beta!r}")
@@ -167,15 +163,9 @@ class Spin(Algorithm):
         n = len(real)
         if n == 0:
             return TrainBatch(None, {"spin_pairs": 0.0})
-        b = TokenBatch.from_turns(real + gen, self.ctx.policy.tokenizer.pad_token_id).to(self.ctx.policy.device)
-        cfg, widths = self.ctx.cfg, batch_widths(b)
-        half_tokens = cfg.max_tokens_per_micro_batch // 2 if cfg.max_tokens_per_micro_batch else None
-        runs = pack_rows([max(widths[i], widths[i + n]) for i in range(n)], max(1, cfg.micro_batch_size // 2), half_tokens)
-        chunks = [torch.cat([ix, ix + n]) for ix in (torch.tensor(run) for run in runs)]
-        opponent = torch.zeros(2 * n, device=b.mask.device)
-        for ix in chunks:
-            opponent[ix.to(b.mask.device)] = response_logp(self.opponent, b.rows(ix), self.ctx.temperature,
-                                                          cfg.packing).sum(1)
+        ctx = self.ctx
+        b, chunks, opponent = pair_rows(real, gen, self.opponent, ctx.cfg, ctx.policy.device,
+                                        ctx.policy.tokenizer.pad_token_id, ctx.temperature)
         return TrainBatch(b, {}, rows={"opponent_logp": opponent}, chunks=chunks, num_tokens=float(b.mask.sum()),
                           num_seqs=float(n), extra={"pairs": n})
 
