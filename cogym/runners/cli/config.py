@@ -22,5 +22,5 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         sys.stdout.write(config_page())
         return 0
-    print(format_text(reference(args.of), terminal_width()))
+    print(format_text(reference(args.of), terminal_width(), with_algorithms=args.of != "tournament"))
     return 0

@@ -10,6 +10,8 @@ config may still hold (``schema.RENAMED``).
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 import textwrap
 import types
 import typing
@@ -19,6 +21,7 @@ from cogym.agents.endpoint import EndpointConfig
 from cogym.agents.lora import LoraConfig
 from cogym.core.config_key import choices_of, help_of
 from cogym.core.types import SamplingParams
+from cogym.learners import registry as algorithms
 from cogym.learners.config import common_keys, LearnerConfig
 from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig,
                                          PolicyConfig, PromptConfig, RayConfig, RENAMED, RunConfig, TournamentGame,
@@ -90,13 +93,43 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
             rows.append((key, choices or _type_name(tp), _default(f), help_of(f)))
         if prefix == "game" and command != "tournament":
             rows.append(SEATS)
-    if command != "tournament":
-        rows.append(("learners.<id>.<algorithm key>", "", "", "each algorithm's own keys (gamma, lam, clip_eps, ...): "
-                     "docs/algorithms.md lists them per algorithm"))
     return rows
 
 
-def format_text(rows: list[tuple[str, str, str, str]], width: int = 100) -> str:
+def _field_rows(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
+    hints = typing.get_type_hints(cls)
+    return [(f"{prefix}.{f.name}", " | ".join(map(repr, choices_of(f))) or _type_name(hints[f.name]), _default(f),
+             help_of(f)) for f in dataclasses.fields(cls)]
+
+
+def summary(cls: type) -> str:
+    """The first sentence of an algorithm module's docstring (what it is, where docs/algorithms.md has it)."""
+    doc = " ".join((sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").split())
+    head, sep, _ = doc.partition(": ")
+    head = head if sep and len(head) < 100 else doc.split(". ")[0]
+    return re.sub(r"\s*\((?:see )?docs/algorithms\.md[^)]*\)", "", head).rstrip(".")
+
+
+def algorithm_reference() -> list[tuple[str, str, list[tuple[str, str, str, str]]]]:
+    """(name, summary, key rows) of each registered algorithm: its own learner keys (``learners.<id>.<key>``,
+    read when the policy's ``algorithm`` or a ``role_algorithms`` entry names it)."""
+    return [(name, summary(algorithms.get(name)), _field_rows(algorithms.get(name).Config, "learners.<id>"))
+            for name in algorithms.names()]
+
+
+def format_text(rows: list[tuple[str, str, str, str]], width: int = 100, *, with_algorithms: bool = False) -> str:
+    """The keys as an indented table; ``with_algorithms``: then each algorithm's own keys under its name."""
+    lines = _text_rows(rows, width)
+    if with_algorithms:
+        lines += ["", *textwrap.wrap("Each algorithm's own keys (flat under learners.<id>, read when it is the "
+                                     "policy's algorithm or a role_algorithms entry):", width=max(40, width))]
+        for name, about, algo_rows in algorithm_reference():
+            lines += ["", f"algorithm: {name}  ({about})" if about else f"algorithm: {name}"]
+            lines += _text_rows(algo_rows, width) if algo_rows else ["    (no keys of its own)"]
+    return "\n".join(lines)
+
+
+def _text_rows(rows: list[tuple[str, str, str, str]], width: int) -> list[str]:
     key_w = min(max(len(r[0]) for r in rows), 40)
     lines = []
     for key, tp, default, meaning in rows:
@@ -104,7 +137,16 @@ def format_text(rows: list[tuple[str, str, str, str]], width: int = 100) -> str:
         lines.append(head)
         if meaning:
             lines += textwrap.wrap(meaning, width=max(40, width - 4), initial_indent="    ", subsequent_indent="    ")
-    return "\n".join(lines)
+    return lines
+
+
+def _markdown_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    out = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, tp, default, meaning in rows:
+        cells = [f"`{key}`", f"`{tp}`".replace("|", "\\|") if tp else "", f"`{default}`" if default else "",
+                 meaning.replace("|", "\\|")]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def format_markdown(command: str = "train") -> str:
@@ -112,12 +154,22 @@ def format_markdown(command: str = "train") -> str:
     for cmd, title in (("train", "`cogym train` and `cogym eval`"), ("tournament", "`cogym tournament`")):
         if command not in ("all", cmd):
             continue
-        out += [f"## {title}", "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        for key, tp, default, meaning in reference(cmd):
-            cells = [f"`{key}`", f"`{tp}`".replace("|", "\\|") if tp else "", f"`{default}`" if default else "", meaning.replace("|", "\\|")]
-            out.append("| " + " | ".join(cells) + " |")
+        out += [f"## {title}", "", *_markdown_table(reference(cmd))]
         out.append("")
+        if cmd == "train":
+            out += algorithms_markdown()
     return "\n".join(out)
+
+
+def algorithms_markdown() -> list[str]:
+    """Each algorithm's own keys, a table under its name."""
+    out = ["## Algorithm keys", "",
+           "Flat under `learners.<id>`, next to the common keys above; read when the algorithm is the policy's "
+           "`algorithm` or a `role_algorithms` entry. The equations: [algorithms.md](algorithms.md).", ""]
+    for name, about, rows in algorithm_reference():
+        out += [f"### `algorithm: {name}`", "", *([about + ".", ""] if about else [])]
+        out += [*_markdown_table(rows), ""] if rows else ["No keys of its own.", ""]
+    return out
 
 
 def renamed_markdown() -> str:
