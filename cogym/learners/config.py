@@ -16,6 +16,7 @@ from cogym.core.names import did_you_mean
 from cogym.core.config_key import key
 from cogym.learners.losses import check_mismatch_options, LOSS_AGG_MODES
 from cogym.learners.packing import PACKING
+from cogym.learners.policy_losses import check_knobs, get as policy_loss_fn
 from cogym.learners.registry import FROZEN, get, names, reserve
 
 
@@ -44,11 +45,28 @@ class LearnerConfig:
     max_tokens_per_micro_batch: Optional[int] = key(4096, "the most padded tokens (rows x its longest row) in a "
                                                     "micro-batch; null: no token limit")
     epochs: int = key(1, "passes over each rollout's rows per update")
-    clip_low: float = key(0.2, "PPO clipping: the ratio's term is clipped below 1 - clip_low")
+    policy_loss: str = key("vanilla", "The policy-gradient term (docs/algorithms.md, Policy losses): vanilla (PPO's "
+                           "clipped surrogate), gspo (sequence-level ratio), cispo (clipped stop-gradient IS weight), "
+                           "gmpo (geometric mean of the token ratios), clip_cov, kl_cov, gpg (REINFORCE), sapo (soft "
+                           "gate), or a user's. gspo and sapo aggregate seq-mean-token-mean and gmpo averages over "
+                           "sequences whatever loss_agg is (as verl).")
+    clip_low: float = key(0.2, "PPO clipping: the ratio's term is clipped below 1 - clip_low (also gspo's, cispo's, "
+                          "gmpo's and clip_cov's bound)")
     clip_high: float = key(0.2, "PPO clipping: the ratio's term is clipped above 1 + clip_high (DAPO's clip-higher: "
-                           "clip_high > clip_low)")
+                           "clip_high > clip_low; also gspo's, cispo's, gmpo's and clip_cov's bound)")
     dual_clip: Optional[float] = key(3.0, "dual-clip PPO: the loss of a token with advantage A < 0 is at most "
-                                     "-A * dual_clip (> 1); null: off")
+                                     "-A * dual_clip (> 1); null: off (vanilla only)")
+    clip_cov_ratio: float = key(0.0002, "clip_cov: at most this share (and at least one) of a micro-batch's valid tokens, "
+                                "drawn among those with clip_cov_lb < cov < clip_cov_ub, lose their term; in (0, 1]")
+    clip_cov_lb: float = key(1.0, "clip_cov: the lower bound of the covariance (A - mean A)(logp - mean logp) of a "
+                             "token it may cut")
+    clip_cov_ub: float = key(5.0, "clip_cov: the upper bound of that covariance")
+    kl_cov_ratio: float = key(0.0002, "kl_cov: the share (at least one) of a micro-batch's valid tokens, those of "
+                              "highest covariance (A - mean A)(logp - mean logp), that get the KL penalty; in (0, 1]")
+    kl_cov_coef: float = key(0.1, "kl_cov: the weight of the penalty |logp - logp_old| on those tokens (verl's "
+                             "ppo_kl_coef)")
+    sapo_tau_pos: float = key(1.0, "sapo: the gate's temperature on tokens with A > 0 (verl's tau_pos)")
+    sapo_tau_neg: float = key(1.05, "sapo: the gate's temperature on tokens with A <= 0 (verl's tau_neg)")
     loss_agg: str = key("token-mean", "how the token losses of a step are aggregated", choices=LOSS_AGG_MODES)
     norm_const: Optional[float] = key(None, "C of the seq-mean-token-sum-norm / dr_grpo modes")
     kl_in_reward: str = key("off", "off | k1 | k2 | k3 | abs")
@@ -103,11 +121,18 @@ class LearnerConfig:
                                   "see split_keys)", repr=False)
 
     def __post_init__(self) -> None:
-        """The mismatch options are checked as the config is made (a config file's bad value is then a
-        one-line error naming the key); ``mismatch_mask`` is kept as a list, as YAML writes it."""
+        """The mismatch options, the policy loss and its knobs are checked as the config is made (a config
+        file's bad value is then a one-line error naming the key); ``mismatch_mask`` is kept as a list, as
+        YAML writes it."""
         self.check_mismatch()
+        self.check_policy_loss()
         if self.mismatch_mask is not None:
             self.mismatch_mask = list(self.mismatch_mask)
+
+    def check_policy_loss(self) -> None:
+        """ValueError for a ``policy_loss`` no module registered, or a loss's knob out of range."""
+        policy_loss_fn(self.policy_loss)
+        check_knobs(self)
 
     def check_mismatch(self) -> None:
         """ValueError for a ``tis_cap`` or ``mismatch_mask`` that cannot run (§5.6)."""
@@ -125,9 +150,10 @@ class LearnerConfig:
         return self.algorithm_configs[name]
 
     def validate(self) -> None:
-        """ValueError (what, why, fix) for an unknown algorithm, one that cannot train a single role,
+        """ValueError (what, why, fix) for an unknown algorithm or policy loss, one that cannot train a single role,
         or a value an algorithm's config refuses."""
         get(self.algorithm) if self.algorithm != FROZEN else None
+        self.check_policy_loss()
         if self.multi_turn not in MULTI_TURN:
             raise ValueError(f"multi_turn must be one of {', '.join(MULTI_TURN)}, got {self.multi_turn!r}: 'joined' trains a "
                              "seat's conversation moves of one game as one sequence, 'turns' each move as its own row")

@@ -1,8 +1,9 @@
-"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5, §5.6 and §3.3):
+"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5, §5.6, §3.3 and "Policy losses"):
 
-    L = Agg(w * L_clip(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
+    L = Agg(w * L_pg(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
 
-with ``L_clip`` PPO's clipped surrogate (dual-clip optional), ``w`` the per-token weight of a
+with ``L_pg`` the configured policy loss (:mod:`cogym.learners.policy_losses`; by default ``vanilla``,
+PPO's clipped surrogate with dual-clip optional), ``w`` the per-token weight of a
 sampler/trainer mismatch correction (1 with none: §5.6), ``Agg`` the configured loss aggregation
 normalised by the counts of the WHOLE optimizer step (so the micro-batches' losses add up to the
 step's loss), ``k`` a KL estimator against the frozen reference and ``H`` the token entropy.
@@ -11,13 +12,14 @@ It is a pure function over tensors: the Learner assembles no loss anywhere else.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from torch import Tensor
 
-from cogym.learners.losses import (aggregate, clipped_policy_loss, entropy_from_logits, kl_estimate, mismatch_stats,
-                                   mismatch_weights)
+from cogym.learners.losses import aggregate, entropy_from_logits, kl_estimate, mismatch_stats, mismatch_weights
+from cogym.learners.policy_losses import get as policy_loss_fn, PolicyLossInputs
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,14 @@ class ObjectiveConfig:
     entropy_coef: float = 0.0
     tis_cap: Optional[float] = None  # C of truncated importance sampling (§5.6); None: off
     mismatch_mask: Optional[tuple] = None  # (low, high) ratio band outside which tokens get weight 0; None: off
+    policy_loss: str = "vanilla"  # a registered policy loss (cogym.learners.policy_losses)
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002
+    kl_cov_coef: float = 0.1
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
 
     @property
     def corrects_mismatch(self) -> bool:
@@ -44,8 +54,8 @@ class ObjectiveConfig:
     def of(cls, cfg) -> "ObjectiveConfig":
         """The objective's part of a learner config."""
         band = tuple(cfg.mismatch_mask) if cfg.mismatch_mask is not None else None
-        return cls(cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.loss_agg, cfg.norm_const, cfg.kl_in_loss,
-                   cfg.kl_loss_coef, cfg.entropy_coef, cfg.tis_cap, band)
+        knobs = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls) if f.name != "mismatch_mask"}
+        return cls(**knobs, mismatch_mask=band)
 
 
 def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: ObjectiveConfig, *,
@@ -65,8 +75,8 @@ def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: Ob
 
     Returns ``(loss, metrics)``; each metric is this micro-batch's share of its step-level value,
     so summing over the step's micro-batches gives the step's value: ``kl_loss`` and ``entropy``
-    (aggregated like the loss; present when enabled), the clip statistics ``pg_clipfrac``,
-    ``pg_clipfrac_lower``, ``ppo_kl``, with ``logp_trainer_old`` ``mismatch_abs`` and ``mismatch_k3``,
+    (aggregated like the loss; present when enabled), the policy loss's statistics (vanilla's
+    ``pg_clipfrac``, ``pg_clipfrac_lower``, ``ppo_kl``), with ``logp_trainer_old`` ``mismatch_abs`` and ``mismatch_k3``,
     and with a correction on ``mismatch_masked_frac`` and ``tis_weight_mean`` (token means weighted by
     this micro-batch's token share).
     """
@@ -74,17 +84,16 @@ def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: Ob
         raise ValueError("tis_cap and mismatch_mask need logp_trainer_old, the trainer's log-probabilities before "
                          "the update")
     ratio_old = logp_trainer_old if cfg.corrects_mismatch else logp_old
-    pg, pg_metrics = clipped_policy_loss(logp, ratio_old, adv, mask, clip_low=cfg.clip_low,
-                                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
-    if logp_trainer_old is not None:
-        pg_metrics.update(mismatch_stats(logp_trainer_old, logp_old, mask))
+    w, w_metrics = None, {}
     if cfg.corrects_mismatch:
         # Dropped tokens stay in the aggregation's denominators: they count as zero terms (§5.6).
         w, w_metrics = mismatch_weights(logp_trainer_old, logp_old, mask, tis_cap=cfg.tis_cap, band=cfg.mismatch_mask)
-        pg = pg * w.to(pg.dtype)
-        pg_metrics.update(w_metrics)
+    loss, pg_metrics = policy_loss_fn(cfg.policy_loss)(
+        PolicyLossInputs(logp, ratio_old, adv, mask, cfg, num_tokens=num_tokens, num_seqs=num_seqs, weight=w))
+    if logp_trainer_old is not None:
+        pg_metrics.update(mismatch_stats(logp_trainer_old, logp_old, mask))
+    pg_metrics.update(w_metrics)
     agg = dict(num_tokens=num_tokens, num_seqs=num_seqs, norm_const=cfg.norm_const)
-    loss = aggregate(pg, mask, cfg.loss_agg, **agg)
     metrics: dict[str, float] = {}
     if cfg.kl_in_loss != "off":
         if ref_logp is None:
