@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "trr_pp": "cogym.learners.algorithms.trr_pp:TRRPP",
     "prime": "cogym.learners.algorithms.prime:PRIME",
     "spin": "cogym.learners.algorithms.spin:Spin",
+    "sft": "cogym.learners.algorithms.sft:SFT",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

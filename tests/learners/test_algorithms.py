@@ -19,7 +19,7 @@ from cogym.learners.learner import Learner
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
 
-SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin")
+SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin", "sft")
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ class Half(Algorithm):
 def test_every_shipped_algorithm_is_registered_in_order():
     assert names()[:len(SHIPPED)] == SHIPPED
     assert {n for n in SHIPPED if get(n).grouped} == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"}
-    assert [n for n in SHIPPED if not get(n).per_role] == ["spin"]
+    assert [n for n in SHIPPED if not get(n).per_role] == ["spin", "sft"]
 
 
 def test_unknown_algorithm_suggests_the_closest():
