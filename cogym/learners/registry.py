@@ -33,6 +33,7 @@ BUILTIN: dict[str, str] = {
     "prime": "cogym.learners.algorithms.prime:PRIME",
     "spin": "cogym.learners.algorithms.spin:Spin",
     "sft": "cogym.learners.algorithms.sft:SFT",
+    "dpo": "cogym.learners.algorithms.dpo:DPO",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an
