@@ -91,6 +91,7 @@ class Context:
     reference: torch.nn.Module | None = None  # the policy's initial model, when it is not ``policy.model``
     game_id: str = "game"
     resume: dict = field(default_factory=dict)  # e.g. {"critic": Path}: saved weights to start from
+    policies: dict[str, Policy] = field(default_factory=dict)  # the run's other loaded policies (a distillation teacher)
 
 
 class Algorithm:

@@ -60,14 +60,15 @@ class Learner:
 
     def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
                  temperature: float = 1.0, reference: torch.nn.Module | None = None,
-                 critic_weights: Path | None = None, game_id: str = "game", max_new_tokens: int | None = None) -> None:
+                 critic_weights: Path | None = None, game_id: str = "game", max_new_tokens: int | None = None,
+                 policies: dict[str, Policy] | None = None) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
         the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
         frozen KL anchor (needed only with KL on) and PRIME's pi_ref; by default a copy of the policy
         as given (pass the initial model when resuming from trained weights).
         ``critic_weights``: a saved critic directory to resume the PPO critic from. ``game_id``
         keys the RAE baselines; ``max_new_tokens`` (the policy's response limit) is L_max of
-        overlong shaping."""
+        overlong shaping. ``policies``: the run's other policies, which an algorithm may read (a teacher)."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if cfg.algorithm == FROZEN:
@@ -84,7 +85,8 @@ class Learner:
             self.ref_model = (reference if reference is not None else copy.deepcopy(policy.model)).eval()
             self.ref_model.requires_grad_(False)
         # Algorithms copy the policy's weights (critic, PRM, opponent) before an engine may partition them.
-        ctx = Context(policy, cfg, temperature, reference, game_id, {"critic": critic_weights} if critic_weights else {})
+        ctx = Context(policy, cfg, temperature, reference, game_id, {"critic": critic_weights} if critic_weights else {},
+                      dict(policies or {}))
         self.algorithms: dict[str, Algorithm] = {name: registry.get(name)(cfg.settings(name), ctx)
                                                  for name in cfg.algorithm_names()}
         self.engine = engine or make_engine(policy.model, cfg)

@@ -34,6 +34,7 @@ BUILTIN: dict[str, str] = {
     "spin": "cogym.learners.algorithms.spin:Spin",
     "sft": "cogym.learners.algorithms.sft:SFT",
     "dpo": "cogym.learners.algorithms.dpo:DPO",
+    "distill": "cogym.learners.algorithms.distill:Distill",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

@@ -19,7 +19,7 @@ from cogym.learners.learner import Learner
 from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
 
-SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin", "sft", "dpo")
+SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin", "sft", "dpo", "distill")
 
 
 @pytest.fixture

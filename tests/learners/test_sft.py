@@ -158,3 +158,23 @@ def test_a_config_error_names_the_learner_key():
     with pytest.raises(ConfigError) as err:
         load_config(None, ["learners.solver.algorithm=sft", "learners.solver.sft_select=reward_at_least"])
     assert "learners.solver" in str(err.value) and "sft_min_reward" in str(err.value)
+
+
+def test_the_loss_is_the_causal_lms_own_cross_entropy_on_the_completion(policy, tmp_path):
+    """With token-mean, SFT's loss is what transformers' causal-LM loss gives with the prompt masked out
+    (labels -100), the loss TRL's SFTTrainer trains with (completion_only_loss)."""
+    data = write_rows(tmp_path / "d.jsonl", echo_rows(4, seed=3))
+    learner = Learner(policy, cfg(sft_data=data, sft_batch_size=4, micro_batch_size=2))
+    turns = learner.algorithm.demonstration_turns(learner.algorithm.data)
+    width = max(len(t.prompt_ids) + len(t.response_ids) for t in turns)
+    ids, labels, attn = [], [], []
+    for t in turns:
+        fill = width - len(t.prompt_ids) - len(t.response_ids)
+        ids.append(t.prompt_ids + t.response_ids + [policy.tokenizer.pad_token_id] * fill)
+        labels.append([-100] * len(t.prompt_ids) + t.response_ids + [-100] * fill)
+        attn.append([1] * (width - fill) + [0] * fill)
+    with torch.no_grad():
+        expected = policy.model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(attn), labels=torch.tensor(labels)).loss
+    learner.algorithm.next_rows = lambda: learner.algorithm.data  # the file's rows in file order
+    metrics = learner.update([_turn(0, 1.0, "g")])
+    assert metrics["loss"] == pytest.approx(float(expected), rel=1e-5)  # two micro-batches' shares add up

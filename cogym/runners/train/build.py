@@ -197,7 +197,8 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
         critic = critic_dirs.get(pid)
         learners[pid] = Learner(policy, lc, temperature=pc.sampling.temperature, reference=reference,
                                 critic_weights=critic if critic is not None and critic.is_dir() else None,
-                                game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens)
+                                game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens,
+                                policies={other: p for other, p in policies.items() if other != pid})
     return learners
 
 
