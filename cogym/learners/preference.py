@@ -12,15 +12,20 @@ tokens, the policy's log-ratios to the reference are ``c = log pi(y_w) - log pi_
 * ``robust`` (rDPO, ``eps`` the probability a label is flipped):
   ``(-(1 - eps) log s(beta d) + eps log s(-beta d)) / (1 - 2 eps)``
 
-``s`` is the logistic function.
+``s`` is the logistic function. :func:`load_preferences` reads an offline preference file (JSONL of
+``{"prompt", "chosen", "rejected"}``), bounded.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from cogym.envs.seeds import shipped_or_path
 
 DPO_LOSSES = ("sigmoid", "hinge", "ipo", "robust")
 SMOOTHED = ("sigmoid", "robust")  # the losses that take a label smoothing
@@ -70,3 +75,65 @@ def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Ten
         average = c / chosen_tokens.to(c.dtype).clamp(min=1.0) - r / rejected_tokens.to(r.dtype).clamp(min=1.0)
         loss = (average - 1 / (2 * beta)) ** 2
     return loss, beta * c, beta * r
+
+
+# ----------------------------------------------------------------------------- offline preference files
+MAX_FILE_BYTES = 256 << 20  # a preference file is read whole: at most 256 MiB
+MAX_FILE_ROWS = 1_000_000
+PAIR_SHAPE = 'each line must be {"prompt": "...", "chosen": "...", "rejected": "..."} (optionally "system")'
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One row of a preference file: the chat ``messages`` before the response, and the two responses."""
+
+    messages: tuple
+    chosen: str
+    rejected: str
+
+
+def read_jsonl(name: str, label: str, max_bytes: int = MAX_FILE_BYTES, max_rows: int = MAX_FILE_ROWS):
+    """``(where, object)`` of each non-blank line of a JSONL file (a path, or the name of a file shipped in
+    cogym/envs/data), read bounded; ``where`` names ``label`` (the key that names the file), the file and
+    the line. Every problem is a one-line ValueError."""
+    path = shipped_or_path(name) if isinstance(name, str) and name else None
+    if path is None:
+        raise ValueError(f"{label} {name!r} does not exist (neither a path nor a file shipped in cogym/envs/data)")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{label} {str(path)!r} cannot be read as UTF-8 text ({exc})") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"{label} {str(path)!r} is larger than {max_bytes >> 20} MiB; split it or sample from it")
+    rows = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        rows += 1
+        if rows > max_rows:
+            raise ValueError(f"{label} {str(path)!r} holds more than {max_rows} rows; split it or sample from it")
+        where = f"{label} {str(path)!r} line {lineno}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+
+
+def load_preferences(name: str, label: str = "dpo_data") -> list[Preference]:
+    """The rows of a preference file (:func:`read_jsonl`), each ``{"prompt", "chosen", "rejected"}`` strings
+    (optionally ``"system"``); a bad line is a one-line ValueError naming the file and the line."""
+    rows = []
+    for where, obj in read_jsonl(name, label):
+        fields = ("prompt", "chosen", "rejected")
+        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in fields) \
+                or not isinstance(obj.get("system", ""), str):
+            raise ValueError(f"{where}: {PAIR_SHAPE}")
+        if obj["chosen"] == obj["rejected"]:
+            raise ValueError(f"{where}: chosen and rejected are the same text; a pair needs two different responses")
+        system = ({"role": "system", "content": obj["system"]},) if obj.get("system") else ()
+        rows.append(Preference((*system, {"role": "user", "content": obj["prompt"]}), obj["chosen"], obj["rejected"]))
+    if not rows:
+        raise ValueError(f"{label} {name!r} has no rows; {PAIR_SHAPE}")
+    return rows

@@ -1,9 +1,11 @@
 """DPO (learners/algorithms/dpo.py, trained by the common Learner): pairs formed from a batch's groups by
 reward (learners/pairs.py), the first step against a reference equal to the policy, the chosen-over-rejected
-margin rising on the trained pairs and on held-out ones, the reference given on resume, and config errors."""
+margin rising on the trained pairs and on held-out ones, the reference given on resume, offline pairs from a
+preference file (dpo_data), and config errors."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -15,6 +17,7 @@ from cogym.learners.batch import response_logp
 from cogym.learners.config import LearnerConfig
 from cogym.learners.learner import Learner
 from cogym.learners.pairs import pair_rows, reward_pairs
+from cogym.learners.preference import load_preferences, read_jsonl
 
 LOG2 = math.log(2.0)
 TRAIN_PROMPTS = ["37+45", "12*9", "50-61", "3+4"]
@@ -146,7 +149,63 @@ def test_the_reference_given_on_resume_is_the_anchor(policy, tiny_model_dir, tmp
     ({"dpo_label_smoothing": 0.5}, r"dpo_label_smoothing must be a number in \[0, 0.5\)"),
     ({"dpo_loss": "ipo", "dpo_label_smoothing": 0.1}, "dpo_label_smoothing applies to the sigmoid and robust losses"),
     ({"dpo_pairs": "pairs"}, "dpo_pairs must be one of best_worst, all"),
+    ({"dpo_data": "no_such_file.jsonl"}, "dpo_data must name a JSONL file of preference pairs"),
+    ({"dpo_data": "arithmetic_sft.jsonl", "dpo_pairs": "all"}, "dpo_pairs forms pairs from the game's turns"),
+    ({"dpo_batch_size": 0}, "dpo_batch_size must be an int >= 1"),
 ])
 def test_config_errors(policy, kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         Learner(policy, cfg(**kwargs))
+
+
+# ----------------------------------------------------------------------------- offline pairs (dpo_data)
+PREFERENCES = [{"prompt": "3+4", "chosen": "7", "rejected": "8"}, {"prompt": "9-2", "chosen": "7", "rejected": "11"},
+               {"prompt": "2*5", "chosen": "10", "rejected": "25", "system": "Solve."}]
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def test_offline_pairs_train_in_file_order_and_resume(policy, tiny_model_dir, tmp_path) -> None:
+    data = write_jsonl(tmp_path / "prefs.jsonl", PREFERENCES)
+    learner = Learner(policy, cfg(dpo_data=data, dpo_batch_size=2, dpo_beta=0.5))
+    game = sampled_turns(policy, TRAIN_PROMPTS)  # played and logged, not trained on
+    chosen, rejected = learner.algorithm.file_pairs()
+    assert [t.text for t in chosen] == ["7", "7"] and [t.text for t in rejected] == ["8", "11"]
+    assert chosen[0].prompt_ids == rejected[0].prompt_ids == policy.render([{"role": "user", "content": "3+4"}])
+    assert chosen[0].response_ids[-1] == policy.tokenizer.eos_token_id  # closed as a finished response is
+    learner.algorithm.seen = 0
+    history = [learner.update(game) for _ in range(5)]
+    assert all(m["dpo_pairs"] == 2 for m in history) and learner.algorithm.seen == 10
+    assert history[0]["loss"] == pytest.approx(LOG2, abs=1e-6)
+    assert history[-1]["dpo_margin"] > 0.5 and history[-1]["dpo_accuracy"] == 1.0  # measured 0.96
+    learner.save(tmp_path / "learner")
+    resumed = Learner(Policy.from_pretrained(tiny_model_dir), cfg(dpo_data=data, dpo_batch_size=2))
+    resumed.load(tmp_path / "learner")
+    assert resumed.algorithm.seen == 10  # rows 10 % 3 = 1 and 2 come next
+    assert [t.text for t in resumed.algorithm.file_pairs()[1]] == ["11", "25"]
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([PREFERENCES[0], "{not json"], r"prefs.jsonl' line 2: not valid JSON"),
+    ([{"prompt": "3+4", "chosen": "7"}], r"line 1: each line must be \{\"prompt\": \"...\", \"chosen\""),
+    ([{"prompt": "3+4", "chosen": 7, "rejected": "8"}], "line 1: each line must be"),
+    (["", {"prompt": "3+4", "chosen": "7", "rejected": "7"}], "line 2: chosen and rejected are the same text"),
+    (["", "  "], "has no rows"),
+])
+def test_a_bad_preference_file_is_a_one_line_error(policy, tmp_path, rows, message) -> None:
+    data = write_jsonl(tmp_path / "prefs.jsonl", rows)
+    with pytest.raises(ValueError, match=message) as err:
+        Learner(policy, cfg(dpo_data=data))
+    assert "\n" not in str(err.value)
+
+
+def test_preference_files_are_read_bounded(tmp_path) -> None:
+    data = write_jsonl(tmp_path / "prefs.jsonl", PREFERENCES)
+    assert len(load_preferences(data)) == 3
+    with pytest.raises(ValueError, match="holds more than 2 rows"):
+        list(read_jsonl(data, "dpo_data", max_rows=2))
+    with pytest.raises(ValueError, match="is larger than 0 MiB"):
+        list(read_jsonl(data, "dpo_data", max_bytes=10))

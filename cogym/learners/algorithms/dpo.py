@@ -13,25 +13,35 @@ worst sample of each prompt, ``all`` every two samples of different rewards. The
 ``dpo_loss`` over the pairs, with sequence log-probabilities summed over the response tokens (at the
 rollout's temperature) and the reference ``pi_ref`` the policy's initial model, frozen.
 
+With ``dpo_data`` (offline DPO), each update trains on the next ``dpo_batch_size`` pairs of a JSONL file
+of ``{"prompt", "chosen", "rejected"}`` rows instead, in the file's order, pass after pass (the game's
+turns are played and logged, not trained on). The prompt is rendered with the policy's chat template
+as a game's prompt is, and each response is closed with the end-of-message id as a finished generated
+response is (SPIN's :func:`~cogym.learners.algorithms.spin.reference_ids`).
+
 DPO trains a whole policy with its own rows (chosen/rejected pairs) and loss through the common
 :class:`cogym.learners.learner.Learner` loop; it keeps no state of its own (on resume, the run's
-builder passes the initial model as the reference: ``needs_reference``).
+builder passes the initial model as the reference: ``needs_reference``) but the position in ``dpo_data``
+(``dpo_data_seen`` in the learner's ``state.json``).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Optional, Sequence
 
 import torch
 
 from cogym.core.config_key import key
 from cogym.core.types import Turn
+from cogym.envs.seeds import shipped_or_path
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context, check_choice
+from cogym.learners.algorithms.spin import end_of_message_id, reference_ids
 from cogym.learners.host import LearnerHost
 from cogym.learners.pairs import PAIRINGS, pair_rows, refuse_policy_gradient_keys, reward_pairs
-from cogym.learners.preference import check_dpo_options, DPO_LOSSES, dpo_loss
+from cogym.learners.preference import check_dpo_options, DPO_LOSSES, dpo_loss, load_preferences, Preference
 from cogym.learners.rows import MicroStep, TrainBatch
 
 
@@ -45,6 +55,11 @@ class DpoConfig(AlgorithmConfig):
                                      "robust losses)")
     dpo_pairs: str = key("best_worst", "the pairs of one prompt's samples: best_worst (its best and worst sample) | "
                          "all (every two samples of different rewards); ties make no pair", choices=PAIRINGS)
+    dpo_data: Optional[str] = key(None, "Offline DPO: a JSONL file of preference pairs, {\"prompt\", \"chosen\", "
+                                  "\"rejected\"} (and optionally \"system\") a line, a path or the name of a file "
+                                  "shipped in cogym/envs/data, trained on in file order instead of the game's pairs. "
+                                  "null: the game's pairs.")
+    dpo_batch_size: int = key(32, "dpo_data pairs per update")
 
     def validate(self, common) -> None:
         """DPO has its own objective: options of the policy-gradient learner are refused, not ignored."""
@@ -58,6 +73,16 @@ class DpoConfig(AlgorithmConfig):
         refuse_policy_gradient_keys(common, "DPO")
         check_dpo_options(self.dpo_beta, self.dpo_loss, self.dpo_label_smoothing, prefix="dpo_")
         check_choice(self.dpo_pairs, PAIRINGS, "dpo_pairs")
+        if self.dpo_data is not None:
+            if not isinstance(self.dpo_data, str) or shipped_or_path(self.dpo_data) is None:
+                raise ValueError(f"dpo_data must name a JSONL file of preference pairs (a path, or a file shipped in "
+                                 f"cogym/envs/data) or be null, got {self.dpo_data!r}")
+            if self.dpo_pairs != PAIRINGS[0]:
+                raise ValueError("dpo_pairs forms pairs from the game's turns, but dpo_data trains on the file's pairs; "
+                                 "remove dpo_pairs, or dpo_data")
+        size = self.dpo_batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"dpo_batch_size must be an int >= 1 (dpo_data pairs per update), got {size!r}")
 
 
 class DPO(Algorithm):
@@ -76,6 +101,9 @@ class DPO(Algorithm):
         reference = ctx.reference if ctx.reference is not None else copy.deepcopy(ctx.policy.model)
         self.reference = reference.eval()
         self.reference.requires_grad_(False)
+        self.data = load_preferences(cfg.dpo_data) if cfg.dpo_data is not None else None
+        self.end_id = end_of_message_id(ctx.policy)
+        self.seen = 0  # dpo_data pairs trained on (the next one is row seen % len(data))
 
     def advantages(self, rows):
         raise TypeError("dpo has no advantages: it trains a whole policy with its own loss (role_algorithms cannot name it)")
@@ -85,10 +113,28 @@ class DPO(Algorithm):
         pairs = reward_pairs(turns, self.cfg.dpo_pairs)
         return [turns[i] for i, _ in pairs], [turns[j] for _, j in pairs]
 
+    def file_pairs(self) -> tuple[list[Turn], list[Turn]]:
+        """(chosen, rejected) turns of the next ``dpo_batch_size`` rows of ``dpo_data``."""
+        n, size = len(self.data), self.cfg.dpo_batch_size
+        rows = [self.data[k % n] for k in range(self.seen, self.seen + size)]
+        self.seen += size
+        return self.row_turns(rows, "chosen"), self.row_turns(rows, "rejected")
+
+    def row_turns(self, rows: Sequence[Preference], side: str) -> list[Turn]:
+        """One side of preference rows as Turns: the prompt rendered as a game's is, the response closed
+        as a generated one is."""
+        policy, turns = self.ctx.policy, []
+        for i, row in enumerate(rows):
+            text = getattr(row, side)
+            ids = reference_ids(policy, text, self.end_id)
+            turns.append(Turn(0, f"dpo-{self.seen}-{i}", "dpo_data", "dpo_data", policy.name, policy.render(row.messages),
+                              ids, [0.0] * len(ids), text, True))
+        return turns
+
     def train_batch(self, learner: LearnerHost, turns: Sequence[Turn]) -> TrainBatch:
         """Rows: the n chosen responses, then the n rejected ones, with their reference log-probabilities;
         a micro-batch holds whole pairs."""
-        chosen, rejected = self.pairs(turns)
+        chosen, rejected = self.file_pairs() if self.data is not None else self.pairs(turns)
         n = len(chosen)
         if n == 0:
             return TrainBatch(None, {"dpo_pairs": 0.0})
@@ -116,3 +162,9 @@ class DPO(Algorithm):
     def finish(self, learner: LearnerHost, data: TrainBatch) -> dict[str, float]:
         n = data.extra["pairs"]
         return {"dpo_pairs": float(n), "response_tokens": float(data.batch.mask.sum())}
+
+    def save(self, directory: Path) -> dict:
+        return {"dpo_data_seen": self.seen}
+
+    def load(self, directory: Path, state: dict) -> None:
+        self.seen = int(state.get("dpo_data_seen", 0))
