@@ -140,6 +140,8 @@ SALTS: dict[str, Salt] = {
                                "(run seed, iteration, twin number, rank)"),
     "scripted.move": Salt("numpy", as_given, "a scripted twin's move for a keyed request (the request's key)"),
     "league.draw": Salt("numpy", salted(0x1EA6), "a league's opponent draw (league seed, iteration, round)"),
+    "stage.build": Salt("torch", lambda seed, stage: derive_key(seed, stage, 0x57A6), "torch's global generator as "
+                        "a later stage builds its learners (run seed, stage index)"),
     "adapter.init": Salt("torch", name_hash, "a LoRA adapter's initial weights (seed, adapter name)"),
     # tournaments
     "tournament.games": Salt("numpy", salted(0xC06), "a tournament's game seeds (tournament seed)"),

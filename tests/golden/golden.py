@@ -39,7 +39,9 @@ UNPINNED = {"run_dir", "wall_s", "tokens_per_s",
 # vLLM engine (vLLM is an extra, and its kernels need not give the same numbers on another CPU); the
 # adapters, learners and game are the config's.
 AS_SHIPPED_BUT = {"proposer_solver_judge_lora": [f"policies.{p}.generation.backend=hf"
-                                                 for p in ("proposer", "solver", "judge")]}
+                                                 for p in ("proposer", "solver", "judge")],
+                  # the 5 iterations cross the stage boundary: 2 of SFT, then 3 of GRPO from its checkpoint
+                  "sft_then_grpo": ["stages.0.run.iterations=2"]}
 
 
 def runs() -> dict[str, tuple[Path, list[str]]]:

@@ -24,12 +24,15 @@ from cogym.learners import registry
 from cogym.learners.config import LearnerConfig, split_keys, UnknownKey
 from cogym.runners.config.modules import import_game_modules
 from cogym.runners.config.safe_yaml import parse_yaml, read_yaml_file
-from cogym.runners.config.schema import algorithm_choices, Config, config_path, default_config_path, MAP_OWNERS, RENAMED, suggest, TYPED_MAPS
+from cogym.runners.config.schema import algorithm_choices, Config, config_path, default_config_path, MAP_OWNERS, RENAMED, \
+    RunConfig, StageConfig, StageRun, suggest, TYPED_MAPS
 from cogym.runners.config.validate import check_choice, validate
 
 
 INT_BOUND = 2**63  # an integer key's bound (each key may have a tighter one: validate.py)
 MESSAGE_CHARS = 1000  # the most of a section's own error message that is passed on
+CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(Config))
+RUN_KEYS = tuple(f.name.rstrip("_") for f in dataclasses.fields(RunConfig))
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -124,16 +127,23 @@ def build_section(cls: type, data: Any, where: str) -> Any:
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """Set ``dotted`` (``a.b.c``) in ``tree``; a number indexes a list that is there (``stages.1.run.iterations``)."""
     parts = dotted.split(".")
-    node = tree
-    for p in parts[:-1]:
-        nxt = node.get(p)
-        if nxt is None:
-            nxt = node[p] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"override {brief(dotted)}: {brief(p)} is a value, not a section")
-        node = nxt
-    node[parts[-1]] = value
+    node: Any = tree
+    for depth, p in enumerate(parts):
+        if isinstance(node, list):
+            if not (p.isdigit() and int(p) < len(node)):
+                raise ConfigError(f"override {brief(dotted)}: {'.'.join(parts[:depth])} is a list of {len(node)}, "
+                                  f"so {brief(p)} must be an index from 0 to {len(node) - 1}")
+            p = int(p)
+        elif not isinstance(node, dict):
+            raise ConfigError(f"override {brief(dotted)}: {brief(parts[depth - 1])} is a value, not a section")
+        if depth == len(parts) - 1:
+            node[p] = value
+            return
+        if isinstance(node, dict) and node.get(p) is None:
+            node[p] = {}
+        node = node[p]
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -244,12 +254,95 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     learners = tree.pop("learners", None)
     if learners is not None and not isinstance(learners, dict):
         raise ConfigError(f"learners must be a mapping of names to sections, got {brief(learners)}")
+    stages = _stage_sections(tree.pop("stages", None))
+    if stages and isinstance(tree.get("run"), dict) and tree["run"].get("iterations", 0) is None:
+        del tree["run"]["iterations"]  # run.iterations=null: the stages' sum
+    written = stages and isinstance(tree.get("run"), dict) and "iterations" in tree["run"]
     cfg = build_section(Config, tree, "")
     cfg.game.modules = [_module_path(m, path) for m in cfg.game.modules]
     import_game_modules(cfg.game.modules)  # they may register the algorithms the learners name
     cfg.learners = {str(pid): _build_learner(data, f"learners.{pid}") for pid, data in (learners or {}).items()}
+    if stages:
+        cfg.run.iterations = _staged_iterations(stages, cfg.run.iterations if written else None)
     validate(cfg)
+    if stages:
+        cfg.stages = stages
+        stage_configs(cfg)  # each stage's config, checked now
     return cfg
+
+
+# ----------------------------------------------------------------------------------------------- stages
+STAGE_KEYS = tuple(f.name for f in dataclasses.fields(StageConfig))
+STAGE_RUN_KEYS = tuple(f.name for f in dataclasses.fields(StageRun))
+
+
+def _stage_sections(data: Any) -> list[StageConfig]:
+    """``stages`` as typed sections. A key of the config that a stage may not set (a stage sets only its
+    name, its learners' keys and ``run.iterations``) is refused naming it; any other unknown key names the
+    closest stage key."""
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
+        raise ConfigError(f"stages must be a list of mappings, each {{name, learners, run: {{iterations}}}}, got {brief(data)}")
+    sections = []
+    for k, raw in enumerate(data):
+        where = f"stages.{k}"
+        for name, value in raw.items():
+            run_keys = value if name == "run" and isinstance(value, dict) else {}
+            whole = [f"{name}"] if name in CONFIG_KEYS and name not in STAGE_KEYS else []
+            whole += [f"run.{r}" for r in run_keys if r not in STAGE_RUN_KEYS and r in RUN_KEYS]
+            if whole:
+                raise ConfigError(f"{where}.{whole[0]}: a stage sets only name, learners and run.iterations; "
+                                  f"{whole[0]} is the whole run's, so set it outside stages")
+        stage = build_section(StageConfig, raw, where)
+        stage.name = stage.name or f"stage{k}"
+        if stage.run.iterations < 1:
+            raise ConfigError(f"{where}.run.iterations must be >= 1 (each stage says how many iterations it trains), "
+                              f"got {stage.run.iterations}")
+        for pid, keys in stage.learners.items():
+            if keys is not None and not isinstance(keys, dict):
+                raise ConfigError(f"{where}.learners.{pid} must be a mapping of learner keys, got {brief(keys)}")
+        sections.append(stage)
+    names = [s.name for s in sections]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"stages: two stages are named {brief(twice)}; give each its own name")
+    return sections
+
+
+def _staged_iterations(stages: list[StageConfig], written: int | None) -> int:
+    """The run's iterations: the stages' sum, or ``written`` (``run.iterations`` set beside the stages), which
+    ends the run inside them (at most their sum)."""
+    total = sum(s.run.iterations for s in stages)
+    if written is not None and not 1 <= written <= total:
+        raise ConfigError(f"run.iterations is {brief(written)}, but the stages train {total} iterations in all; with "
+                          "stages, run.iterations ends the run early (at most their sum): drop it (run.iterations=null "
+                          f"on the command line), or lengthen a stage (e.g. stages.{len(stages) - 1}.run.iterations=N)")
+    return total if written is None else written
+
+
+def stage_configs(cfg: Config) -> list[Config]:
+    """The config each of ``cfg.stages`` trains with: ``cfg`` with each learner's keys (``learners.<id>``,
+    flat) overlaid by the stage's own, checked as a whole config is (an error names the stage)."""
+    if cfg.run.backend == "ray":
+        raise ConfigError("stages: run.backend: ray does not train in stages yet (its learner actors would be "
+                          "rebuilt at each stage); use run.backend: local, or one config per stage")
+    out = []
+    for k, stage in enumerate(cfg.stages):
+        where = f"stages.{k}"
+        for pid in stage.learners:
+            if pid not in cfg.learners:
+                raise ConfigError(f"{where}.learners.{pid}: no learner {brief(pid)} to set keys of (learners: "
+                                  f"{', '.join(cfg.learners) or 'none'}){suggest(str(pid), cfg.learners)}")
+        learners = {pid: _build_learner({**lc.flat(), **(stage.learners.get(pid) or {})}, f"{where}.learners.{pid}")
+                    for pid, lc in cfg.learners.items()}
+        staged = dataclasses.replace(cfg, learners=learners, stages=[])
+        try:
+            validate(staged)
+        except ConfigError as exc:
+            raise ConfigError(f"{where} ({stage.name}): {exc}") from None
+        out.append(staged)
+    return out
 
 
 def _build_learner(data: Any, where: str) -> LearnerConfig:

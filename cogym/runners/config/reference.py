@@ -24,8 +24,8 @@ from cogym.core.types import SamplingParams
 from cogym.learners import registry as algorithms
 from cogym.learners.config import common_keys, LearnerConfig
 from cogym.runners.config.schema import (Config, EvalConfig, GameConfig, GenerationConfig, LeagueConfig,
-                                         PolicyConfig, PromptConfig, RayConfig, RENAMED, RunConfig, TournamentGame,
-                                         TournamentSampling, TournamentSection)
+                                         PolicyConfig, PromptConfig, RayConfig, RENAMED, RunConfig, StageConfig, StageRun,
+                                         TournamentGame, TournamentSampling, TournamentSection)
 
 
 # command -> its sections: (prefix, dataclass); a prefix with <id> is a mapping of named sections
@@ -35,7 +35,7 @@ SECTIONS: dict[str, list[tuple[str, type]]] = {
               ("policies.<id>.lora", LoraConfig), ("policies.<id>.generation", GenerationConfig),
               ("policies.<id>.endpoint", EndpointConfig),
               ("learners.<id>", LearnerConfig), ("prompts.<role>", PromptConfig), ("eval", EvalConfig),
-              ("league", LeagueConfig), ("ray", RayConfig)],
+              ("league", LeagueConfig), ("ray", RayConfig), ("stages.<k>", StageConfig), ("stages.<k>.run", StageRun)],
     "tournament": [("tournament", TournamentSection), ("game", TournamentGame), ("sampling", TournamentSampling),
                    ("prompts.<role>", PromptConfig), ("ray", RayConfig)],
 }
@@ -82,6 +82,9 @@ def reference(command: str = "train") -> list[tuple[str, str, str, str]]:
     rows: list[tuple[str, str, str, str]] = []
     for prefix, cls in SECTIONS[command]:
         hints = typing.get_type_hints(cls)
+        if cls is StageConfig:  # the list itself, then the keys of each of its stages
+            (stages,) = [f for f in dataclasses.fields(Config) if f.name == "stages"]
+            rows.append(("stages", "list", _default(stages), help_of(stages)))
         for f in dataclasses.fields(cls):
             if f.name == "algorithm_configs" or (cls is LearnerConfig and f.name not in common_keys()):
                 continue

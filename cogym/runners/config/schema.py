@@ -211,6 +211,27 @@ class LeagueConfig:
 
 
 @dataclass
+class StageRun:
+    """``stages.<k>.run``: the one ``run`` key a stage sets."""
+
+    iterations: int = key(0, "the stage's iterations (required, >= 1), numbered on from the stage before's (one "
+                          "iteration count for the whole run)")
+
+
+@dataclass
+class StageConfig:
+    """One stage of a run (``stages``): its name, its learners' keys, its length. docs/training.md#stages."""
+
+    name: str = key("", "the stage's name, written in each of its metrics rows (stage) and its checkpoints; \"\": "
+                    "stage<k>")
+    learners: dict = key(factory=dict, help="policy id -> learner keys, each set over learners.<id> for this stage "
+                         "(e.g. {solver: {algorithm: sft}}); a learner whose keys differ from the previous stage's starts "
+                         "fresh there (new optimizer and algorithm state, its KL reference the policy at the stage's "
+                         "start)")
+    run: StageRun = key(factory=StageRun, help="the stage's length")
+
+
+@dataclass
 class Config:
     run: RunConfig = key(factory=RunConfig, help="the run: its directory, seed, length, checkpoints and logs")
     game: GameConfig = key(factory=GameConfig, help="the game and how its rollouts are played")
@@ -222,12 +243,20 @@ class Config:
     league: LeagueConfig = key(factory=LeagueConfig, help="self-play against past selves")
     ray: RayConfig = key(factory=RayConfig, help="rollouts (and learners) on Ray, with run.backend: ray")
     sampling: dict = key(factory=dict, help="defaults of every policy's sampling (its own keys win)")
+    stages: list = key(factory=list, help="Train in stages, one after the other (e.g. SFT, then GRPO): each a "
+                       "{name, learners, run: {iterations}} that sets learner keys over learners.<id> for its "
+                       "iterations; the policies' weights carry over, and run.iterations is the stages' sum unless set "
+                       "lower (docs/training.md#stages). []: one stage, the config as it is.")
 
     def to_dict(self) -> dict:
-        """Plain data, as YAML writes it (a learner's keys flat, as load_config reads them back)."""
+        """Plain data, as YAML writes it (a learner's keys flat, as load_config reads them back; with stages,
+        run.iterations only where it ends the run before the stages' sum)."""
         out = dataclasses.asdict(dataclasses.replace(self, learners={}))
         out["learners"] = {pid: lc.flat() for pid, lc in self.learners.items()}
-        out["run"] = {_yaml_key(k): v for k, v in out["run"].items()}
+        whole = sum(s.run.iterations for s in self.stages)
+        out["run"] = {_yaml_key(k): v for k, v in out["run"].items() if not (k == "iterations" and v == whole)}
+        if not self.stages:
+            del out["stages"]  # a config without stages writes what it always wrote
         return out
 
 

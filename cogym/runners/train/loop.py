@@ -13,7 +13,9 @@ only sequences small parts, each in its own module:
 - training hooks (:mod:`~cogym.runners.train.hooks`; a league is one): who plays the seats, and what
   happens after a rollout and an update;
 - evaluators (:mod:`~cogym.runners.evaluation.evaluators`): before, every ``run.eval_every``, and after;
-- checkpoints (:mod:`~cogym.runners.train.checkpoint`) and metric sinks (:mod:`~cogym.runners.train.sinks`).
+- checkpoints (:mod:`~cogym.runners.train.checkpoint`) and metric sinks (:mod:`~cogym.runners.train.sinks`);
+- stages (:mod:`~cogym.runners.train.stages`): a config with ``stages`` trains them in order, each from the
+  checkpoint the one before wrote at its last iteration, as a resumed run would.
 
 Layout of a run directory::
 
@@ -39,6 +41,7 @@ of a ZeRO checkpoint needs the W that wrote it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import sys
@@ -67,6 +70,7 @@ from cogym.runners.train.league import LeagueHook
 from cogym.runners.train.metrics import mean_last, retokenize_mismatch, reward_summary
 from cogym.runners.train.iteration import Sampler, mixed_prompt_groups
 from cogym.runners.train.sinks import forget_attempt, Sinks, open_sinks
+from cogym.runners.train.stages import check_resume, plan, Stage, StageHook, step_dir
 from cogym.core.threads import cpu_capacity, ThreadPolicy
 from cogym.runners.results.transcripts import train_rows, transcripts_due
 
@@ -103,8 +107,10 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
     t_start = time.time()
     run_path = Path(run_path) if run_path else Path(cfg.run.out_dir) / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     execution = execution_for(cfg)
+    stages = plan(cfg)
     if dist.world_size() > 1:  # a data-parallel worker: every rank writes to rank 0's run directory
-        check_data_parallel(cfg, dist.world_size())
+        for stage in stages:
+            check_data_parallel(stage.cfg, dist.world_size())
         run_path = Path(dist.broadcast_object(str(run_path)))
     if dist.is_main():
         rundir.claim(run_path, "train", "--resume" if resume else "--run-dir", overwrite=overwrite, resume=resume)
@@ -124,13 +130,14 @@ def train(cfg: Config, run_path: Path | None = None, resume: bool = False, progr
                 print(f"cogym train: {run_path} finished its {cfg.run.iterations} iterations ({ckpt.name}); nothing "
                       f"to resume, its summary.json is kept (add run.iterations=N to train on)", file=sys.stderr)
             return {**kept, "already_finished": True}
+        check_resume(ckpt, start_it - 1, stages)
     threads_before = torch.get_num_threads()
     threads = driver_threads(cfg, cpu_capacity(), threads_before, dist.world_size(), execution)
     threads.apply()
     try:
         while True:
             try:
-                return _train(cfg, execution, run_path, start_it, ckpt, t_start, progress, threads)
+                return _train(cfg, stages, execution, run_path, start_it, ckpt, t_start, progress, threads)
             except LearnerDied as exc:  # a learner living elsewhere died with its optimizer state
                 ckpt = last_checkpoint(run_path)
                 execution.lost_learner(exc, run_path, ckpt)  # raises when the run stops
@@ -165,18 +172,20 @@ def _finished_summary(run_path: Path) -> dict | None:
     return kept if isinstance(kept, dict) else None
 
 
-def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None) -> Run:
-    """Build the run; from a checkpoint, with its policies, critics and learner state. ``learners``:
+def _restore(cfg: Config, ckpt: Path | None, learners: dict | None = None, fresh: frozenset = frozenset()) -> Run:
+    """Build the run; from a checkpoint, with its policies, critics and learner state (but for the learners
+    of ``fresh``, which start anew: a stage's first iteration). ``learners``:
     the execution's learners (made elsewhere, with the checkpoint's policies). A learner state
     file that ``torch.load(weights_only=True)`` refuses (a pickle of other objects than tensors) is a
     one-line :class:`~cogym.runners.rundir.RunDirError`; nothing of it is run."""
     if ckpt is None:
         return build(cfg, learners=learners)
     run = build(cfg, {pid: ckpt / "policies" / pid for pid in cfg.policies},
-                {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies}, learners=learners)
+                {pid: ckpt / "learners" / pid / "critic" for pid in cfg.policies if pid not in fresh}, learners=learners)
     for pid, learner in run.learners.items():
         try:
-            learner.load(ckpt / "learners" / pid)
+            if pid not in fresh:
+                learner.load(ckpt / "learners" / pid)
         except pickle.UnpicklingError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise rundir.RunDirError(f"--resume: {ckpt / 'learners' / pid} holds a file that torch.load(weights_only="
@@ -208,28 +217,44 @@ def _update(trained: Trained, execution: Execution, batches: dict[str, list], ma
     return rec
 
 
-def _train(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt: Path | None, t_start: float,
-           progress: bool, threads: ThreadPolicy) -> dict:
-    execution.open(ckpt)
-    try:
-        return _loop(cfg, execution, run_path, start_it, ckpt, t_start, progress, threads)
-    finally:
-        execution.close()
+def _train(cfg: Config, stages: list[Stage], execution: Execution, run_path: Path, start_it: int, ckpt: Path | None,
+           t_start: float, progress: bool, threads: ThreadPolicy) -> dict:
+    """The stages from ``start_it`` on, each from the checkpoint the one before wrote at its last iteration."""
+    history: list[dict] = []  # every iteration's row this process trained, across stages
+    first_it, summary = start_it, {}
+    for stage in stages:
+        if stage.last < start_it and stage is not stages[-1]:
+            continue  # trained before the checkpoint resumed
+        execution.open(ckpt)
+        try:
+            summary = _loop(cfg, stage, execution, run_path, (first_it, start_it), ckpt, t_start, progress, threads,
+                            history)
+        finally:
+            execution.close()
+        start_it, ckpt = stage.last + 1, step_dir(run_path / "checkpoints", stage.last)
+    return summary
 
 
-def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt: Path | None, t_start: float,
-          progress: bool, threads: ThreadPolicy) -> dict:
-    run = _restore(cfg, ckpt, execution.learners or None)
+def _loop(cfg: Config, stage: Stage, execution: Execution, run_path: Path, starts: tuple[int, int], ckpt: Path | None,
+          t_start: float, progress: bool, threads: ThreadPolicy, history: list[dict]) -> dict:
+    """Train ``stage`` from iteration ``starts[1]`` (``starts[0]``: this process's first) to its last, then, at
+    the run's last iteration, evaluate and summarise; a stage before the last ends with its checkpoint."""
+    first_it, start_it = starts
+    stage.seed_build()
+    run = _restore(stage.config(run_path / "checkpoints"), ckpt, execution.learners or None,
+                   stage.fresh if start_it == stage.first else frozenset())
     seen = Trained(run.policies, run.learners)  # what the execution sees of the run
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
-    hooks.append(IdlePolicies(cfg.run, run.seats, run.learners))
+    hooks.append(IdlePolicies(dataclasses.replace(cfg.run, iterations=stage.last), run.seats, run.learners))
+    if stage.name:
+        hooks.append(StageHook(stage))
     for hook in hooks:
         hook.start(start_it - 1, ckpt)
     engines = sorted({lr.engine.name for lr in run.learners.values()}) or ["none (all frozen)"]
     summary: dict = {"run_dir": str(run_path), "engines": engines}
-    history: list[dict] = []
+    between = False  # the stage ended before the run's last iteration: no summary yet
 
     def fresh() -> Run:  # the driver's policies hold the newest weights (learners may train elsewhere)
         execution.refresh(seen)
@@ -239,12 +264,12 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
         execution.attach(seen)
         sampler = Sampler(run, execution.rollouts(), hooks)
         summary.update(_evaluate_before(run, sinks, start_it, main))
-        bar = tqdm(range(start_it, cfg.run.iterations + 1), desc=cfg.run.name, unit="it", disable=not (progress and main),
-                   initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
+        bar = tqdm(range(start_it, stage.last + 1), desc=" ".join(filter(None, (cfg.run.name, stage.name))), unit="it",
+                   disable=not (progress and main), initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)
         trained = start_it - 1  # the last iteration whose update is done
         if main and start_it > 1:
             _trim_game_errors(run_path, start_it)  # the iterations a resumed run replays log theirs again
-        said = 0  # the thread changes told on stderr
+        said = len(threads.changes)  # the thread changes told on stderr
         try:
             for it in bar:
                 t_it = time.perf_counter()
@@ -258,7 +283,7 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
                 if main and transcripts_due(it, cfg.run.transcripts_every, cfg.run.iterations):
                     sinks.transcripts(train_rows(res, it, res.seeds, cfg.run.transcripts_games))  # the seeds the games were reset with
                 metrics.update(execution.batch_metrics(seen, batches))
-                rec = {"iteration": it, **metrics, **_update(seen, execution, batches, main), "threads": n_threads}
+                rec = {"iteration": it, **stage.row, **metrics, **_update(seen, execution, batches, main), "threads": n_threads}
                 trained = it
                 rec.update(execution.after_update(seen))  # the new weights, to where the next rollout plays
                 rec["iteration_s"] = time.perf_counter() - t_it  # rollout (or the wait for it), update, weight sync
@@ -283,13 +308,18 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
         except GameStepError as exc:
             raise _stopped(exc, run_path, trained, start_it, fresh, hooks) from exc
         bar.close()
-        missed = not (run_path / "checkpoints" / f"step_{cfg.run.iterations:06d}").is_dir()
+        missed = not step_dir(run_path / "checkpoints", stage.last).is_dir()
+        if stage.last < cfg.run.iterations:  # the next stage starts from this checkpoint, whatever checkpoint_every says
+            if dist.broadcast_object(missed):
+                save_checkpoint(fresh(), run_path / "checkpoints", stage.last, hooks)
+            between = True
+            return summary
         if cfg.run.checkpoint_every and dist.broadcast_object(missed):
             save_checkpoint(fresh(), run_path / "checkpoints", cfg.run.iterations, hooks)  # the final state
         summary.update(_evaluate_after(fresh(), sinks, main))
         summary.update(reward_summary(history, run.roles))
         summary["iterations"] = cfg.run.iterations
-        summary["first_iteration"] = start_it  # of this process's history: a resumed run's reward windows start here
+        summary["first_iteration"] = first_it  # of this process's history: a resumed run's reward windows start here
         summary["tokens_per_s"] = mean_last(history, "tokens_per_s", k=len(history) or 1)
         for hook in hooks:
             summary.update(hook.summary())
@@ -303,7 +333,7 @@ def _loop(cfg: Config, execution: Execution, run_path: Path, start_it: int, ckpt
             close = getattr(policy.backend, "close", None)
             if callable(close):
                 close()
-        if main:
+        if main and not between:
             rundir.write_json(run_path / "summary.json", summary)
     return summary
 
