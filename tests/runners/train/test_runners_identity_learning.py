@@ -57,7 +57,7 @@ ALGORITHMS = {
     "rae": {}, "trr_pp": {"trr_task_key": "target"}, "prime": {"prime_lr": LR, "prime_norm": "none"}, "spin": {},
     "dapo": {"algorithm": "grpo", "clip_high": 0.28, "dynamic_sampling": "std_gt_0"},
     "sft_best": {"algorithm": "sft", "sft_select": "best_of_group"},
-    "dpo": {},
+    "dpo": {},  # its pairs come from groups with a right and a wrong reply: 0.8 at iteration 81 (seed 1: 69), last5 0.99
 }
 PHASE_ANSWER, PHASE_OVER = 0, 1
 
