@@ -26,7 +26,6 @@ What it imitates:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +43,10 @@ from cogym.learners.algorithms.spin import end_of_message_id, reference_ids
 from cogym.learners.batch import batch_groups, batch_widths, micro_batches, TokenBatch
 from cogym.learners.host import LearnerHost
 from cogym.learners.losses import aggregate
+from cogym.learners.preference import read_jsonl
 from cogym.learners.rows import MicroStep, TrainBatch
 
 SELECT = ("all", "best_of_group", "reward_at_least")
-MAX_DATA_BYTES = 256 << 20  # an SFT file read whole: at most 256 MiB
-MAX_DATA_ROWS = 1_000_000
 DATA_ROLE = "sft_data"  # the role of a dataset row (it is no seat of the game)
 
 
@@ -83,35 +81,12 @@ def _row(obj, where: str) -> Demonstration:
 
 
 def load_demonstrations(name: str) -> list[Demonstration]:
-    """The rows of an SFT file (a path, or the name of a file shipped in cogym/envs/data), read bounded:
-    at most MAX_DATA_BYTES and MAX_DATA_ROWS rows of UTF-8 JSON, blank lines skipped. A bad line is a
-    one-line ValueError naming the file and the line."""
-    path = shipped_or_path(name)
-    if path is None:
-        raise ValueError(f"sft_data {name!r} does not exist (neither a path nor a file shipped in cogym/envs/data, "
-                         "such as 'arithmetic_sft.jsonl')")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_DATA_BYTES + 1)
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"sft_data {str(path)!r} cannot be read as UTF-8 text ({exc})") from None
-    if len(raw) > MAX_DATA_BYTES:
-        raise ValueError(f"sft_data {str(path)!r} is larger than {MAX_DATA_BYTES >> 20} MiB; split it or sample from it")
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"sft_data {str(path)!r} line {lineno}"
-        if len(rows) == MAX_DATA_ROWS:
-            raise ValueError(f"sft_data {str(path)!r} holds more than {MAX_DATA_ROWS} rows; split it or sample from it")
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-        rows.append(_row(obj, where))
+    """The rows of an SFT file (a path, or the name of a file shipped in cogym/envs/data), read bounded
+    (:func:`cogym.learners.preference.read_jsonl`); a bad line is a one-line ValueError naming the file and
+    the line."""
+    rows = [_row(obj, where) for where, obj in read_jsonl(name, "sft_data")]
     if not rows:
-        raise ValueError(f"sft_data {str(path)!r} has no rows; write one JSON object a line")
+        raise ValueError(f"sft_data {name!r} has no rows; write one JSON object a line")
     return rows
 
 
