@@ -76,8 +76,9 @@ def row_valid(mask: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True)
-class _GroupMoments:
-    """Per-row view of group statistics over the *valid* rows (fully-masked rows excluded)."""
+class GroupMoments:
+    """Per-row view of group statistics over the *valid* rows (fully-masked rows excluded), from
+    :func:`group_moments` (other estimators, e.g. :mod:`cogym.learners.estimators`, build on it)."""
 
     centred: Tensor   # (N,) S_i - mean_g; exactly 0 for constant groups and invalid rows
     count: Tensor     # (N,) n_g (valid members of the row's group)
@@ -85,9 +86,10 @@ class _GroupMoments:
     var1: Tensor      # (N,) Bessel variance of the group (0 where n_g < 2)
     valid: Tensor     # (N,) bool
     stats: dict[str, float]
+    gid: Tensor       # (N,) the row's group as an id in 0..G-1
 
 
-def _group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> _GroupMoments:
+def group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> GroupMoments:
     valid = row_valid(mask)
     s = torch.where(valid, scores.to(F64), torch.zeros((), dtype=F64, device=scores.device))
     # torch.unique compacts arbitrary integer ids (uid hashes, sparse ids) to 0..G-1.
@@ -117,10 +119,10 @@ def _group_moments(scores: Tensor, mask: Tensor, groups: Tensor) -> _GroupMoment
         "frac_zero_std": zero_std / n_present if n_present else 0.0,
         "masked_rows": float(int((~valid).sum())),
     }
-    return _GroupMoments(centred, cnt[gid], var_g[gid].sqrt(), var_g[gid], valid, stats)
+    return GroupMoments(centred, cnt[gid], var_g[gid].sqrt(), var_g[gid], valid, stats, gid)
 
 
-def _broadcast(per_row: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
+def broadcast_rows(per_row: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
     """(N,) -> (N, L) on valid tokens, exactly 0 elsewhere."""
     m = (mask != 0).to(F64)
     return (per_row.to(F64)[:, None] * m).to(dtype)
@@ -176,7 +178,7 @@ _SINGLETON: dict[str, Callable[[Tensor, float, bool], Tensor]] = {
 }
 
 
-def _singleton_fn(singleton: str) -> Callable[[Tensor, float, bool], Tensor]:
+def singleton_fn(singleton: str) -> Callable[[Tensor, float, bool], Tensor]:
     try:
         return _SINGLETON[singleton]
     except KeyError:
@@ -213,8 +215,8 @@ def grpo_advantages(
     check_rows(scores, mask, groups)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    single = _singleton_fn(singleton)
-    gm = _group_moments(scores, mask, groups)
+    single = singleton_fn(singleton)
+    gm = group_moments(scores, mask, groups)
     if norm_by_std:
         std = gm.var1.clamp_min(eps).sqrt() if variance_floor else gm.std1
         # constant groups have centred == 0 exactly, so eps == 0 cannot produce 0/0 there
@@ -225,7 +227,7 @@ def grpo_advantages(
     s = torch.where(gm.valid, scores.to(F64), 0.0)
     adv = torch.where(gm.count == 1, single(s, eps, norm_by_std), adv)
     adv = torch.where(gm.valid, adv, 0.0)
-    return _broadcast(adv, mask, out_dtype(scores, mask)), gm.stats
+    return broadcast_rows(adv, mask, out_dtype(scores, mask)), gm.stats
 
 
 @torch.no_grad()
@@ -240,13 +242,13 @@ def grpo_batch_std_advantages(
     check_rows(scores, mask, groups)
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    gm = _group_moments(scores, mask, groups)
+    gm = group_moments(scores, mask, groups)
     s = scores.to(F64)[gm.valid]
     bstd = s.std(correction=1) if s.numel() > 1 else torch.zeros((), dtype=F64, device=s.device)
     denom = float(bstd) + eps
     adv = gm.centred / denom if denom > 0 else torch.zeros_like(gm.centred)
     stats = dict(gm.stats, batch_std=float(bstd))
-    return _broadcast(adv, mask, out_dtype(scores, mask)), stats
+    return broadcast_rows(adv, mask, out_dtype(scores, mask)), stats
 
 
 @torch.no_grad()
@@ -259,14 +261,14 @@ def rloo_advantages(
     ``rloo_vectorized``) or "verl" (verl loop: the raw score). No whitening.
     """
     check_rows(scores, mask, groups)
-    single = _singleton_fn(singleton)
-    gm = _group_moments(scores, mask, groups)
+    single = singleton_fn(singleton)
+    gm = group_moments(scores, mask, groups)
     n = gm.count
     adv = gm.centred * n / (n - 1.0).clamp_min(1.0)
     s = torch.where(gm.valid, scores.to(F64), 0.0)
     adv = torch.where(n == 1, single(s, 0.0, False), adv)
     adv = torch.where(gm.valid, adv, 0.0)
-    return _broadcast(adv, mask, out_dtype(scores, mask)), gm.stats
+    return broadcast_rows(adv, mask, out_dtype(scores, mask)), gm.stats
 
 
 # -- whitening (token-weighted, §1) ------------------------------------------------------------

@@ -35,6 +35,10 @@ BUILTIN: dict[str, str] = {
     "sft": "cogym.learners.algorithms.sft:SFT",
     "dpo": "cogym.learners.algorithms.dpo:DPO",
     "distill": "cogym.learners.algorithms.distill:Distill",
+    "grpo_passk": "cogym.learners.algorithms.grpo_passk:GRPOPassK",
+    "opo": "cogym.learners.algorithms.opo:OPO",
+    "gpg": "cogym.learners.algorithms.gpg:GPG",
+    "otb": "cogym.learners.algorithms.otb:OTB",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an
