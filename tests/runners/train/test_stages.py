@@ -184,3 +184,7 @@ def test_sft_then_grpo_killed_inside_stage_2_and_resumed_equals_the_uninterrupte
     assert [(r["iteration"], r["stage"]) for r in b] == [(i, "sft" if i <= 3 else "grpo") for i in range(1, 24)]
     assert all("solver/sft_rows" in r for r in a[:3]) and all("solver/kl_loss" in r for r in a[3:])
     assert a == b  # every metric of every iteration, exactly
+    # The solver's learner started again at the boundary; the proposer's, the same in both stages, went on.
+    steps = {pid: json.loads((killed / "checkpoints" / "step_000023" / "learners" / pid / "state.json").read_text())["steps"]
+             for pid in ("solver", "proposer")}
+    assert steps == {"solver": 20, "proposer": 23}
