@@ -132,6 +132,11 @@ def test_a_wrong_stage_is_one_line_naming_its_key(identity_game, tiny_model_dir,
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+def test_stages_on_ray_are_refused_in_one_line(identity_game, tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match=r"^stages: run.backend: ray does not train in stages yet"):
+        _config(tmp_path, tiny_model_dir, ["run.backend=ray"])
+
+
 def test_run_iterations_beyond_the_stages_is_refused(identity_game, tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match=r"run.iterations is 9, but the stages train 5 iterations in all"):
         _config(tmp_path, tiny_model_dir, ["run.iterations=9"])
