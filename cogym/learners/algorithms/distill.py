@@ -15,7 +15,8 @@ REINFORCE with a per-token reward). This is the per-token reverse-KL advantage o
 (Agarwal et al. 2024, lambda = 1, beta = 1). The game's rewards do not enter it; they are only logged.
 
 ``distill_teacher`` names the teacher: another policy of the run (one with a seat, e.g. a frozen one), or a
-model directory (or ``tiny``) loaded for the learner. It must share the student's vocabulary. Its
+model directory (or ``tiny``) loaded for the learner (on Ray a learner actor holds its own policy only,
+so there the teacher is a model directory). It must share the student's vocabulary. Its
 log-probs are taken at the rollout's temperature, as the student's are, so a student that matches the
 teacher samples as the teacher would at that temperature. It is a per-role estimator: ``role_algorithms``
 may distill one role of a policy and train another with GRPO.
