@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "opo": "cogym.learners.algorithms.opo:OPO",
     "gpg": "cogym.learners.algorithms.gpg:GPG",
     "otb": "cogym.learners.algorithms.otb:OTB",
+    "reward_model": "cogym.learners.algorithms.reward_model:RewardModelAlgorithm",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

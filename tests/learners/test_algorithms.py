@@ -20,7 +20,7 @@ from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
 
 SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin", "sft", "dpo", "distill",
-           "grpo_passk", "opo", "gpg", "otb")
+           "grpo_passk", "opo", "gpg", "otb", "reward_model")
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_every_shipped_algorithm_is_registered_in_order():
     assert names()[:len(SHIPPED)] == SHIPPED
     assert {n for n in SHIPPED if get(n).grouped} == {"grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "dpo",
                                                       "grpo_passk", "opo", "gpg", "otb"}
-    assert [n for n in SHIPPED if not get(n).per_role] == ["spin", "sft", "dpo"]
+    assert [n for n in SHIPPED if not get(n).per_role] == ["spin", "sft", "dpo", "reward_model"]
 
 
 def test_unknown_algorithm_suggests_the_closest():
