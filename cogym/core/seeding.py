@@ -170,6 +170,8 @@ SALTS: dict[str, Salt] = {
     # learners and research tools
     "learners.packing_check": Salt("torch", as_given, "the fixed batch of the packing check (0)"),
     "learners.sft_data": Salt("numpy", salted(0x5F7), "the order of an SFT file's rows in a pass over it (pass number)"),
+    "learners.pf_ppo": Salt("torch", lambda update: derive_key(update, 0x9F99), "PF-PPO's resampling of a batch "
+                            "(the learner's update number)"),
     "tiny_model.init": Salt("torch", as_given, "a tiny model's initial weights (build_tiny_model)"),
     "tiny_model.data": Salt("numpy", as_given, "a tiny model's training draws"),
     "tiny_model.test": Salt("numpy", offset(10_000), "a tiny model's test split (seed + 10_000)"),

@@ -40,6 +40,7 @@ BUILTIN: dict[str, str] = {
     "gpg": "cogym.learners.algorithms.gpg:GPG",
     "otb": "cogym.learners.algorithms.otb:OTB",
     "reward_model": "cogym.learners.algorithms.reward_model:RewardModelAlgorithm",
+    "pf_ppo": "cogym.learners.algorithms.pf_ppo:PFPPO",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

@@ -83,3 +83,31 @@ def test_a_learner_updates_with_each(tiny_model_dir, name):
     assert metrics["trained_rows"] == 8 and metrics["adv_abs_mean"] > 0
     assert metrics["solver/singleton_groups" if name != "otb" else "solver/otb_token_energy"] >= 0
     assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"pf_reweight": "median"}, "pf_reweight must be one of pow, max_min, max_random"),
+    ({"pf_weight_pow": -1.0}, "pf_weight_pow must be a finite number >= 0.0"),
+])
+def test_pf_ppo_refuses_a_bad_value(keys, message):
+    with pytest.raises(ValueError, match=message):
+        LearnerConfig.from_flat(algorithm="pf_ppo", **keys).validate()
+
+
+def test_pf_ppo_trains_on_the_batch_drawn_by_reward(tiny_model_dir, tmp_path):
+    """With rewards 0 and 1, pow weights give the 0 rows 1e-8 of a 1 row's chance: the drawn batch is the
+    rewarded rows, with repeats; the draw is the update number's, saved with the learner."""
+    policy = Policy.from_pretrained(str(tiny_model_dir))
+    turns = _turns(policy)
+    learner = Learner(policy, LearnerConfig(algorithm="pf_ppo", engine="torch", lr=1e-3))
+    first = learner.algorithm.train_batch(learner, turns)
+    assert first.batch.scores.tolist() == [1.0] * 8 and first.rows["adv"].shape[0] == 8
+    assert first.metrics["pf_distinct_rows"] <= 0.5  # 8 draws from the 4 rewarded rows
+    assert first.extra["carry"]["pf_ppo"][1]["returns"].shape == first.batch.mask.shape  # the critic's targets follow
+    again = Learner(policy, LearnerConfig(algorithm="pf_ppo", engine="torch", lr=1e-3))
+    assert [t.seat for t in again.algorithm.train_batch(again, turns).batch.turns] == [t.seat for t in first.batch.turns]
+    metrics = learner.update(turns)
+    assert metrics["trained_rows"] == 8 and "vf_loss" in metrics
+    learner.save(tmp_path)
+    again.load(tmp_path)
+    assert again.algorithm.updates == learner.algorithm.updates == 2
