@@ -41,6 +41,7 @@ BUILTIN: dict[str, str] = {
     "otb": "cogym.learners.algorithms.otb:OTB",
     "reward_model": "cogym.learners.algorithms.reward_model:RewardModelAlgorithm",
     "pf_ppo": "cogym.learners.algorithms.pf_ppo:PFPPO",
+    "vapo": "cogym.learners.algorithms.vapo:VAPO",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

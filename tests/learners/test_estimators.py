@@ -111,3 +111,30 @@ def test_pf_ppo_trains_on_the_batch_drawn_by_reward(tiny_model_dir, tmp_path):
     learner.save(tmp_path)
     again.load(tmp_path)
     assert again.algorithm.updates == learner.algorithm.updates == 2
+
+
+def test_vapo_lambda_follows_the_response_length():
+    from cogym.learners.algorithms.vapo import length_adaptive_lambdas
+    mask = torch.zeros(3, 400)
+    mask[0, :20], mask[1, :100], mask[2, :400] = 1, 1, 1
+    assert length_adaptive_lambdas(mask, 0.05).tolist() == pytest.approx([0.0, 0.8, 0.95])
+    with pytest.raises(ValueError, match="vapo_critic_warmup must be an integer >= 0"):
+        LearnerConfig.from_flat(algorithm="vapo", vapo_critic_warmup=-1).validate()
+    with pytest.raises(ValueError, match="vapo_alpha must be a finite number > 0.0"):
+        LearnerConfig.from_flat(algorithm="vapo", vapo_alpha=0.0).validate()
+
+
+def test_vapo_warms_the_critic_up_then_trains_the_policy(tiny_model_dir):
+    policy = Policy.from_pretrained(str(tiny_model_dir))
+    turns = _turns(policy)
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="vapo", engine="torch", lr=1e-3, vapo_critic_warmup=1,
+                                                      vapo_alpha=0.5))
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    critic = {k: v.clone() for k, v in learner.algorithm.critic.model.state_dict().items()}
+    first = learner.update(turns)
+    assert first["vapo_warmup"] == 1.0 and "vf_loss" in first and learner.steps == 0
+    assert all(torch.equal(before[k], v) for k, v in policy.model.state_dict().items())  # the policy waits
+    assert any(not torch.equal(critic[k], v) for k, v in learner.algorithm.critic.model.state_dict().items())
+    second = learner.update(turns)
+    assert "vapo_warmup" not in second and learner.steps == 1 and 0 <= second["solver/vapo_lambda_mean"] <= 1
+    assert any(not torch.equal(before[k], v) for k, v in policy.model.state_dict().items())

@@ -1,0 +1,84 @@
+"""VAPO's PPO pieces (docs/algorithms.md#advantage-estimators-verl): PPO with value pretraining, decoupled
+GAE and a length-adaptive lambda (arXiv:2504.05118). The critic's targets are the GAE returns at
+``lam`` (VAPO: 1, unbiased); the policy's advantages use ``lam_i = 1 - 1 / (vapo_alpha * l_i)`` for a
+response of ``l_i`` tokens, then are whitened together; the first ``vapo_critic_warmup`` updates train
+the critic alone. Clip-higher and token-mean are common keys (``clip_high``, ``loss_agg``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from cogym.core.config_key import key
+from cogym.learners.advantages import whiten
+from cogym.learners.algorithm import check_number
+from cogym.learners.algorithms.ppo import PPO, PPOConfig
+from cogym.learners.gae import gae_advantages
+from cogym.learners.rows import Advantages, RoleRows, TrainBatch
+
+STATE_KEY = "vapo_updates"
+
+
+@dataclass
+class VAPOConfig(PPOConfig):
+    vapo_alpha: float = key(0.05, "the policy's GAE lambda of a response of l tokens is 1 - 1 / (vapo_alpha * l), "
+                            "clipped to [0, 1] (VAPO's length-adaptive GAE, alpha 0.05)")
+    vapo_critic_warmup: int = key(50, "the first updates train the critic alone (VAPO's value pretraining: 50; "
+                                  "verl's trainer.critic_warmup)")
+
+    def validate(self, common) -> None:
+        super().validate(common)
+        check_number("vapo_alpha", self.vapo_alpha, 0.0, open_low=True)
+        warmup = self.vapo_critic_warmup
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"vapo_critic_warmup must be an integer >= 0 (updates that train the critic alone), "
+                             f"got {warmup!r}")
+
+
+def length_adaptive_lambdas(mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(N,) ``1 - 1 / (alpha * l_i)`` clipped to [0, 1], ``l_i`` the row's loss-mask tokens."""
+    length = (mask != 0).sum(1).double()
+    return (1.0 - 1.0 / (alpha * length.clamp_min(1e-9))).clamp(0.0, 1.0)
+
+
+class VAPO(PPO):
+    Config = VAPOConfig
+
+    def __init__(self, cfg: VAPOConfig, ctx) -> None:
+        super().__init__(cfg, ctx)
+        self.updates = 0
+
+    def advantages(self, rows: RoleRows) -> Advantages:
+        out = super().advantages(rows)  # GAE at lam: the critic's returns (carry) and value_mean
+        old = self.values[rows.index]
+        lams = length_adaptive_lambdas(rows.mask, self.cfg.vapo_alpha)
+        raw = torch.zeros_like(rows.mask, dtype=torch.float64)
+        for lam in torch.unique(lams):  # rows of one length share a lambda
+            ix = (lams == lam).nonzero(as_tuple=True)[0]
+            raw[ix] = gae_advantages(rows.token_rewards[ix], old[ix], rows.mask[ix], gamma=self.cfg.gamma,
+                                     lam=float(lam), whiten_mode=None)[0].double()
+        out.adv = whiten(raw, rows.mask, self.cfg.whiten).to(rows.mask.dtype)
+        out.metrics["vapo_lambda_mean"] = float(lams.mean())
+        return out
+
+    def train_batch(self, learner, turns) -> TrainBatch:
+        """PPO's batch; during the warm-up the critic trains on it here and the policy takes no step."""
+        data = super().train_batch(learner, turns)
+        self.updates += 1
+        if self.updates > self.cfg.vapo_critic_warmup or data.batch is None:
+            return data
+        metrics = dict(data.metrics, vapo_warmup=1.0)
+        for name, (kept, tensors) in data.extra["carry"].items():
+            if name == self.name and bool(kept.any()):
+                ix = kept.nonzero(as_tuple=True)[0]
+                metrics.update(self.after_step(data.batch.rows(ix.cpu()), {k: v[ix] for k, v in tensors.items()}))
+        return TrainBatch(None, metrics)
+
+    def save(self, directory: Path) -> dict:
+        return {**super().save(directory), STATE_KEY: self.updates}
+
+    def load(self, directory: Path, state: dict) -> None:
+        super().load(directory, state)
+        self.updates = int(state.get(STATE_KEY, 0))
