@@ -78,7 +78,7 @@ def pair_rows(first: Sequence[Turn], second: Sequence[Turn], frozen: torch.nn.Mo
 
 # Common keys that weight or filter a policy-gradient term, and the value that turns each off.
 POLICY_GRADIENT_KEYS = (("entropy_coef", 0), ("dynamic_sampling", "off"), ("overlong_buffer", 0),
-                        ("mask_truncated", False), ("tis_cap", None), ("mismatch_mask", None))
+                        ("mask_truncated", False), ("tis_cap", None), ("mismatch_mask", None), ("policy_loss", "vanilla"))
 
 
 def refuse_policy_gradient_keys(common, name: str) -> None:

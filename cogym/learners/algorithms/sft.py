@@ -110,7 +110,7 @@ def selected(turns: Sequence[Turn], select: str, min_reward: float | None) -> li
 
 # Options of the policy-gradient learner that SFT's loss has no place for: refused, not ignored.
 _OFF = (("kl_in_reward", "off"), ("kl_in_loss", "off"), ("entropy_coef", 0), ("dynamic_sampling", "off"),
-        ("overlong_buffer", 0), ("tis_cap", None), ("mismatch_mask", None))
+        ("overlong_buffer", 0), ("tis_cap", None), ("mismatch_mask", None), ("policy_loss", "vanilla"))
 
 
 @dataclass
