@@ -106,6 +106,10 @@ class LearnerConfig:
     overlong_penalty: float = key(1.0, "overlong shaping: what a response of max_new_tokens tokens loses")
     mask_truncated: bool = key(False, "drop every unfinished response (cut at max_new_tokens; at token level also one "
                                "the game interrupted or max_turn_tokens cut) from the loss")
+    reward_from: str = key("", "A policy of this run whose learner is a reward_model: this policy's turns are rewarded by "
+                           "its score (its current weights, before it trains on them) instead of the game's reward, and "
+                           "it trains on them with the game's reward (docs/algorithms.md, Reward models). \"\": the "
+                           "game's reward.")
     multi_turn: str = key("joined", "A conversation role's moves of one game (cogym.agents.conversation): \"joined\" "
                           "trains them as one sequence whose loss covers only the ids the model wrote; \"turns\" trains "
                           "each move as a row of its own.", choices=MULTI_TURN)

@@ -1,7 +1,7 @@
 """A scalar reward model: the pairwise losses, preference pairs from a game's groups, and the model.
 
 The reward model is the critic's value model (:class:`cogym.learners.critic.ValueModel`: a copy of
-the policy's causal-LM trunk and a linear head, zero at the start) read at one position: the last
+the policy's causal-LM trunk and a linear head, starting as the mean of the hidden state) read at one position: the last
 token of a row (prompt + response), as TRL's ``AutoModelForSequenceClassification`` scoring and
 OpenRLHF's reward model read it. On a pair (chosen ``c``, rejected ``r``) of one prompt it trains on
 
@@ -85,7 +85,12 @@ class RewardModel(Critic):
     ends (:meth:`step_scores`), trained on pairs (:meth:`train_pairs`) or step labels (:meth:`train_steps`)."""
 
     def __init__(self, policy_model: torch.nn.Module, cfg, lr: float) -> None:
+        """The head starts as the mean of the last hidden state (weight 1/hidden size, bias 0), not at zero as
+        the critic's: a zero head would tie every pair, and a policy paid by it would get no advantage from
+        the first batch. Deterministic, so it needs no seed."""
         super().__init__(policy_model, cfg, lr=lr, value_clip=None)
+        with torch.no_grad():
+            self.model.head.weight.fill_(1.0 / self.model.head.in_features)
 
     def _values(self, module: torch.nn.Module, b: TokenBatch) -> torch.Tensor:
         width = int(b.attention_mask.sum(1).max())

@@ -21,9 +21,9 @@ from cogym.learners.reward_model import pair_metrics, step_ends
 from cogym.learners.algorithms.spin import end_of_message_id
 
 ALPHABET = "abcdefgh"
-# Measured (2-core CPU, torch engine, pair seeds 0, 1, 2): held-out accuracy 0.0 (a zero head ties every pair)
-# -> 0.69-0.85 after 50 updates -> 0.99-0.995 after 150 -> 0.995-1.0 after 200 (~7 s) and after 400. At lr 3e-3
-# or 1e-2 it reaches 0.9 sooner but swings (0.77-0.98 after 400 updates), so the test keeps 1e-3.
+# Measured (2-core CPU, torch engine, pair seeds 0, 1, 2): held-out accuracy 0.505 (the untrained head) -> 0.74-0.81
+# after 50 updates -> 0.90-0.97 after 100 -> 0.99-1.0 after 150 -> 0.995-1.0 after 200 (~7 s). At lr 3e-3 or 1e-2
+# it reaches 0.9 sooner but swings (0.77-0.98 after 400 updates), so the test keeps 1e-3.
 LR, UPDATES, PAIRS_PER_UPDATE, HELD_OUT = 1e-3, 200, 128, 200
 THRESHOLD = 0.9
 
@@ -70,7 +70,8 @@ def test_reward_model_ranks_held_out_identity_pairs(policy):
     held_texts = {(held[i - i % 2].text[0], t.text) for i, t in enumerate(held)}  # the chosen reply starts with the prompt
     rm = learner(policy)
     weights = {k: v.clone() for k, v in policy.model.state_dict().items()}
-    assert accuracy(rm, held) == 0.0  # a zero head scores every reply alike: every pair a tie
+    start = accuracy(rm, held)
+    assert start < 0.8  # the untrained head (the hidden state's mean) does not know the rule
     rng = random.Random(0)
     for k in range(UPDATES):
         metrics = rm.update(identity_pairs(policy, rng, PAIRS_PER_UPDATE, k * PAIRS_PER_UPDATE, held_texts))

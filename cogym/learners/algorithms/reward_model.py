@@ -100,8 +100,9 @@ class RewardModelAlgorithm(Algorithm):
             metrics = self._train_process(turns)
         else:
             metrics = self._train_pairs(turns)
-        if metrics.get("rm/pairs", 1.0):
+        if "rm/loss" in metrics:
             self.updates += 1
+            metrics["loss"] = metrics["rm/loss"]  # the step's loss, under the name every learner logs it
         return TrainBatch(None, metrics)
 
     def _train_pairs(self, turns: Sequence[Turn]) -> dict[str, float]:

@@ -226,6 +226,19 @@ def _check_league(cfg: Config) -> None:
         raise ConfigError(f"policies: ids starting with 'league:' name league members; rename {brief(reserved[0])}")
 
 
+def _check_reward_from(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
+    """reward_from names another policy whose learner is a reward model, on a run that can rescore in the driver."""
+    rm = lc.reward_from
+    learner = cfg.learners.get(rm)
+    if rm == pid or rm not in cfg.policies or learner is None or learner.algorithm != "reward_model":
+        raise ConfigError(f"{where}.reward_from must name another policy whose learner has algorithm: reward_model, got "
+                          f"{brief(rm)}; add policies.{rm} and learners.{rm}.algorithm=reward_model, or drop reward_from")
+    if lc.dynamic_sampling != "off" or cfg.run.backend == "ray":
+        raise ConfigError(f"{where}.reward_from: the reward model rescores each batch in this process, which dynamic "
+                          "sampling's refills and run.backend: ray do not pass through; set dynamic_sampling: off and "
+                          "run.backend: local")
+
+
 def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None:
     """learners.<id>: common keys in range and consistent, then the plug-ins' own checks."""
     if pid not in cfg.policies:
@@ -247,6 +260,8 @@ def _check_learner(cfg: Config, pid: str, lc: LearnerConfig, where: str) -> None
     if lc.max_grad_norm <= 0:
         raise ConfigError(f"{where}.max_grad_norm must be > 0 (gradients are clipped to this norm), got {lc.max_grad_norm}")
     _check_learner_plugins(cfg, pid, lc, where)
+    if lc.reward_from:
+        _check_reward_from(cfg, pid, lc, where)
     try:
         lc.check_ref_sync()
     except ValueError as exc:

@@ -38,6 +38,7 @@ from cogym.runners.rollout.seating import assign, seats_of
 from cogym.runners.rollout.tokens import ChatCodec
 from cogym.runners.rundir import RunDirError
 from cogym.runners.train.league import League
+from cogym.runners.train.rewards import reward_models
 
 
 def _make_games(cfg: Config, policies: dict[str, Policy], seat_pids: set[str]) -> list:
@@ -228,7 +229,7 @@ def build(cfg: Config, policy_dirs: dict[str, Path] | None = None, critic_dirs: 
     # On Ray the rollout workers generate; the driver's policies only evaluate (greedy, which every
     # backend answers alike: tests/agents/test_backend_contract.py), so the driver starts no engine.
     engines = rollout_only or cfg.run.backend != "ray"
-    policies = _load_policies(cfg, used, policy_dirs or {}, lora_bases, engines, rollout_only)
+    policies = _load_policies(cfg, used | reward_models(cfg.learners), policy_dirs or {}, lora_bases, engines, rollout_only)
     if learners is None:
         learners = {} if rollout_only else _make_learners(cfg, policies, policy_dirs or {}, critic_dirs or {},
                                                           lora_bases)
@@ -250,6 +251,7 @@ def trained_policies(cfg: Config) -> list[str]:
     that is not frozen, in config order (what :func:`build` makes learners for)."""
     game = _game_of(cfg)
     used = {pid for pid, _ in _assign_seats(cfg, game, AgentFactory(cfg.game.id, seed=cfg.run.seed)).values()}
+    used |= reward_models(cfg.learners)  # reward models train without a seat
     return [pid for pid in cfg.policies if pid in used and cfg.learners[pid].algorithm != "frozen"]
 
 

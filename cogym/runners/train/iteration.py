@@ -19,6 +19,7 @@ from cogym.learners.dapo import select_groups
 from cogym.runners.train.build import Run
 from cogym.runners.train.hooks import TrainHook, after_rollout, seat_maps
 from cogym.runners.train.metrics import rollout_metrics
+from cogym.runners.train.rewards import learned_rewards
 from cogym.runners.rollout.loop import RolloutResult
 
 
@@ -240,5 +241,6 @@ class Sampler:
         metrics = rollout_metrics(res, run.roles)
         metrics.update(after_rollout(self.hooks, res, contexts, iteration))
         batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
+        metrics.update(learned_rewards(run, batches))  # reward_from: a reward model pays, and trains on the game's rewards
         metrics.update(dynamic_sampling(run, self.play, self.system, iteration, res, batches, self.hooks))
         return res, batches, metrics

@@ -247,7 +247,9 @@ def _loop(cfg: Config, stage: Stage, execution: Execution, run_path: Path, start
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)
     hooks: list[TrainHook] = [LeagueHook(run.league)] if run.league is not None else []
-    hooks.append(IdlePolicies(dataclasses.replace(cfg.run, iterations=stage.last), run.seats, run.learners))
+    seated = {pid for pid, _ in run.seats.values()}  # a reward model (reward_from) trains on another policy's turns
+    hooks.append(IdlePolicies(dataclasses.replace(cfg.run, iterations=stage.last), run.seats,
+                              [pid for pid in run.learners if pid in seated]))
     if stage.name:
         hooks.append(StageHook(stage))
     for hook in hooks:

@@ -77,6 +77,8 @@ def test_config_trains_one_iteration(name: str, tmp_path: Path) -> None:
         changed = sorted(k for k in start if k in after and not torch.equal(start[k], after[k]))
         if lc.algorithm == "frozen":
             assert not changed, f"{name}: frozen policy {pid} changed ({changed[:3]})"
+        elif lc.algorithm == "reward_model":  # it trains a copy with a head (learners/<id>/reward_model/)
+            assert not changed and (step.parent / "learners" / pid / "reward_model").is_dir(), f"{name}: {pid}"
         elif pid in played:
             assert changed, f"{name}: trained policy {pid} ({lc.algorithm}) kept every weight"
 
