@@ -28,8 +28,8 @@ class LearnerConfig:
     """How one policy is trained: the common keys, and ``algorithm_configs`` (name -> that algorithm's
     config) for the algorithms it uses (:meth:`settings` gives one, with defaults if none was set)."""
 
-    algorithm: str = key("grpo", "A registered algorithm (grpo | dr_grpo | rloo | reinforce_pp | reinforce_pp_baseline | ppo | "
-                         "rae | trr_pp | prime | spin, or a user's) or frozen.")
+    algorithm: str = key("grpo", "A registered algorithm (the shipped ones and their own keys are listed below, under "
+                         "'algorithm: <name>'), a user's (game.modules), or frozen.")
     role_algorithms: dict = key(factory=dict, help="A policy shared by several roles may use a different estimator per "
                                 "role, e.g. {proposer: reinforce_pp} on a policy whose algorithm is grpo (one model, two "
                                 "algorithms).")
@@ -45,7 +45,7 @@ class LearnerConfig:
     max_tokens_per_micro_batch: Optional[int] = key(4096, "the most padded tokens (rows x its longest row) in a "
                                                     "micro-batch; null: no token limit")
     epochs: int = key(1, "passes over each rollout's rows per update")
-    policy_loss: str = key("vanilla", "The policy-gradient term (docs/algorithms.md, Policy losses): vanilla (PPO's "
+    policy_loss: str = key("vanilla", "The policy-gradient term (docs/algorithms.md §14): vanilla (PPO's "
                            "clipped surrogate), gspo (sequence-level ratio), cispo (clipped stop-gradient IS weight), "
                            "gmpo (geometric mean of the token ratios), clip_cov, kl_cov, gpg (REINFORCE), sapo (soft "
                            "gate), or a user's. gspo and sapo aggregate seq-mean-token-mean and gmpo averages over "
@@ -108,7 +108,7 @@ class LearnerConfig:
                                "the game interrupted or max_turn_tokens cut) from the loss")
     reward_from: str = key("", "A policy of this run whose learner is a reward_model: this policy's turns are rewarded by "
                            "its score (its current weights, before it trains on them) instead of the game's reward, and "
-                           "it trains on them with the game's reward (docs/algorithms.md, Reward models). \"\": the "
+                           "it trains on them with the game's reward (docs/algorithms.md §17). \"\": the "
                            "game's reward.")
     multi_turn: str = key("joined", "A conversation role's moves of one game (cogym.agents.conversation): \"joined\" "
                           "trains them as one sequence whose loss covers only the ids the model wrote; \"turns\" trains "

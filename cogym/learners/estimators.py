@@ -1,5 +1,5 @@
 """verl's advantage estimators that :mod:`cogym.learners.advantages` does not hold, as pure torch
-functions (docs/algorithms.md, "Advantage estimators (verl)"): GRPO pass@k, OPO, GPG, ReMax, the
+functions (docs/algorithms.md §15): GRPO pass@k, OPO, GPG, ReMax, the
 optimal token baseline (OTB), and PF-PPO's reweighting of a batch by its outcomes.
 
 Layout and conventions are those of :mod:`cogym.learners.advantages`: ``mask`` (N, L) the loss mask,

@@ -1,4 +1,4 @@
-"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5, §5.6, §3.3 and "Policy losses"):
+"""The policy-gradient objective over one micro-batch (docs/algorithms.md §5, §5.6, §3.3 and §14):
 
     L = Agg(w * L_pg(rho, A)) + beta_kl * Agg(k(logp, logp_ref)) - c_H * Agg(H(pi))
 

@@ -1,5 +1,5 @@
 """DPO's losses on sequence log-probabilities (Rafailov et al. 2023, "Direct Preference Optimization";
-its variants as TRL 1.16.0 computes them in ``DPOTrainer._compute_loss``; docs/algorithms.md, DPO and IPO).
+its variants as TRL 1.16.0 computes them in ``DPOTrainer._compute_loss``; docs/algorithms.md §16).
 
 For a pair (chosen ``y_w``, rejected ``y_l``) of one prompt, with ``log pi`` summed over the response
 tokens, the policy's log-ratios to the reference are ``c = log pi(y_w) - log pi_ref(y_w)`` and

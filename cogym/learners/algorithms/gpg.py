@@ -1,4 +1,4 @@
-"""GPG's estimator, verl's ``gpg`` (docs/algorithms.md#advantage-estimators-verl): the group-centred
+"""GPG's estimator, verl's ``gpg`` (docs/algorithms.md §15): the group-centred
 outcome scaled up by the share of rows with a signal, ``A_i = alpha (S_i - mean_g)``, ``alpha = n / m``
 (``n`` rows, ``m`` of them with a non-zero outcome); a group of one gets 0. GPG's own loss (plain
 policy gradient, no clipping) is the policy loss of that name."""

@@ -1,4 +1,4 @@
-"""GRPO pass@k, verl's ``grpo_passk`` (docs/algorithms.md#advantage-estimators-verl): only the
+"""GRPO pass@k, verl's ``grpo_passk`` (docs/algorithms.md §15): only the
 best response of each group learns, by its lead over the runner-up, ``A_best = (S_max - S_second) /
 (std_g + eps)``; the others get 0. It optimises the chance that one of k samples is right."""
 

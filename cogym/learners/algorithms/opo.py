@@ -1,4 +1,4 @@
-"""OPO, verl's ``opo`` (docs/algorithms.md#advantage-estimators-verl): the optimal reward baseline
+"""OPO, verl's ``opo`` (docs/algorithms.md §15): the optimal reward baseline
 of on-policy RL, each group's length-weighted mean outcome, ``A_i = S_i - sum_j l_j S_j / sum_j l_j``
 (``l_j`` the response's tokens), without std scaling; a group of one gets 0."""
 

@@ -1,4 +1,4 @@
-"""OTB, verl's ``optimal_token_baseline`` (docs/algorithms.md#advantage-estimators-verl): the optimal
+"""OTB, verl's ``optimal_token_baseline`` (docs/algorithms.md §15): the optimal
 token baseline, one per group and per response position, the group's rewards-to-go weighted by each
 path's accumulated "energy" ``W_t = sum_{u <= t} (1 - 2 pi_u + sum_v pi_u(v)^2)``, so noisy paths
 count for more where they are noisy.

@@ -1,4 +1,4 @@
-"""PF-PPO, verl's ``use_pf_ppo`` (docs/algorithms.md#advantage-estimators-verl): PPO whose update trains
+"""PF-PPO, verl's ``use_pf_ppo`` (docs/algorithms.md §15): PPO whose update trains
 on the batch resampled by outcome, rows drawn with replacement in proportion to a weight of their
 reward (``pf_reweight``), so the rows whose reward is most trustworthy count more. The draw is a pure
 function of the update number (saved with the checkpoint), the same on every data-parallel rank."""

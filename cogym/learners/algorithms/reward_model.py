@@ -1,4 +1,4 @@
-"""A reward-model learner (docs/algorithms.md, "Reward models"): a scalar head on a copy of the
+"""A reward-model learner (docs/algorithms.md §17): a scalar head on a copy of the
 policy's trunk (:class:`cogym.learners.reward_model.RewardModel`), trained on the game's preference
 pairs: every two rows of one prompt whose rewards differ, the higher one chosen
 (:func:`cogym.learners.pairs.reward_pairs`, ``all``; ``rm_level: outcome``), or on step labels (``rm_level: process``). It trains with its own engine and learning

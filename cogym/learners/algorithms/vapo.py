@@ -1,4 +1,4 @@
-"""VAPO's PPO pieces (docs/algorithms.md#advantage-estimators-verl): PPO with value pretraining, decoupled
+"""VAPO's PPO pieces (docs/algorithms.md §15): PPO with value pretraining, decoupled
 GAE and a length-adaptive lambda (arXiv:2504.05118). The critic's targets are the GAE returns at
 ``lam`` (VAPO: 1, unbiased); the policy's advantages use ``lam_i = 1 - 1 / (vapo_alpha * l_i)`` for a
 response of ``l_i`` tokens, then are whitened together; the first ``vapo_critic_warmup`` updates train

@@ -1,5 +1,5 @@
-"""Policy losses as plug-ins: the policy-gradient term of the objective (docs/algorithms.md, "Policy
-losses"), chosen by the learner key ``policy_loss``. Each module of this package is one loss, registered
+"""Policy losses as plug-ins: the policy-gradient term of the objective (docs/algorithms.md
+§14), chosen by the learner key ``policy_loss``. Each module of this package is one loss, registered
 by name in :data:`BUILTIN`; any algorithm (advantage estimator) combines with any loss.
 
 A loss is a function ``loss(x: PolicyLossInputs) -> (loss, metrics)``: ``loss`` is this micro-batch's
