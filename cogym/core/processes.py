@@ -14,7 +14,7 @@ import socket
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable, Mapping
 
 
 def free_port() -> int:
@@ -30,6 +30,20 @@ def load_object(ref: str) -> Any:
     if not sep or not module or not attribute:
         raise ValueError(f"expected 'package.module:attribute', got {ref!r}")
     return getattr(importlib.import_module(module), attribute)
+
+
+def register_builtin(table: Mapping[str, Any], builtin: Mapping[str, str], lock: Any,
+                     store: Callable[[str, str], Any]) -> None:
+    """The lazy half of a registry with a table of shipped entries: ``store(name, ref)`` each entry of
+    ``builtin`` (name -> ``"package.module:attribute"``) not in ``table`` yet. Called on a registry's first
+    lookup (and again after a test put back a table saved before it); ``lock`` (an RLock) makes a second
+    thread wait instead of seeing half the table."""
+    if builtin.keys() <= table.keys():
+        return
+    with lock:
+        for name, ref in builtin.items():
+            if name not in table:
+                store(name, ref)
 
 
 def import_file(path: Path, name: str) -> ModuleType:

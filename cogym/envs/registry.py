@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from cogym.core.names import did_you_mean
-from cogym.core.processes import load_object
+from cogym.core.processes import load_object, register_builtin
 from cogym.envs.base import CogymEnv
 from cogym.envs.errors import GameError
 from cogym.envs.token_level import Codec, TokenLevelEnv, wrap
@@ -115,14 +115,9 @@ def _store(id: str, entry_point: Callable[..., CogymEnv], scripted: Mapping[str,
 
 
 def _register_builtin() -> None:
-    """Register the shipped games not registered yet: on the first lookup (and again after a test put
-    back a table saved before it)."""
-    if BUILTIN.keys() <= _REGISTRY.keys():
-        return
-    with _BUILTIN_LOCK:  # one thread imports them; another waits instead of seeing half the table
-        for id, ref in BUILTIN.items():
-            if id not in _REGISTRY:
-                _store(id, load_object(ref), load_object(ref.split(":")[0] + ":SCRIPTED"), {})
+    """Register the shipped games not registered yet (with the SCRIPTED twins of their module)."""
+    register_builtin(_REGISTRY, BUILTIN, _BUILTIN_LOCK,
+                     lambda id, ref: _store(id, load_object(ref), load_object(ref.split(":")[0] + ":SCRIPTED"), {}))
 
 
 def _lookup(id: str) -> Registration:

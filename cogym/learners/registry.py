@@ -13,7 +13,7 @@ import threading
 from typing import Callable
 
 from cogym.core.names import did_you_mean
-from cogym.core.processes import load_object
+from cogym.core.processes import load_object, register_builtin
 from cogym.learners.algorithm import Algorithm, AlgorithmConfig
 
 FROZEN = "frozen"  # not an algorithm: the policy plays and never learns (no learner is built)
@@ -93,14 +93,8 @@ def _store(name: str, cls: type[Algorithm]) -> type[Algorithm]:
 
 
 def _register_builtin() -> None:
-    """Register the shipped algorithms not registered yet: on the first lookup (and again after a test
-    put back a table saved before it)."""
-    if BUILTIN.keys() <= _REGISTRY.keys():
-        return
-    with _BUILTIN_LOCK:  # one thread imports them; another waits instead of seeing half the table
-        for name, ref in BUILTIN.items():
-            if name not in _REGISTRY:
-                _store(name, load_object(ref))
+    """Register the shipped algorithms not registered yet."""
+    register_builtin(_REGISTRY, BUILTIN, _BUILTIN_LOCK, lambda name, ref: _store(name, load_object(ref)))
 
 
 def names() -> tuple[str, ...]:

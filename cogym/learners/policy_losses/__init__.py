@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from cogym.core.names import did_you_mean
-from cogym.core.processes import load_object
+from cogym.core.processes import load_object, register_builtin
 from cogym.learners.losses import aggregate
 
 __all__ = ["BUILTIN", "PolicyLossFn", "PolicyLossInputs", "check_knobs", "get", "names", "register", "token_mean",
@@ -148,12 +148,8 @@ def _store(name: str, fn: PolicyLossFn) -> PolicyLossFn:
 
 
 def _register_builtin() -> None:
-    if BUILTIN.keys() <= _REGISTRY.keys():
-        return
-    with _BUILTIN_LOCK:
-        for name, ref in BUILTIN.items():
-            if name not in _REGISTRY:
-                _store(name, load_object(ref))
+    """Register the shipped losses not registered yet."""
+    register_builtin(_REGISTRY, BUILTIN, _BUILTIN_LOCK, lambda name, ref: _store(name, load_object(ref)))
 
 
 def names() -> tuple[str, ...]:
