@@ -81,9 +81,17 @@ POLICY_GRADIENT_KEYS = (("entropy_coef", 0), ("dynamic_sampling", "off"), ("over
                         ("mask_truncated", False), ("tis_cap", None), ("mismatch_mask", None), ("policy_loss", "vanilla"))
 
 
-def refuse_policy_gradient_keys(common, name: str) -> None:
-    """ValueError naming the first policy-gradient option set on ``common`` (a learner's common config)
-    for algorithm ``name``, whose pairwise loss has no policy-gradient term: refused, not ignored."""
+def refuse_policy_gradient_keys(common, name: str, why: str = "") -> None:
+    """ValueError naming the first option of the policy-gradient learner set on ``common`` (a learner's
+    common config) for algorithm ``name``, whose own objective has no policy-gradient term: refused, not
+    ignored. ``role_algorithms`` (it trains every role one way), the KL keys (``why``: what anchors it
+    instead) and :data:`POLICY_GRADIENT_KEYS`."""
+    if common.role_algorithms:
+        raise ValueError(f"{name} has its own objective and trains every role the same way; role_algorithms must be "
+                         f"empty, got {common.role_algorithms!r}")
+    if common.kl_in_reward != "off" or common.kl_in_loss != "off":
+        raise ValueError(f"{name} has its own objective{f' ({why})' if why else ''}; kl_in_reward and kl_in_loss must "
+                         f"be 'off', got kl_in_reward={common.kl_in_reward!r}, kl_in_loss={common.kl_in_loss!r}")
     for key, off in POLICY_GRADIENT_KEYS:
         if getattr(common, key) != off:
             raise ValueError(f"{name} has its own objective; {key} must be {off!r}, got {getattr(common, key)!r} "

@@ -63,14 +63,7 @@ class DpoConfig(AlgorithmConfig):
 
     def validate(self, common) -> None:
         """DPO has its own objective: options of the policy-gradient learner are refused, not ignored."""
-        if common.role_algorithms:
-            raise ValueError(f"DPO has its own objective and trains every role the same way; role_algorithms must be "
-                             f"empty, got {common.role_algorithms!r}")
-        if common.kl_in_reward != "off" or common.kl_in_loss != "off":
-            raise ValueError(f"DPO has its own objective (its reference already anchors the policy, with strength "
-                             f"dpo_beta); kl_in_reward and kl_in_loss must be 'off', got kl_in_reward="
-                             f"{common.kl_in_reward!r}, kl_in_loss={common.kl_in_loss!r}")
-        refuse_policy_gradient_keys(common, "DPO")
+        refuse_policy_gradient_keys(common, "DPO", "its reference already anchors the policy, with strength dpo_beta")
         check_dpo_options(self.dpo_beta, self.dpo_loss, self.dpo_label_smoothing, prefix="dpo_")
         check_choice(self.dpo_pairs, PAIRINGS, "dpo_pairs")
         if self.dpo_data is not None:

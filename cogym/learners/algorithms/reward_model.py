@@ -49,13 +49,7 @@ class RewardModelConfig(AlgorithmConfig):
             raise ValueError(f"rm_margin={self.rm_margin} needs rm_loss: bt (the logexp loss takes no margin)")
         if self.rm_lr is not None:
             check_number("rm_lr", self.rm_lr, 0.0, open_low=True)
-        refuse_policy_gradient_keys(common, "reward_model")
-        if common.role_algorithms:
-            raise ValueError(f"reward_model trains the whole policy's head; role_algorithms must be empty, got "
-                             f"{common.role_algorithms!r}")
-        if common.kl_in_reward != "off" or common.kl_in_loss != "off":
-            raise ValueError("reward_model trains a scalar head, not the policy: kl_in_reward and kl_in_loss must be 'off', "
-                             f"got {common.kl_in_reward!r} and {common.kl_in_loss!r}")
+        refuse_policy_gradient_keys(common, "reward_model", "it trains a scalar head, not the policy")
 
 
 class RewardModelAlgorithm(Algorithm):

@@ -100,15 +100,8 @@ class SpinConfig(AlgorithmConfig):
 
     def validate(self, common) -> None:
         """SPIN has its own objective: options of the policy-gradient learner are refused, not ignored."""
-        if common.role_algorithms:
-            raise ValueError(f"SPIN has its own objective and trains every role the same way; role_algorithms must be "
-                             f"empty, got {common.role_algorithms!r}")
-        if common.kl_in_reward != "off" or common.kl_in_loss != "off":
-            raise ValueError(f"SPIN has its own objective (its opponent already anchors the policy); kl_in_reward and "
-                             f"kl_in_loss must be 'off', got kl_in_reward={common.kl_in_reward!r}, "
-                             f"kl_in_loss={common.kl_in_loss!r}")
         # tis_cap / mismatch_mask weight a policy-gradient term; SPIN's loss has none (and its real rows no sampler)
-        refuse_policy_gradient_keys(common, "SPIN")
+        refuse_policy_gradient_keys(common, "SPIN", "its opponent already anchors the policy")
         beta = self.spin_beta
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta <= 0:
             raise ValueError(f"spin_beta must be a finite number > 0, got {beta!r}")
