@@ -160,7 +160,7 @@ def identity_game(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _config(tmp_path: Path, model: Path, algorithm: str, iterations: int = ITERATIONS):
+def _config(tmp_path: Path, model: Path, algorithm: str, iterations: int = ITERATIONS, **keys: Any):
     tree = {
         "run": {"name": f"identity-{algorithm}", "out_dir": str(tmp_path), "seed": 0, "iterations": iterations,
                 "checkpoint_every": iterations, "eval_every": 0, "tensorboard": False, "plot": False},
@@ -168,7 +168,7 @@ def _config(tmp_path: Path, model: Path, algorithm: str, iterations: int = ITERA
         "seats": {"player": "player"},
         "policies": {"player": {"model": str(model), "sampling": {"temperature": 1.0, "max_new_tokens": 1}}},
         "learners": {"player": {"algorithm": algorithm, "engine": "torch", "lr": LR, "critic_lr": LR,
-                                **ALGORITHMS.get(algorithm, {})}},
+                                **ALGORITHMS.get(algorithm, {}), **keys}},
         "prompts": {"player": {"system": ""}},
         "eval": {"declared": False},
     }
@@ -209,6 +209,20 @@ def test_each_algorithm_learns_the_identity(identity_game, tiny_model_dir, tmp_p
     # the learner really moved the weights (and the checkpoint holds them)
     before, after = _weights(tiny_model_dir), _final_weights(tmp_path / "run")
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_distill_learns_the_identity_from_a_teacher_that_did(identity_game, tiny_model_dir, tmp_path):
+    """On-policy distillation never sees the game's reward: its student, from the random-init model, reaches
+    THRESHOLD within ITERATIONS by matching a teacher that GRPO trained on the game first. Measured (seed 0):
+    the 5-iteration mean first reaches 0.9 at iteration 100 and ends at 0.98 (~15 s, the teacher's run included)."""
+    (tmp_path / "teacher").mkdir()
+    train(_config(tmp_path / "teacher", tiny_model_dir, "grpo"), run_path=tmp_path / "teacher" / "run", progress=False)
+    teacher = tmp_path / "teacher" / "run" / "checkpoints" / f"step_{ITERATIONS:06d}" / "policies" / "player"
+    train(_config(tmp_path, tiny_model_dir, "distill", distill_teacher=str(teacher)), run_path=tmp_path / "run",
+          progress=False)
+    rewards = _rewards(tmp_path / "run")
+    assert float(np.mean(rewards[:LAST])) < CHANCE_CEILING
+    assert float(np.mean(rewards[-LAST:])) >= THRESHOLD, np.round(rewards, 2).tolist()
 
 
 def test_a_frozen_policy_does_not_learn_the_identity(identity_game, tiny_model_dir, tmp_path):
