@@ -108,7 +108,9 @@ def read_jsonl(name: str, label: str, max_bytes: int = MAX_FILE_BYTES, max_rows:
     if len(raw) > max_bytes:
         raise ValueError(f"{label} {str(path)!r} is larger than {max_bytes >> 20} MiB; split it or sample from it")
     rows = 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only: str.splitlines would also split at U+2028 and the like, which JSON strings may hold raw.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         rows += 1
@@ -119,6 +121,8 @@ def read_jsonl(name: str, label: str, max_bytes: int = MAX_FILE_BYTES, max_rows:
             yield where, json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; nesting deeper than the stack
+            raise ValueError(f"{where}: not a readable JSON row ({type(exc).__name__}: {str(exc)[:80]})") from None
 
 
 def load_preferences(name: str, label: str = "dpo_data") -> list[Preference]:

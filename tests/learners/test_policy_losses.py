@@ -42,9 +42,10 @@ def _run(name: str, logp=LOGP, old=OLD, adv=ADV, mask=MASK, num_tokens=N_TOK, nu
 
 # ------------------------------------------------------------------ keys and their errors
 def test_the_default_is_vanilla_and_the_objective_carries_the_knobs():
-    cfg = ObjectiveConfig.of(LearnerConfig(policy_loss="sapo", sapo_tau_pos=2.0, kl_cov_coef=0.5))
+    cfg = ObjectiveConfig.of(LearnerConfig(policy_loss="sapo", sapo_tau_pos=2.0))
     assert ObjectiveConfig.of(LearnerConfig()).policy_loss == "vanilla"
-    assert (cfg.policy_loss, cfg.sapo_tau_pos, cfg.sapo_tau_neg, cfg.kl_cov_coef) == ("sapo", 2.0, 1.05, 0.5)
+    assert (cfg.policy_loss, cfg.sapo_tau_pos, cfg.sapo_tau_neg, cfg.kl_cov_coef) == ("sapo", 2.0, 1.05, 0.1)
+    assert ObjectiveConfig.of(LearnerConfig(policy_loss="kl_cov", kl_cov_coef=0.5)).kl_cov_coef == 0.5
 
 
 def test_a_misspelt_policy_loss_suggests_the_closest():

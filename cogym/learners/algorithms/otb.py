@@ -31,6 +31,9 @@ class OTBConfig(AlgorithmConfig):
         super().validate(common)
         if not isinstance(self.otb_zero_tail, bool):
             raise ValueError(f"otb_zero_tail must be true or false, got {self.otb_zero_tail!r}")
+        if common.engine == "deepspeed" and common.zero_stage == 3:
+            raise ValueError("otb takes its token statistics with a forward of the whole model, which ZeRO-3 shards "
+                             "across processes; use zero_stage 0 to 2 with otb")
 
 
 @torch.no_grad()

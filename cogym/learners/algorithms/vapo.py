@@ -66,8 +66,10 @@ class VAPO(PPO):
     def train_batch(self, learner, turns) -> TrainBatch:
         """PPO's batch; during the warm-up the critic trains on it here and the policy takes no step."""
         data = super().train_batch(learner, turns)
+        if data.batch is None:  # no rows: not one of the warm-up's updates
+            return data
         self.updates += 1
-        if self.updates > self.cfg.vapo_critic_warmup or data.batch is None:
+        if self.updates > self.cfg.vapo_critic_warmup:
             return data
         metrics = dict(data.metrics, vapo_warmup=1.0)
         for name, (kept, tensors) in data.extra["carry"].items():

@@ -21,6 +21,7 @@ See docs/write_your_own_algorithm.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass
@@ -100,7 +101,8 @@ _KNOBS: dict[str, tuple[Callable[[float], bool], str]] = {
 
 
 def check_knobs(cfg: Any) -> None:
-    """ValueError naming the key for a shipped loss's knob of ``cfg`` (a learner config) out of range."""
+    """ValueError naming the key for a shipped loss's knob of ``cfg`` (a learner config) out of range, or set
+    (away from its default) while ``policy_loss`` is another loss: refused, not ignored."""
     for name, (ok, what) in _KNOBS.items():
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
@@ -108,6 +110,12 @@ def check_knobs(cfg: Any) -> None:
     if not cfg.clip_cov_lb < cfg.clip_cov_ub:
         raise ValueError(f"clip_cov_lb must be below clip_cov_ub (the band of covariances clip_cov may cut), got "
                          f"{cfg.clip_cov_lb!r} and {cfg.clip_cov_ub!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in _KNOBS}
+    for name, default in defaults.items():
+        owner = next(loss for loss in BUILTIN if name.startswith(loss + "_"))
+        if getattr(cfg, name) != default and cfg.policy_loss != owner:
+            raise ValueError(f"{name} is a knob of policy_loss: {owner}, but policy_loss is {cfg.policy_loss!r}; remove "
+                             f"{name} or set policy_loss: {owner}")
 
 
 _REGISTRY: dict[str, PolicyLossFn] = {}
