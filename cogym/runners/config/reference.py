@@ -127,7 +127,8 @@ def format_text(rows: list[tuple[str, str, str, str]], width: int = 100, *, with
         lines += ["", *textwrap.wrap("Each algorithm's own keys (flat under learners.<id>, read when it is the "
                                      "policy's algorithm or a role_algorithms entry):", width=max(40, width))]
         for name, about, algo_rows in algorithm_reference():
-            lines += ["", f"algorithm: {name}  ({about})" if about else f"algorithm: {name}"]
+            lines += ["", *textwrap.wrap(f"algorithm: {name}  ({about})" if about else f"algorithm: {name}",
+                                         width=max(40, width), subsequent_indent="    ")]
             lines += _text_rows(algo_rows, width) if algo_rows else ["    (no keys of its own)"]
     return "\n".join(lines)
 
