@@ -133,7 +133,7 @@ def test_a_learner_death_before_the_first_checkpoint_starts_the_run_again_and_no
     calls: list[tuple[int, bool]] = []
     ckpt = tmp_path / "b" / "checkpoints" / "step_000004"
 
-    def dies(cfg, execution, run_path, start_it, ckpt_, t_start, progress, threads):
+    def dies(cfg, stages, execution, run_path, start_it, ckpt_, t_start, progress, threads):
         calls.append((start_it, (run_path / "metrics.jsonl").exists() or (run_path / "tb").exists()))
         run_path.mkdir(parents=True, exist_ok=True)
         if run_path.name == "b" and start_it == 1:  # run b's first attempt saved iteration 4's checkpoint
