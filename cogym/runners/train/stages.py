@@ -17,8 +17,9 @@ uninterrupted run did. At the boundary:
   (and PRIME's pi_ref), read from that checkpoint, which must stay in the run directory (a LoRA
   policy's reference stays its base model, the run's start).
 
-Each checkpoint a staged run writes holds ``stage.json`` (the stage's index, name and iterations), and
-``--resume`` refuses a config that puts the checkpoint's iteration in another stage.
+Each checkpoint a staged run writes holds ``stage.json`` (the stage's index, name and iterations, the
+learners it restarted and their KL anchors), and ``--resume`` refuses a config that puts the checkpoint's
+iteration in another stage, or whose earlier stages would restart other learners or anchor them elsewhere.
 """
 
 from __future__ import annotations
@@ -112,8 +113,13 @@ class StageHook(TrainHook):
 
     def save(self, checkpoint: Path) -> None:
         s = self.stage
-        rundir.write_json(checkpoint / STAGE_FILE, {"index": s.index, "name": s.name, "first": s.first, "last": s.last},
-                          indent=None)
+        rundir.write_json(checkpoint / STAGE_FILE, {"index": s.index, "name": s.name, "first": s.first, "last": s.last,
+                                                    **restarts(s)}, indent=None)
+
+
+def restarts(stage: Stage) -> dict:
+    """What a checkpoint records of the learners ``stage`` restarted and the checkpoints of their KL references."""
+    return {"fresh": sorted(stage.fresh), "anchors": dict(sorted(stage.anchors.items()))}
 
 
 def check_resume(ckpt: Path, iteration: int, stages: list[Stage]) -> None:
@@ -141,3 +147,9 @@ def check_resume(ckpt: Path, iteration: int, stages: list[Stage]) -> None:
                           f"iteration {written.get('first')}), and this config puts iteration {iteration} in stage "
                           f"{now.name!r} (iterations {now.first}-{now.last}); resume it with the stages it was started "
                           "with (the stages not trained yet, and the current one's length, may change)")
+    wrote = {key: written[key] for key in ("fresh", "anchors") if key in written}
+    if wrote and wrote != {key: value for key, value in restarts(now).items() if key in wrote}:
+        raise RunDirError(f"--resume: {ckpt} was written when stage {now.name!r} restarted the learners of "
+                          f"{wrote.get('fresh')} (KL references from the checkpoints of iterations {wrote.get('anchors')}), "
+                          f"and this config restarts {sorted(now.fresh)} ({dict(now.anchors)}): a stage trained already "
+                          "changed its learner keys; resume it with the stages it was started with")

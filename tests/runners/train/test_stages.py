@@ -75,7 +75,8 @@ def test_two_stages_train_in_order_with_their_own_algorithm(identity_game, tiny_
     assert summary["iterations"] == 5
     # The boundary checkpoint (checkpoint_every is 0) holds the stage that wrote it.
     boundary = run_dir / "checkpoints" / "step_000002"
-    assert json.loads((boundary / "stage.json").read_text()) == {"index": 0, "name": "imitate", "first": 1, "last": 2}
+    assert json.loads((boundary / "stage.json").read_text()) == {"index": 0, "name": "imitate", "first": 1, "last": 2,
+                                                                   "fresh": [], "anchors": {}}
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000002"]
     # The rl learner started fresh: its KL reference is the policy at the stage's start (SPIN's result), not
     # the config's model.
@@ -111,6 +112,20 @@ def test_resume_refuses_stages_that_move_the_checkpoint_into_another_stage(ident
     with pytest.raises(RunDirError, match=r"iteration 3\) was written in stage 'rl' \(from iteration 3\), and this "
                                           r"config puts iteration 3 in stage 'imitate'"):
         train(moved, run_path=run_dir, resume=True, progress=False)
+
+
+def test_resume_refuses_an_earlier_stage_whose_learner_keys_changed(identity_game, tiny_model_dir, tmp_path):
+    """Made the same as stage 2's, stage 1's learner keys would no longer restart the learner at the boundary (nor
+    anchor its KL at the boundary's weights): the checkpoint records what it restarted, and the resume refuses."""
+    run_dir = tmp_path / "run"
+    train(_config(tmp_path, tiny_model_dir, ["run.checkpoint_every=1", "run.iterations=3"]), run_path=run_dir,
+          progress=False)
+    same = [dict(STAGES[0], learners=STAGES[1]["learners"]), STAGES[1]]
+    (tmp_path / "edited").mkdir()
+    with pytest.raises(RunDirError, match=r"was written when stage 'rl' restarted the learners of \['player'\] .* "
+                                          r"and this config restarts \[\]"):
+        train(_config(tmp_path / "edited", tiny_model_dir, stages=same), run_path=run_dir, resume=True, progress=False)
+    train(_config(tmp_path / "edited", tiny_model_dir), run_path=run_dir, resume=True, progress=False)  # as started
 
 
 @pytest.mark.parametrize("stage, needle", [
