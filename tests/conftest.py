@@ -40,7 +40,7 @@ LONG_FILES = (
     "runners/train/test_league.py", "runners/train/test_repeatability.py", "runners/tournament/test_tournament.py",
     "runners/evaluation/test_evaluation.py", "runners/research/test_build_reasoner.py", "runners/train/test_runners_kill_resume.py",
     "envs/test_openspiel.py", "envs/test_textarena.py", "runners/ray/test_ray_learner_groups.py",
-    "runners/ray/test_ray_collective.py",
+    "runners/ray/test_ray_collective.py", "runners/ray/test_ray_stages.py",
 )
 
 

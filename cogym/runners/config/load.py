@@ -324,9 +324,6 @@ def _staged_iterations(stages: list[StageConfig], written: int | None) -> int:
 def stage_configs(cfg: Config) -> list[Config]:
     """The config each of ``cfg.stages`` trains with: ``cfg`` with each learner's keys (``learners.<id>``,
     flat) overlaid by the stage's own, checked as a whole config is (an error names the stage)."""
-    if cfg.run.backend == "ray":
-        raise ConfigError("stages: run.backend: ray does not train in stages yet (its learner actors would be "
-                          "rebuilt at each stage); use run.backend: local, or one config per stage")
     out = []
     for k, stage in enumerate(cfg.stages):
         where = f"stages.{k}"

@@ -69,14 +69,22 @@ class RayExecution(Execution):
         return 0.0
 
     def open(self, checkpoint: Path | None) -> None:
-        self.pool = RayRollout(self.cfg, checkpoint)
+        """New workers and learner actors with the stage's config (:meth:`stage`): a stage boundary starts them
+        anew from the checkpoint the stage before wrote, as a resume does."""
+        self.pool = RayRollout(self.cfg, checkpoint, self.fresh)
 
     @property
     def learners(self) -> dict:
         return self.pool.learners if self.pool is not None else {}
 
     def attach(self, trained: Trained) -> None:
-        self.pool.sync(trained.policies, versions(trained))  # a resumed run's weights (nothing to send on a fresh one)
+        """The workers get a resumed run's weights (nothing to send on a fresh one). A learner that a stage
+        starts fresh is at version 0 again with the weights of the stage's start, which workers that built
+        the policy from its config (version 0 too) may lack (a LoRA adapter): they are sent as well."""
+        for held in self.pool.held:
+            for pid in self.fresh:
+                held.pop(pid, None)
+        self.pool.sync(trained.policies, versions(trained))
 
     def rollouts(self) -> RayRollout:
         return self.pool

@@ -244,8 +244,9 @@ class LearnerActors:
     ``ray.learner_workers`` actors, started while the rollout workers start (:meth:`start`), then waited
     for as :class:`RemoteLearner` handles (:meth:`ready`), killed by :meth:`close`."""
 
-    def __init__(self, cfg: Config, trained: list[str]) -> None:
+    def __init__(self, cfg: Config, trained: list[str], fresh: frozenset = frozenset()) -> None:
         self.ray, self.cfg, self.trained = None, cfg, trained
+        self.fresh = fresh  # learners a stage starts anew: the checkpoint's policy, not its critic
         self.handles: dict[str, list] = {}  # policy -> its actors in rank order
         self.builds: list = []  # every actor's build call (its answer: the actor's ping)
         self.t0 = 0.0
@@ -266,7 +267,7 @@ class LearnerActors:
         for pid, hs in self.handles.items():
             pdir = str(ckpt / "policies" / pid) if ckpt else None
             cdir = str(ckpt / "learners" / pid / "critic") if ckpt else None
-            if cdir and not os.path.isdir(cdir):
+            if cdir and (pid in self.fresh or not os.path.isdir(cdir)):
                 cdir = None
             self.builds += [h.build.remote(cfg, pid, pdir, cdir, meet[pid]) for h in hs]  # all at once: they join
 

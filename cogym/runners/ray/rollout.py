@@ -69,15 +69,16 @@ class RayRollout(ActorPool):
     (:attr:`learners`), restarts. ``play`` has the signature of :func:`~cogym.runners.rollout.turns.rollout`
     (the training loop's samplers call it); ``submit`` and ``collect`` split it for one-step off-policy."""
 
-    def __init__(self, cfg: Config, ckpt: Path | None = None) -> None:
+    def __init__(self, cfg: Config, ckpt: Path | None = None, fresh: frozenset = frozenset()) -> None:
         """Rollout workers and, with ``ray.learners`` colocated or separate, a learner actor per trained
-        policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming)."""
+        policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming, but for the learners of
+        ``fresh``, which a stage starts anew)."""
         self.cfg, self.ckpt, self.learners = cfg, ckpt, {}
         rc = cfg.ray
         threads = cfg.run.threads or actor_threads(rc.num_cpus)
         self._env = driver_env()
         trained = trained_policies(cfg) if rc.learners != "driver" else []
-        self.actors = LearnerActors(cfg, trained)
+        self.actors = LearnerActors(cfg, trained, fresh)
         self.weights: WeightSync | None = None  # how new weights reach the workers (ray.weight_sync)
         sleeps = engines_sleep(cfg)
         wcfg = with_sleep_mode(cfg) if sleeps else cfg

@@ -11,7 +11,9 @@ asks which one it has, as it calls its training hooks (:mod:`~cogym.runners.trai
 :func:`~cogym.runners.train.backends.execution_for` picks one from ``run.backend``. One training run
 calls its execution in this order (tests/runners/train/test_execution_seam.py checks it)::
 
-    open(checkpoint)                 start workers and actors (again after a resume)
+    per stage (one for a run without stages):
+    stage(cfg, fresh)                the config the stage builds from, the learners it starts anew
+    open(checkpoint)                 start workers and actors (again after a resume or at a stage boundary)
     learners                         learners it made elsewhere, which the run uses instead of building them
     attach(trained)                  the run is built: e.g. workers get a resumed run's weights
     per iteration:
@@ -20,7 +22,7 @@ calls its execution in this order (tests/runners/train/test_execution_seam.py ch
         updates(trained, batches)    each learner's step: .finish(pid) in the learners' order
         after_update(trained)        the new weights to where the next rollout plays
         refresh(trained)             before the driver reads its policies (evaluation, checkpoint, a hook)
-    summary()                        entries for the run's summary
+    summary()                        entries for the run's summary (after the last stage)
     close()
 
 ``trained`` (:class:`Trained`) is what an execution sees of the run: its policies and their learners,
@@ -75,7 +77,15 @@ class Execution:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        self.fresh: frozenset = frozenset()  # the learners the stage being opened starts anew
         self.resumes = 0  # resumes used so far
+
+    def stage(self, cfg: Config, fresh: frozenset) -> None:
+        """The next :meth:`open` starts a stage (:mod:`~cogym.runners.train.stages`): ``cfg`` is the config its
+        run builds from (the stage's learner keys, its KL references' models), and the learners of ``fresh``
+        start anew at its first iteration, not from the checkpoint's state. The run's sections other than
+        ``learners`` and ``policies.<id>.model`` are the same in every stage."""
+        self.cfg, self.fresh = cfg, fresh
 
     def cores_beside(self) -> float:
         """The cores this execution's own workers keep busy while the driver updates (its torch threads

@@ -225,24 +225,28 @@ def _train(cfg: Config, stages: list[Stage], execution: Execution, run_path: Pat
     for stage in stages:
         if stage.last < start_it and stage is not stages[-1]:
             continue  # trained before the checkpoint resumed
+        # at the stage's first iteration its changed learners start fresh; inside it, from the checkpoint
+        built = stage.config(run_path / "checkpoints"), stage.fresh if start_it == stage.first else frozenset()
+        execution.stage(*built)  # e.g. Ray's learner actors and workers are made anew for each stage
         execution.open(ckpt)
         try:
-            summary = _loop(cfg, stage, execution, run_path, (first_it, start_it), ckpt, t_start, progress, threads,
-                            history)
+            summary = _loop(cfg, stage, built, execution, run_path, (first_it, start_it), ckpt, t_start, progress,
+                            threads, history)
         finally:
             execution.close()
         start_it, ckpt = stage.last + 1, step_dir(run_path / "checkpoints", stage.last)
     return summary
 
 
-def _loop(cfg: Config, stage: Stage, execution: Execution, run_path: Path, starts: tuple[int, int], ckpt: Path | None,
-          t_start: float, progress: bool, threads: ThreadPolicy, history: list[dict]) -> dict:
+def _loop(cfg: Config, stage: Stage, built: tuple[Config, frozenset], execution: Execution, run_path: Path,
+          starts: tuple[int, int], ckpt: Path | None, t_start: float, progress: bool, threads: ThreadPolicy,
+          history: list[dict]) -> dict:
     """Train ``stage`` from iteration ``starts[1]`` (``starts[0]``: this process's first) to its last, then, at
-    the run's last iteration, evaluate and summarise; a stage before the last ends with its checkpoint."""
+    the run's last iteration, evaluate and summarise; a stage before the last ends with its checkpoint.
+    ``built``: the config the stage's run is built from and the learners that start fresh."""
     first_it, start_it = starts
     stage.seed_build()
-    run = _restore(stage.config(run_path / "checkpoints"), ckpt, execution.learners or None,
-                   stage.fresh if start_it == stage.first else frozenset())
+    run = _restore(built[0], ckpt, execution.learners or None, built[1])
     seen = Trained(run.policies, run.learners)  # what the execution sees of the run
     main = dist.is_main()  # data parallel: rank 0 evaluates, logs, plots and shows progress
     sinks = open_sinks(run_path, cfg.run, cfg.to_dict(), run.roles, start_it, main)

@@ -17,6 +17,11 @@ uninterrupted run did. At the boundary:
   (and PRIME's pi_ref), read from that checkpoint, which must stay in the run directory (a LoRA
   policy's reference stays its base model, the run's start).
 
+The execution is told each stage's config and fresh learners
+(:meth:`~cogym.runners.train.execution.Execution.stage`) and opened anew from the boundary checkpoint: on Ray,
+new rollout workers and learner actors (an actor of a fresh learner builds from the checkpoint's policy, not
+its critic or state); with ``--nproc``, every rank restores its own share of the checkpoint.
+
 Each checkpoint a staged run writes holds ``stage.json`` (the stage's index, name and iterations, the
 learners it restarted and their KL anchors), and ``--resume`` refuses a config that puts the checkpoint's
 iteration in another stage, or whose earlier stages would restart other learners or anchor them elsewhere.

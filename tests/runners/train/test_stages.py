@@ -147,9 +147,10 @@ def test_a_wrong_stage_is_one_line_naming_its_key(identity_game, tiny_model_dir,
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
-def test_stages_on_ray_are_refused_in_one_line(identity_game, tiny_model_dir, tmp_path):
-    with pytest.raises(ConfigError, match=r"^stages: run.backend: ray does not train in stages yet"):
-        _config(tmp_path, tiny_model_dir, ["run.backend=ray"])
+def test_stages_on_ray_load_each_with_its_own_learner_keys(identity_game, tiny_model_dir, tmp_path):
+    stages = plan(_config(tmp_path, tiny_model_dir, ["run.backend=ray"]))  # trained: tests/runners/ray/test_ray_stages.py
+    assert [s.cfg.learners["player"].algorithm for s in stages] == ["spin", "grpo"]
+    assert all(s.cfg.run.backend == "ray" for s in stages) and stages[1].fresh == {"player"}
 
 
 def test_run_iterations_beyond_the_stages_is_refused(identity_game, tiny_model_dir, tmp_path):
