@@ -86,16 +86,28 @@ def test_a_driver_killed_inside_stage_2_resumes_on_ray_with_the_uninterrupted_ro
     assert metric_rows(tmp_path / "run") == on_ray  # every metric of every iteration, exactly
 
 
-def test_learner_actors_start_the_changed_learner_fresh_at_the_boundary(in_process, local_cluster,
-                                                                        tmp_path: Path) -> None:
-    """ray.learners: colocated: the boundary starts new learner actors; the solver's (SFT -> GRPO) builds from
-    the boundary's weights with a new optimizer and step count, the proposer's (the same keys) loads its state."""
-    cfg = _config(tmp_path, "run.backend=ray", "ray.learners=colocated", *ONE_THREAD)
-    train(cfg, tmp_path / "run", progress=False)
+LORA = ["policies.proposer.lora.r=4", "policies.solver.lora.r=4"]
+
+
+@pytest.mark.parametrize("where, lora", [("colocated", []), ("separate", LORA)], ids=["colocated", "separate_lora"])
+def test_learner_actors_start_the_changed_learner_fresh_at_the_boundary(in_process, local_cluster, tmp_path: Path,
+                                                                        where, lora) -> None:
+    """ray.learners colocated | separate: the boundary starts new learner actors; the solver's (SFT -> GRPO)
+    builds from the boundary's weights with a new optimizer and step count, the proposer's (the same keys)
+    loads its state. With LoRA the new workers build a fresh adapter (version 0, as the fresh learner's), so
+    the boundary's adapter must be sent to them: else stage 2's first rollout samples with the wrong one
+    (its tokens may even agree; the log-probs the learner recomputes do not: solver/mismatch_abs)."""
+    reference = in_process
+    if lora:
+        pytest.importorskip("peft", reason="LoRA needs peft (cogym[lora])")
+        train(_config(tmp_path, *lora), tmp_path / "local", progress=False)
+        reference = metric_rows(tmp_path / "local")
+    train(_config(tmp_path, *lora, "run.backend=ray", f"ray.learners={where}", *ONE_THREAD), tmp_path / "run",
+          progress=False)
     rows = metric_rows(tmp_path / "run")
     assert [(r["iteration"], r["stage"]) for r in rows] == STAGE_OF
-    assert _exact(rows) == _exact(in_process)
-    assert same(rows, in_process)
+    assert _exact(rows) == _exact(reference)
+    assert same(rows, reference) and rows[2]["solver/mismatch_abs"] < 1e-5
     last = tmp_path / "run" / "checkpoints" / "step_000005" / "learners"
     steps = {pid: json.loads((last / pid / "state.json").read_text())["steps"] for pid in ("solver", "proposer")}
     assert steps == {"solver": 3, "proposer": 5}  # written by the actors
