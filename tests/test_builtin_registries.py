@@ -41,7 +41,7 @@ def test_the_algorithm_registry_alone_finds_every_shipped_algorithm() -> None:
                    "from cogym.learners import registry\n"
                    "print(json.dumps({n: registry.get(n).__module__ for n in registry.names()}))")
     modules = {f"cogym.learners.algorithms.{p.stem}" for p in PACKAGE.glob("learners/algorithms/*.py") if p.stem != "__init__"}
-    assert len(found) == 20 and set(found.values()) == modules
+    assert len(found) == 21 and set(found.values()) == modules
     assert list(found)[:2] == ["grpo", "dr_grpo"]  # the table's order: shipped ones first
 
 

@@ -118,6 +118,8 @@ class Turn:
     prompt and response ids). ``mask``: 1 where ``response_ids`` holds an id the model generated, 0
     on ids it did not (the game's messages and tool results inside a multi-turn sequence, see
     :func:`cogym.core.conversation.join_turns`; their ``logprobs`` are 0); None: every id is the model's.
+    ``baseline``: the seat's return in its group's greedy game, for an algorithm whose baseline that is
+    (``Algorithm.greedy_baseline``, ReMax); None otherwise.
     """
 
     game_index: int
@@ -136,6 +138,7 @@ class Turn:
     policy_version: int = 0
     conversation: bool = False
     mask: list[int] | None = None
+    baseline: float | None = None
 
     @property
     def outcome(self) -> SeatOutcome:

@@ -110,6 +110,10 @@ class Algorithm:
     # (multi_turn: joined), e.g. a per-move discount (RAE, TRR++) or a per-move reference (SPIN).
     per_move_rows: ClassVar[bool] = False
     outcome_keys: ClassVar[tuple[str, ...]] = ()
+    # Its baseline is the reward of a greedy game (ReMax): the training rollout plays one more game per
+    # group from the group's seed, this policy's seats decoding greedily, and sets each of the group's
+    # turns' Turn.baseline to its seat's return there (cogym.runners.train.iteration; not trained on).
+    greedy_baseline: ClassVar[bool] = False
 
     def __init__(self, cfg: AlgorithmConfig, ctx: Context) -> None:
         self.cfg = cfg

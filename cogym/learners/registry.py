@@ -42,6 +42,7 @@ BUILTIN: dict[str, str] = {
     "reward_model": "cogym.learners.algorithms.reward_model:RewardModelAlgorithm",
     "pf_ppo": "cogym.learners.algorithms.pf_ppo:PFPPO",
     "vapo": "cogym.learners.algorithms.vapo:VAPO",
+    "remax": "cogym.learners.algorithms.remax:ReMax",
 }
 _BUILTIN_LOCK = threading.RLock()
 # The learner's common keys (LearnerConfig's fields), set by cogym.learners.config (reserve): an

@@ -20,7 +20,7 @@ from cogym.runners.config.load import load_config
 from cogym.core.errors import ConfigError
 
 SHIPPED = ("grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo", "rae", "trr_pp", "prime", "spin", "sft", "dpo", "distill",
-           "grpo_passk", "opo", "gpg", "otb", "reward_model", "pf_ppo", "vapo")
+           "grpo_passk", "opo", "gpg", "otb", "reward_model", "pf_ppo", "vapo", "remax")
 
 
 @pytest.fixture

@@ -230,9 +230,10 @@ class RayRollout(ActorPool):
     # ------------------------------------------------------------------ rollouts
     def submit(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
                group_size: int = 1, sampling_key: int | None = None, iteration: int = 0,
-               versions: dict[str, int] | None = None) -> Pending:
+               versions: dict[str, int] | None = None, greedy: Sequence[str] = ()) -> Pending:
         """Start a rollout of ``len(games)`` games (the workers hold their own copies) and return at once;
-        it samples with the versions of the last :meth:`sync` (or ``versions``)."""
+        it samples with the versions of the last :meth:`sync` (or ``versions``); ``greedy``: as in
+        :func:`~cogym.runners.rollout.turns.rollout`."""
         n, w = len(games), len(self.workers)
         self._sleepers.wake()
         plan = LeaguePlan.of(seat_map, n)  # league games: each worker plays its own copies of the members
@@ -242,7 +243,7 @@ class RayRollout(ActorPool):
             self._load_into(r, versions)
         shares = [list(range(r, n, w)) for r in range(w)]
         calls = [(shares[r], [int(seeds[g]) for g in shares[r]], episode_prefix, group_size, sampling_key, iteration,
-                  versions, None if plan is None else ([plan.opponents[g] for g in shares[r]], plan.seats))
+                  versions, None if plan is None else ([plan.opponents[g] for g in shares[r]], plan.seats), tuple(greedy))
                  for r in range(w)]
         pending = Pending(shares, calls, versions, what=f"rollout {episode_prefix}", league=plan)
         for r in range(w):
@@ -269,7 +270,8 @@ class RayRollout(ActorPool):
         return {**super().summary(), **({"ray_engine_sleeps": self._sleepers.slept} if self._sleepers.on else {})}
 
     def play(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
-             group_size: int = 1, sampling_key: int | None = None, iteration: int = 0) -> RolloutResult:
+             group_size: int = 1, sampling_key: int | None = None, iteration: int = 0,
+             greedy: Sequence[str] = ()) -> RolloutResult:
         """A whole rollout on the workers (the signature of :func:`~cogym.runners.rollout.turns.rollout`)."""
         return self.collect(self.submit(games, seat_map, system, seeds, episode_prefix, group_size, sampling_key,
-                                        iteration))
+                                        iteration, greedy=greedy))

@@ -126,9 +126,10 @@ class RolloutWorker:
 
     def rollout(self, indices: list[int], seeds: list[int], episode_prefix: str, group_size: int,
                 sampling_key: int | None, iteration: int, versions: dict[str, int],
-                league: tuple | None = None) -> RolloutResult:
+                league: tuple | None = None, greedy: tuple[str, ...] = ()) -> RolloutResult:
         """Play games ``indices`` of the rollout (their places in its game list) with ``seeds``; ``league``:
-        (each game's league opponent or None, the league's seats)."""
+        (each game's league opponent or None, the league's seats); ``greedy``: the policies whose seats
+        decode greedily (a round's greedy baseline games)."""
         adjust_threads()
         mine = self.versions()
         wrong = {pid: (mine.get(pid), v) for pid, v in versions.items() if mine.get(pid) != v}
@@ -146,4 +147,4 @@ class RolloutWorker:
                         LeagueSeating(o, self.members[o], frozenset(seats), self.run.seat_map, ()) for o in opponents]
         return self.play(games, seat_map, self.system, seeds, episode_prefix=episode_prefix,
                          group_size=group_size, game_indices=indices, sampling_key=sampling_key,
-                         on_error=self.cfg.game.on_error, max_prompt_chars=self.cfg.game.max_prompt_chars)
+                         on_error=self.cfg.game.on_error, max_prompt_chars=self.cfg.game.max_prompt_chars, greedy=greedy)

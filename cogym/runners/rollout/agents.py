@@ -9,7 +9,8 @@ agent per model key.
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from typing import Callable, Collection
 
 from cogym.agents.endpoint import EndpointAgent, EndpointConfig
 from cogym.agents.llm import LLMAgent
@@ -31,6 +32,36 @@ def twin_name(spec: str) -> str | None:
 def model_agent(policy: Policy, sampling: SamplingParams, name: str) -> LLMAgent:
     """A seat played by ``policy`` (batched generation; ids and behaviour log-probs kept)."""
     return LLMAgent(policy, sampling, name=name)
+
+
+def greedy_agent(agent: Agent, policy_id: str) -> LLMAgent:
+    """A twin of model seat ``agent``: the same policy and reply limit, decoding greedily (temperature 0)."""
+    if not isinstance(agent, LLMAgent):
+        raise SeatingError(f"policy {policy_id!r} plays a greedy game (its algorithm's baseline is one, e.g. remax), "
+                           f"but a {type(agent).__name__} plays its seats, which has no greedy decoding; seat a model")
+    return LLMAgent(agent.policy, dataclasses.replace(agent.sampling, temperature=0.0), name=f"{agent.name}@greedy",
+                    max_batch=agent.streams.max_batch)
+
+
+def greedy_seats(seat_map, policies: Collection[str]):
+    """``seat_map`` (one map, or one per game) with the seats of ``policies`` played by greedy twins of
+    their agents (:func:`greedy_agent`; one twin per agent, so each still answers its seats in one call);
+    every other seat as it was. ``seat_map`` itself when ``policies`` is empty."""
+    if not policies:
+        return seat_map
+    twins: dict[int, LLMAgent] = {}
+
+    def greedy(inner):
+        def seat(seat: str, role: str) -> tuple[str, Agent]:
+            pid, agent = inner(seat, role)
+            if pid not in policies:
+                return pid, agent
+            if id(agent) not in twins:
+                twins[id(agent)] = greedy_agent(agent, pid)
+            return pid, twins[id(agent)]
+        return seat
+
+    return greedy(seat_map) if callable(seat_map) else [greedy(m) for m in seat_map]
 
 
 class AgentFactory:

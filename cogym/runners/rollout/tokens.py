@@ -22,13 +22,14 @@ unchanged; ``stats`` adds ``fed_tokens`` (ids the models computed) and ``prefill
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Collection, Hashable, Sequence
 
 from cogym.agents.policy import Policy
 from cogym.core.types import Agent, Token, TokenStreaming
 from cogym.envs.contract import observed_text
 from cogym.envs.token_level import TokenLevelEnv
 
+from cogym.runners.rollout.agents import greedy_seats
 from cogym.runners.rollout.loop import MAX_PROMPT_CHARS, Episodes, RolloutResult, Seat, SeatMap, chat_messages, play
 
 
@@ -158,13 +159,14 @@ def _encoder(env: TokenLevelEnv) -> Callable[[str], list[int]]:
 def token_rollout(games: Sequence[TokenLevelEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
                   episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 1_000_000,
                   game_indices: Sequence[int] | None = None, sampling_key: int | None = None,
-                  on_error: str = "stop", max_prompt_chars: int = MAX_PROMPT_CHARS) -> RolloutResult:
+                  on_error: str = "stop", max_prompt_chars: int = MAX_PROMPT_CHARS,
+                  greedy: Collection[str] = ()) -> RolloutResult:
     """Play one episode in every token-level game; return its turns (one per model message).
-    ``game_indices``, ``sampling_key``, ``on_error`` and ``max_prompt_chars``: as in
+    ``game_indices``, ``sampling_key``, ``on_error``, ``max_prompt_chars`` and ``greedy``: as in
     :func:`~cogym.runners.rollout.turns.rollout` (``spec.max_turns`` counts tokens here, as the wrapper declares);
     ``max_steps`` counts steps of the whole batch (one token per live game each)."""
     for env in games:
         if not isinstance(env, TokenLevelEnv):
             raise TypeError(f"token_rollout plays token-level games (make(..., granularity='token')), got {type(env).__name__}")
-    return play(games, seat_map, system_prompts, seeds, TokenMover(games), episode_prefix, group_size, max_steps,
+    return play(games, greedy_seats(seat_map, greedy), system_prompts, seeds, TokenMover(games), episode_prefix, group_size, max_steps,
                 game_indices, sampling_key, on_error, max_prompt_chars)

@@ -13,12 +13,13 @@ inside a worker process or a Ray actor.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from cogym.core.types import Action, Agent
 from cogym.envs.base import CogymEnv
 from cogym.envs.contract import observed_text
 
+from cogym.runners.rollout.agents import greedy_seats
 from cogym.runners.rollout.loop import MAX_PROMPT_CHARS, Episodes, RolloutResult, Seat, SeatMap, play
 
 __all__ = ["rollout", "TurnMover"]
@@ -61,7 +62,8 @@ class TurnMover:
 def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], system_prompts: dict[str, str], seeds: Sequence[int],
             episode_prefix: str = "ep", group_size: int = 1, max_steps: int = 10_000,
             game_indices: Sequence[int] | None = None, sampling_key: int | None = None,
-            on_error: str = "stop", max_prompt_chars: int = MAX_PROMPT_CHARS) -> RolloutResult:
+            on_error: str = "stop", max_prompt_chars: int = MAX_PROMPT_CHARS,
+            greedy: Collection[str] = ()) -> RolloutResult:
     """Play one episode in every game, batching generation across games; return its turns.
 
     ``game_indices``: each game's place in the iteration's whole game list (default 0, 1, ...), when
@@ -72,6 +74,8 @@ def rollout(games: Sequence[CogymEnv], seat_map: SeatMap | Sequence[SeatMap], sy
     same tokens in any batch. None: draws from torch's global generator. ``on_error``: what a game that
     raises does to the rollout, ``"stop"`` it with a report naming the game, seed, seat and move, or
     ``"skip"`` the game (:func:`cogym.runners.rollout.loop.play`). A game is held to its ``spec.max_turns``
-    and a seat is asked at most ``max_prompt_chars`` characters, or the game fails the same way."""
-    return play(games, seat_map, system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices,
+    and a seat is asked at most ``max_prompt_chars`` characters, or the game fails the same way.
+    ``greedy``: policies whose seats decode greedily (temperature 0) in these games
+    (:func:`~cogym.runners.rollout.agents.greedy_seats`; ReMax's baseline games)."""
+    return play(games, greedy_seats(seat_map, greedy), system_prompts, seeds, TurnMover(), episode_prefix, group_size, max_steps, game_indices,
                 sampling_key, on_error, max_prompt_chars)

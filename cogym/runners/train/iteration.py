@@ -1,5 +1,6 @@
 """Sampling: what one iteration trains on. The rollout, played data-parallel when there are
-several processes, then DAPO's dynamic-sampling refill for the learners that enable it.
+several processes, with one greedy game per group where an algorithm's baseline is one (ReMax:
+:func:`baseline_rollout`), then DAPO's dynamic-sampling refill for the learners that enable it.
 
 Every seed is a pure function of (run seed, iteration, round) (cogym/core/seeding.py), so a resumed
 run replays the same games; so is every rollout's sampling key (:func:`rollout_key`), from which each game's draws
@@ -13,7 +14,7 @@ from typing import Callable, Sequence
 
 from cogym.core import seeding
 from cogym.core.errors import CogymError
-from cogym.learners import torch_dist as dist
+from cogym.learners import registry, torch_dist as dist
 from cogym.learners.dapo import select_groups
 
 from cogym.runners.train.build import Run
@@ -39,11 +40,44 @@ def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
     return seeding.seeds("rollout.games", seed, iteration, round_, n=n)
 
 
-def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
+GREEDY_STREAM = 1  # the rollout key's extra part that keys a round's greedy games (baseline_rollout) apart
+
+
+def rollout_key(seed: int, iteration: int, round_: int = 0, *stream: int) -> int:
     """The sampling key of one rollout (round 0: the iteration's; >= 1: dynamic sampling's extra
-    rounds): every game's draws derive from it, its place in the list and its moves (see
-    :func:`~cogym.runners.rollout.turns.rollout`), so they are the same however the games are split."""
-    return seeding.key("rollout.key", seed, iteration, round_)
+    rounds; ``stream`` (GREEDY_STREAM): the round's greedy games): every game's draws derive from it,
+    its place in the list and its moves (see :func:`~cogym.runners.rollout.turns.rollout`), so they
+    are the same however the games are split."""
+    return seeding.key("rollout.key", seed, iteration, round_, *stream)
+
+
+def greedy_policies(run: Run) -> frozenset[str]:
+    """The trained policies with an algorithm whose baseline is a greedy game (``Algorithm.greedy_baseline``)."""
+    return frozenset(pid for pid in run.learners
+                     if any(registry.get(name).greedy_baseline for name in run.cfg.learners[pid].algorithm_names()))
+
+
+def baseline_rollout(run: Run, seat_map, seeds: list[int], iteration: int, round_: int = 0) -> tuple | None:
+    """``(args, kwargs)`` of the rollout of the greedy games of one round (``seeds``: one per group), or
+    None when no learner asks for them. Game j starts from group j's seed, seated as the group's first
+    game, with the seats of :func:`greedy_policies` decoding greedily and every other seat as usual
+    (its draws keyed apart from the round's). Its turns are never trained on: :func:`attach_baselines`."""
+    greedy = greedy_policies(run)
+    if not greedy:
+        return None
+    k = run.cfg.game.group_size
+    maps = seat_map if callable(seat_map) else [seat_map[j * k] for j in range(len(seeds))]
+    return (run.games[:len(seeds)], maps, seeds), dict(
+        episode_prefix=f"it{iteration}{f'r{round_}' if round_ else ''}-greedy", group_size=1,
+        sampling_key=rollout_key(run.cfg.run.seed, iteration, round_, GREEDY_STREAM), greedy=tuple(sorted(greedy)))
+
+
+def attach_baselines(turns: Sequence, greedy: RolloutResult, group_size: int, policies) -> None:
+    """Each turn of ``policies`` gets its seat's return in its group's greedy game as ``Turn.baseline``
+    (None where that game failed and was skipped). In place."""
+    for t in turns:
+        if t.policy_id in policies:
+            t.baseline = greedy.returns[t.game_index // group_size].get(t.seat)
 
 
 def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
@@ -156,6 +190,10 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
         seat_map, contexts = seat_maps(hooks, run.seat_map, iteration, len(run.games), k, rounds)
         res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k,
                    sampling_key=rollout_key(run.cfg.run.seed, iteration, rounds))
+        greedy = baseline_rollout(run, seat_map, seeds[::k], iteration, rounds)
+        if greedy is not None:
+            args, kwargs = greedy
+            attach_baselines(res.turns, play(args[0], args[1], system, args[2], **kwargs), k, kwargs["greedy"])
         if run.cfg.game.group_by == "prompt":
             regroup_by_prompt(res.turns)
         after_rollout(hooks, res, contexts, iteration)  # e.g. the league rates these games too; metrics: round 0's
@@ -229,13 +267,21 @@ class Sampler:
         seat_map, contexts = seat_maps(self.hooks, run.seat_map, iteration, len(run.games), k)
         args = (run.games, seat_map, self.system, seeds)
         kwargs = dict(episode_prefix=f"it{iteration}", group_size=k, sampling_key=rollout_key(cfg.run.seed, iteration))
-        return iteration, contexts, self.rollouts.submit(*args, iteration=iteration, **kwargs)
+        played = self.rollouts.submit(*args, iteration=iteration, **kwargs)
+        greedy = baseline_rollout(run, seat_map, seeds[::k], iteration)
+        if greedy is not None:  # submitted with the rollout: the same weights sample both
+            (games, maps, group_seeds), greedy_kwargs = greedy
+            greedy = (self.rollouts.submit(games, maps, self.system, group_seeds, iteration=iteration, **greedy_kwargs),
+                      greedy_kwargs["greedy"])
+        return iteration, contexts, played, greedy
 
     def finish(self, started: tuple) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
         """The rollout :meth:`start` began, each learner's batch (dynamic sampling applied) and metrics."""
-        iteration, contexts, res = started
+        iteration, contexts, res, greedy = started
         run = self.run
         res = self.rollouts.collect(res)
+        if greedy is not None:
+            attach_baselines(res.turns, self.rollouts.collect(greedy[0]), run.cfg.game.group_size, greedy[1])
         if run.cfg.game.group_by == "prompt":
             regroup_by_prompt(res.turns)
         metrics = rollout_metrics(res, run.roles)

@@ -1,0 +1,126 @@
+"""ReMax's greedy baseline (cogym/learners/algorithms/remax.py; cogym/runners/train/iteration.py
+``baseline_rollout``): each group's seed is played once more with the ReMax policy's seats decoding
+greedily, that game is never trained on, and its return for each seat reaches the algorithm as the
+group's turns' ``Turn.baseline``. A run whose algorithms take no such baseline plays no extra game.
+
+The game is Kuhn poker (cogym/configs/kuhn_poker.yaml): the tiny model plays ``first`` against a
+scripted ``second``, in groups of 2 hands dealt from one seed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cogym.runners.config.load import load_config
+from cogym.runners.ray.worker import RolloutWorker
+from cogym.runners.rollout.turns import rollout
+from cogym.runners.train.build import build
+from cogym.runners.train.execution import InProcess
+from cogym.runners.train.iteration import Played, Sampler
+from cogym.runners.train.loop import train
+
+PATH = Path(str(resources.files("cogym.configs").joinpath("kuhn_poker.yaml")))
+K = 2  # hands per group
+SMALL = ["game.num_games=8", f"game.group_size={K}", "eval.declared=false", "run.tensorboard=false",
+         "run.plot=false", "learners.player.algorithm=remax"]
+
+
+def _sampler(tmp_path: Path, *overrides: str):
+    """The run, its sampler, and every rollout the sampler plays: (kwargs, result)."""
+    run = build(load_config(PATH, [*SMALL, f"run.out_dir={tmp_path}", *overrides]))
+    play = InProcess(run.cfg).rollouts().play
+    calls: list[tuple[dict, object]] = []
+
+    def spy(*args, **kwargs):
+        res = play(*args, **kwargs)
+        calls.append((kwargs, res))
+        return res
+
+    return run, Sampler(run, Played(spy)), calls
+
+
+def test_each_group_plays_one_greedy_game_whose_moves_are_a_temperature_0_decode(tmp_path):
+    run, sampler, calls = _sampler(tmp_path)
+    res, batches, _ = sampler.sample(1)
+    assert [c[0].get("greedy", ()) for c in calls] == [(), ("player",)]
+    greedy = calls[1][1]
+    assert len(greedy.returns) == run.cfg.game.num_games // K and greedy.turns
+    policy = run.policies["player"]
+    sampling = dataclasses.replace(run.cfg.policies["player"].sampling, temperature=0.0)
+    for t in greedy.turns:
+        assert t.response_ids == policy.generate([t.prompt_ids], sampling)[0].response_ids
+    # each greedy game starts where its group did: the first prompt of seat `first` is the group's
+    first_prompt = {}
+    for t in res.turns:
+        first_prompt.setdefault(t.game_index, t.prompt_ids)
+    opening = {}
+    for t in greedy.turns:
+        opening.setdefault(t.game_index, t.prompt_ids)
+    assert opening and all(opening[j] == first_prompt[j * K] == first_prompt[j * K + 1] for j in opening)
+    # sampled at temperature 1, the group's own moves are not all the greedy ones
+    assert any(t.response_ids != policy.generate([t.prompt_ids], sampling)[0].response_ids for t in res.turns)
+
+
+def test_the_greedy_games_are_not_trained_on_and_their_returns_reach_the_algorithm(tmp_path):
+    run, sampler, calls = _sampler(tmp_path)
+    res, batches, _ = sampler.sample(1)
+    greedy = calls[1][1]
+    turns = batches["player"]
+    assert turns == [t for t in res.turns if t.policy_id == "player"]
+    assert not {t.episode_id for t in turns} & {t.episode_id for t in greedy.turns}
+    assert all("greedy" in t.episode_id for t in greedy.turns)
+    for t in turns:
+        assert t.baseline == greedy.returns[t.game_index // K][t.seat]
+    assert len({t.baseline for t in turns}) > 1 or len({t.reward for t in turns}) > 1  # the check can tell them apart
+    learner = run.learners["player"]
+    data = learner.algorithm.train_batch(learner, turns)
+    b = data.batch
+    adv, mask = data.rows["adv"], b.mask > 0
+    for i, t in enumerate(b.turns):
+        assert torch.allclose(adv[i][mask[i]], torch.full_like(adv[i][mask[i]], t.reward - t.baseline))
+    assert data.metrics["first/remax_baseline"] == pytest.approx(sum(t.baseline for t in b.turns) / len(b.turns))
+
+
+def test_a_run_without_remax_plays_no_greedy_game(tmp_path):
+    _, sampler, calls = _sampler(tmp_path, "learners.player.algorithm=reinforce_pp")
+    res, batches, _ = sampler.sample(1)
+    assert len(calls) == 1 and "greedy" not in calls[0][0]
+    assert all(t.baseline is None for t in batches["player"])
+
+
+def test_a_remax_run_repeats_bit_for_bit(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        cfg = load_config(PATH, [*SMALL, f"run.out_dir={tmp_path}", "run.iterations=3", "run.checkpoint_every=3"])
+        train(cfg, tmp_path / name, progress=False)
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        metrics = [{k: v for k, v in r.items() if k.startswith("player/")} for r in rows]
+        weights = load_file(str(tmp_path / name / "checkpoints" / "step_000003" / "policies" / "player" / "model.safetensors"))
+        runs.append((metrics, weights))
+    (m_a, w_a), (m_b, w_b) = runs
+    assert any("player/first/remax_baseline" in r or "player/remax_baseline" in r for r in m_a)
+    assert m_a == m_b
+    assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
+
+
+def test_a_ray_rollout_worker_plays_the_greedy_game_as_this_process_does(tmp_path, monkeypatch):
+    """The worker's rollout takes the greedy policies and plays them as the one-process rollout does (the
+    Ray driver sends them with every share: RayRollout.submit)."""
+    monkeypatch.setattr("cogym.runners.ray.worker.enter", lambda *args: None)  # no chdir or thread change here
+    cfg = load_config(PATH, [*SMALL, f"run.out_dir={tmp_path}"])
+    worker = RolloutWorker(cfg, 0, str(tmp_path), {}, 1)
+    seeds, key = [11, 12, 13], 99
+    there = worker.rollout([0, 1, 2], seeds, "it1-greedy", 1, key, 1, worker.versions(), None, ("player",))
+    run = build(cfg)
+    here = rollout(run.games[:3], run.seat_map, {r: p.system for r, p in cfg.prompts.items()}, seeds,
+                   episode_prefix="it1-greedy", sampling_key=key, greedy=("player",))
+    assert [t.response_ids for t in there.turns] == [t.response_ids for t in here.turns]
+    policy = run.policies["player"]
+    sampling = dataclasses.replace(cfg.policies["player"].sampling, temperature=0.0)
+    assert all(t.response_ids == policy.generate([t.prompt_ids], sampling)[0].response_ids for t in there.turns)
