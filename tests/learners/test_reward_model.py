@@ -135,3 +135,31 @@ def test_reward_model_state_round_trips_through_the_learner_checkpoint(policy, t
 def test_config_refuses_what_cannot_run(keys, match):
     with pytest.raises(ValueError, match=match):
         LearnerConfig.from_flat(algorithm="reward_model", **keys).validate()
+
+
+def test_a_score_reads_the_problem_and_the_rows_last_real_token(policy):
+    """What the reward model sees: the score of (problem, answer) is read at the row's last token whatever the
+    padding beside it (a shorter row scored alone or next to a longer one), and it depends on the problem,
+    not only on the answer (an answer alone cannot be right or wrong)."""
+    rm = learner(policy, rm_lr=3e-2)
+    rm.update(identity_pairs(policy, random.Random(0), 16, 0))  # a head that is not the hidden state's mean
+    short, longer = make_turn(policy, "a", "a", 1.0, 0), make_turn(policy, "b", "bcdefgh", 1.0, 1)
+    alone, padded = rm.algorithm.rewards([short])[0], rm.algorithm.rewards([short, longer])[0]
+    assert padded == pytest.approx(alone, abs=1e-5)
+    b = rm.algorithm.batch([short, longer])
+    assert b.input_ids[0, int(b.attention_mask[0].sum()) - 1] == short.response_ids[-1]  # right-padded: the last id read
+    other_problem = make_turn(policy, "c", "a", 1.0, 0)
+    assert other_problem.response_ids == short.response_ids
+    assert rm.algorithm.rewards([other_problem])[0] != pytest.approx(alone, abs=1e-4)
+
+
+def test_warmup_keeps_its_count(policy):
+    rm = learner(policy, rm_warmup=2)
+    turns = identity_pairs(policy, random.Random(0), 4, 0)
+    assert not rm.algorithm.paying
+    rm.update(turns)
+    assert not rm.algorithm.paying
+    rm.update(turns)
+    assert rm.algorithm.paying and rm.algorithm.updates == 2
+    with pytest.raises(ValueError, match="rm_warmup must be"):
+        LearnerConfig.from_flat(algorithm="reward_model", rm_warmup=-1).validate()

@@ -40,11 +40,14 @@ class RewardModelConfig(AlgorithmConfig):
     rm_level: str = key("outcome", "outcome: pairs of one group's rows ranked by the game's reward, scored at the last "
                         "token; process: each step (a move of a multi-turn row, else a line) labelled, binary "
                         "cross-entropy at its last token", choices=RM_LEVELS)
+    rm_warmup: int = key(0, "reward_from: the policies this reward model pays get reward 0 on every turn (no advantage, "
+                         "so they do not move) until it has trained on rm_warmup batches; it trains all the while")
 
     def validate(self, common) -> None:
         check_choice(self.rm_loss, RM_LOSSES, "rm_loss")
         check_choice(self.rm_level, RM_LEVELS, "rm_level")
         check_number("rm_margin", self.rm_margin, -float("inf"))
+        check_number("rm_warmup", self.rm_warmup, 0)
         if self.rm_loss == "logexp" and self.rm_margin != 0:
             raise ValueError(f"rm_margin={self.rm_margin} needs rm_loss: bt (the logexp loss takes no margin)")
         if self.rm_lr is not None:
@@ -66,7 +69,12 @@ class RewardModelAlgorithm(Algorithm):
         if cfg.rm_level == "process":
             tok = ctx.policy.tokenizer
             self.newline_ids = {i for t, i in tok.get_vocab().items() if "\n" in tok.convert_tokens_to_string([t])}
-        self.updates = 0
+        self.updates = 0  # batches trained on (each takes epochs optimizer steps)
+
+    @property
+    def paying(self) -> bool:
+        """Whether its rewards pay the policies that take them: it has trained on ``rm_warmup`` batches."""
+        return self.updates >= self.cfg.rm_warmup
 
     def advantages(self, rows):
         raise TypeError("reward_model has no advantages: it trains a scalar head (role_algorithms cannot name it)")

@@ -42,8 +42,10 @@ def learned_rewards(run, batches: dict[str, list]) -> dict[str, float]:
         for i, t in enumerate(truth):
             last[(t.episode_id, t.seat)] = i  # a seat's last move of the game
         rows = sorted(last.values())
-        scores = run.learners[rm].algorithm.rewards([truth[i] for i in rows])
-        score_of = {(truth[i].episode_id, truth[i].seat): s for i, s in zip(rows, scores)}
+        model = run.learners[rm].algorithm
+        scores = model.rewards([truth[i] for i in rows])
+        paid = scores if model.paying else [0.0] * len(scores)  # rm_warmup: no advantage until it has trained
+        score_of = {(truth[i].episode_id, truth[i].seat): s for i, s in zip(rows, paid)}
         batches[pid] = [dataclasses.replace(t, reward=score_of[(t.episode_id, t.seat)]) for t in truth]
         batches[rm] = batches.get(rm, []) + truth
         if scores:

@@ -13,6 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from cogym.core.errors import ConfigError
+from cogym.learners.pairs import reward_pairs
 from cogym.runners.config.load import load_config
 from cogym.runners.train.build import build
 from cogym.runners.train.execution import InProcess
@@ -69,3 +70,32 @@ def test_reward_from_refuses_what_cannot_run(overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(PATH, overrides)
 
+
+
+def test_the_rewards_and_the_accuracy_are_of_answers_to_one_problem(tmp_path):
+    """The reward model scores the problem with the answer (its prompt ids hold the problem), each pair is two
+    answers to one problem, and rm_accuracy is the share of those pairs its scores order right."""
+    run = build(load_config(PATH, [*SMALL, f"run.out_dir={tmp_path}"]))
+    res, batches, metrics = Sampler(run, InProcess(run.cfg).rollouts()).sample(1)
+    truth, tok = batches["rm"], run.policies["rm"].tokenizer
+    problems = {t.episode_id: t.info.get("problem") for t in truth}
+    for t in truth:
+        assert problems[t.episode_id] and problems[t.episode_id] in tok.decode(t.prompt_ids)
+    pairs = reward_pairs(truth, "all")
+    assert pairs and all(truth[c].prompt_ids == truth[r].prompt_ids and truth[c].reward > truth[r].reward
+                         for c, r in pairs)
+    scores = [t.reward for t in batches["solver"]]
+    right = sum(scores[c] > scores[r] for c, r in pairs) / len(pairs)
+    assert metrics["solver/rm_accuracy"] == pytest.approx(right)
+
+
+def test_warmup_pays_nothing_until_the_reward_model_has_trained(tmp_path):
+    run = build(load_config(PATH, [*SMALL, "learners.rm.rm_warmup=2", f"run.out_dir={tmp_path}"]))
+    sampler = Sampler(run, InProcess(run.cfg).rollouts())
+    res, batches, metrics = sampler.sample(1)
+    assert {t.reward for t in batches["solver"]} == {0.0}  # no advantage: the solver does not move
+    assert any(t.reward > 0 for t in batches["rm"])  # the reward model trains on the game's rewards
+    assert 0 <= metrics["solver/rm_accuracy"] <= 1  # and is measured all the while
+    run.learners["rm"].algorithm.updates = 2
+    res, batches, metrics = sampler.sample(2)
+    assert [t.reward for t in batches["solver"]] == pytest.approx(run.learners["rm"].algorithm.rewards(batches["rm"]))
