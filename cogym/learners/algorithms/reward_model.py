@@ -8,7 +8,8 @@ checkpoint, with its update count in ``state.json``.
 
 Another policy's learner takes its reward from it with ``reward_from: <this policy>``
 (:meth:`RewardModelAlgorithm.rewards`; cogym/runners/train/rewards.py): this learner then trains
-on that policy's turns, with the game's rewards.
+on that policy's turns, with the game's rewards; with ``rm_warmup: N`` it pays 0 (no advantage) until
+it has trained on N batches.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ policy ``rm``'s learner (algorithm ``reward_model``) trains, not by the game.
 Each iteration, before any learner steps: every seat's moves of one game get the reward model's
 reward of the seat's last move there (its prompt holds the whole conversation; :meth:`rewards` of
 :class:`cogym.learners.algorithms.reward_model.RewardModelAlgorithm`, with the weights it has before
-this batch), and the reward model's batch gets those turns with the game's rewards to train on. The
-policy's ``<policy>/reward`` metric stays the game's; ``<policy>/rm_reward`` is the mean learned
-reward and ``<policy>/rm_accuracy`` the reward model's pairwise accuracy on this batch's pairs, which
-it has not trained on yet.
+this batch; 0 on every turn while it is warming up, ``rm_warmup``), and the reward model's batch gets
+those turns with the game's rewards to train on. The policy's ``<policy>/reward`` metric stays the
+game's; ``<policy>/rm_reward`` is the mean of the reward model's scores and ``<policy>/rm_accuracy``
+its pairwise accuracy on this batch's pairs, which it has not trained on yet.
 """
 
 from __future__ import annotations
