@@ -20,10 +20,11 @@ from cogym.learners.advantages import (
 
 __all__ = [
     "PF_REWEIGHTS", "grpo_passk_advantages", "opo_advantages", "gpg_advantages", "remax_advantages",
-    "returns_to_go", "otb_advantages", "pf_ppo_weights", "pf_ppo_resample",
+    "returns_to_go", "OTB_MODES", "otb_advantages", "pf_ppo_weights", "pf_ppo_resample",
 ]
 
 F64 = torch.float64
+OTB_MODES = ("single_turn", "multi_turn")  # the optimal token baseline's timesteps: response positions | model tokens
 
 
 def _per_group(values: Tensor, gid: Tensor, reduce: str, fill: float) -> Tensor:
@@ -128,27 +129,37 @@ def remax_advantages(token_rewards: Tensor, mask: Tensor, baselines: Tensor) -> 
 @torch.no_grad()
 def otb_advantages(token_rewards: Tensor, mask: Tensor, groups: Tensor, logp: Tensor, sum_pi_squared: Tensor,
                    *, is_weights: Tensor | None = None, zero_tail: bool = False, eps: float = 1e-8,
-                   singleton: str = "zero") -> tuple[Tensor, Tensor]:
-    """The optimal token baseline (verl ``compute_optimal_token_baseline_advantage``)::
+                   singleton: str = "zero", mode: str = "single_turn") -> tuple[Tensor, Tensor]:
+    """The optimal token baseline (verl ``compute_optimal_token_baseline_advantage``, and with
+    ``mode="multi_turn"`` ``compute_multi_turn_optimal_token_baseline_advantage``)::
 
         w[i, t] = (1 - 2 pi[i, t] + sum_v pi[i, t, v]^2) * rho[i, t]^2      (rho: is_weights, else 1)
         W[i, t] = sum_{u <= t} w[i, u] m[i, u]                                (the path's "energy")
-        B_g[t]  = sum_{i in g} G[i, t] W[i, t] m[i, t] / (sum_{i in g} W[i, t] m[i, t] + eps)
-        A[i, t] = (G[i, t] - B_g[t]) m[i, t]
+        B_g[k]  = sum_{i in g, k(i, t) = k} G[i, t] W[i, t] m[i, t] / (sum_{same} W[i, t] m[i, t] + eps)
+        A[i, t] = (G[i, t] - B_g[k(i, t)]) m[i, t]
 
     ``G`` the rewards-to-go; ``logp`` (N, L) the policy's log-probs of the response tokens (``pi =
     exp(logp)``); ``sum_pi_squared`` (N, L) the sum of the squared next-token probabilities there.
-    Timesteps are positions in the response. ``zero_tail``: a group's one longest row gets baseline 0
-    past the second-longest row's length. Singletons: "zero" gives 0, "verl" ``A = G`` (baseline 0).
-    Returns (adv (N, L), returns (N, L)), both 0 on masked positions."""
+    ``k(i, t)``, the timestep a baseline is shared at: "single_turn" the position ``t`` in the
+    response; "multi_turn" the count of row i's loss-mask tokens before ``t`` (the model's k-th token,
+    whatever game or tool tokens lie between its messages). ``zero_tail``: a group's one longest row
+    gets baseline 0 at timesteps past the second-longest row's length. Singletons: "zero" gives 0,
+    "verl" ``A = G`` (baseline 0). Returns (adv (N, L), returns (N, L)), both 0 on masked positions."""
     for name, x in (("token_rewards", token_rewards), ("logp", logp), ("sum_pi_squared", sum_pi_squared)):
         check_2d(name, x, mask)
     if is_weights is not None:
         check_2d("is_weights", is_weights, mask)
     check_rows(torch.zeros(len(groups), device=mask.device), mask, groups)
     singleton_fn(singleton)  # a bad mode's one-line error
+    if mode not in OTB_MODES:
+        raise ValueError(f"mode must be one of {', '.join(OTB_MODES)}, got {mode!r}")
     _, gid = torch.unique(groups, return_inverse=True)
     m = mask != 0
+    width = mask.shape[1]
+    if mode == "multi_turn":
+        step = (m.long().cumsum(-1) - 1).clamp_min(0)
+    else:
+        step = torch.arange(width, device=mask.device).expand(mask.shape)
     valid = row_valid(mask)
     zero = torch.zeros((), dtype=F64, device=mask.device)
     returns = torch.where(m, returns_to_go(token_rewards, mask), zero)
@@ -157,11 +168,13 @@ def otb_advantages(token_rewards: Tensor, mask: Tensor, groups: Tensor, logp: Te
         w = w * torch.where(m, is_weights.to(F64), zero) ** 2
     energy = torch.where(m, w, zero).cumsum(-1)
     weight = torch.where(m, energy, zero)  # W m: what each row adds to its group's baseline at t
-    num = torch.zeros(int(gid.max()) + 1 if gid.numel() else 0, mask.shape[1], dtype=F64, device=mask.device)
-    baseline = (num.index_add(0, gid, returns * weight) / (num.index_add(0, gid, weight) + eps))[gid]
+    cell = (gid[:, None] * width + step).flatten()  # (group, timestep) of each position
+    num = torch.zeros((int(gid.max()) + 1 if gid.numel() else 0) * width, dtype=F64, device=mask.device)
+    baseline = (num.index_add(0, cell, (returns * weight).flatten())
+                / (num.index_add(0, cell, weight.flatten()) + eps))[cell].view(mask.shape)
     count = _per_group(valid.to(F64), gid, "sum", 0.0)[gid]
     if zero_tail:
-        baseline = torch.where(_beyond_second_longest(mask, gid, valid), zero, baseline)
+        baseline = torch.where(_beyond_second_longest(mask, gid, valid, step), zero, baseline)
     if singleton == "verl":  # no baseline: A = G
         baseline = torch.where((count == 1)[:, None], zero, baseline)
     trained = valid & (count > 1) if singleton == "zero" else valid
@@ -170,17 +183,17 @@ def otb_advantages(token_rewards: Tensor, mask: Tensor, groups: Tensor, logp: Te
     return adv.to(dtype), returns.to(dtype)
 
 
-def _beyond_second_longest(mask: Tensor, gid: Tensor, valid: Tensor) -> Tensor:
-    """(N, L) bool: the positions of a group's one longest valid row at and past the length of the
-    group's second-longest (none where the longest length is shared or the group has one row)."""
+def _beyond_second_longest(mask: Tensor, gid: Tensor, valid: Tensor, step: Tensor) -> Tensor:
+    """(N, L) bool: the positions of a group's one longest valid row whose timestep ``step`` (N, L) is
+    at or past the length of the group's second-longest (none where the longest length is shared or
+    the group has one row)."""
     length = (mask != 0).sum(1).to(F64)
     longest = _per_group(torch.where(valid, length, -1.0), gid, "amax", -1.0)
     at_top = valid & (length == longest[gid])
     unique_top = _per_group(at_top.to(F64), gid, "sum", 0.0)[gid] == 1
     second = _per_group(torch.where(valid & ~at_top, length, -1.0), gid, "amax", -1.0)[gid]
     cut = at_top & unique_top & (second >= 0)
-    pos = torch.arange(mask.shape[1], device=mask.device, dtype=F64)
-    return cut[:, None] & (pos[None, :] >= second[:, None])
+    return cut[:, None] & (step >= second[:, None])
 
 
 # -- PF-PPO: the batch resampled by its outcomes --------------------------------------------------

@@ -11,6 +11,8 @@ here; nothing of verl is imported, fetched or vendored. The functions:
 * ``compute_remax_outcome_advantage`` (reward_baselines = REMAX_BASELINES),
 * ``compute_optimal_token_baseline_advantage`` (old_log_probs = log P, sum_pi_squared; plain, with
   rollout_is_weights = IS_WEIGHTS, and with handle_zero_tail=True),
+* ``compute_multi_turn_optimal_token_baseline_advantage`` (cogym's mode="multi_turn") on a second
+  batch of multi-turn masks (its own comment below, float64 tensors there),
 * ``compute_pf_ppo_reweight_data`` (the weights it hands ``torch.multinomial``; token_level_scores:
   OUTCOMES on the first token).
 
@@ -281,3 +283,178 @@ def test_cogym_singletons_get_no_signal():
         assert stats["singleton_groups"] == 1
     adv, _ = est.otb_advantages(rewards, mask, groups, t(P).log(), t(SUM_PI_SQUARED))
     assert adv[lone].abs().sum() == 0 and adv[~lone].abs().sum() > 0
+
+
+# -- the multi-turn optimal token baseline (otb_mode: multi_turn) -------------------------------------
+# verl b178a3cd56f58b2d502255daba591e92833930a7, ``compute_multi_turn_optimal_token_baseline_advantage``
+# (handle_zero_tail: its default True; False; and with rollout_is_weights = MT_IS), and
+# ``compute_optimal_token_baseline_advantage`` (MT_SINGLE) on the same rows, float64 tensors there. The
+# batch: 10 rows of width 8 whose masks have gaps (a game's or a tool's tokens between the model's
+# messages; row 8 starts with two of them), shaping on every position (off the mask both ignore it).
+# Groups: "a" 4 rows (three tied at the most model tokens: no zero tail), "b" 2 rows tied in length
+# and in outcome, "c" a singleton, "d" 3 rows of which one (7) has no loss token (both leave it out
+# of the group; "d"'s longest row 8 has 5 model tokens against row 9's 4: its zero tail). The
+# multi-turn baseline is shared by the k-th model token of each row, the single-turn one by the
+# response position. verl's returns carry across a gap; cogym's are 0 off the mask (compared * MT_MASK).
+MT_UIDS = ["a", "a", "a", "a", "b", "b", "c", "d", "d", "d"]
+MT_MASK = [  # 1: the model's tokens; 0 inside a row: game/tool tokens between its messages; trailing 0: padding
+    [1, 1, 0, 0, 1, 1, 1, 0],
+    [1, 1, 1, 0, 0, 1, 0, 0],
+    [1, 0, 1, 0, 1, 0, 1, 1],
+    [1, 1, 1, 1, 1, 0, 0, 0],
+    [1, 1, 0, 1, 1, 0, 0, 0],
+    [1, 0, 0, 1, 1, 1, 0, 0],
+    [1, 1, 0, 0, 1, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 0, 1, 1, 0, 1, 1, 1],
+    [1, 1, 1, 0, 0, 0, 1, 0],
+]
+MT_OUTCOMES = [1.0, 0.0, 0.5, 1.0, 1.0, 1.0, 0.7, 1.0, -0.5, 0.25]
+MT_SHAPING = [  # on every position: off the mask it must be ignored
+    [-0.02, 0.01, 0.3, 0.3, -0.01, 0.02, 0.03, 0.4],
+    [0.01, -0.03, 0.02, 0.5, 0.5, 0.01, 0.2, 0.2],
+    [0.02, 0.7, -0.01, 0.7, 0.03, 0.7, -0.02, 0.01],
+    [-0.01, 0.02, 0.01, -0.02, 0.03, 0.1, 0.1, 0.1],
+    [0.0, 0.0, 0.9, 0.0, 0.0, 0.9, 0.9, 0.9],
+    [0.0, 0.6, 0.6, 0.0, 0.0, 0.0, 0.6, 0.6],
+    [0.05, -0.05, 0.2, 0.2, 0.01, 0.3, 0.3, 0.3],
+    [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1],
+    [0.4, 0.4, 0.02, -0.01, 0.4, 0.03, 0.01, -0.02],
+    [-0.03, 0.02, 0.01, 0.8, 0.8, 0.8, 0.04, 0.8],
+]
+MT_P = [
+    [0.9, 0.6, 0.5, 0.5, 0.3, 0.8, 0.95, 0.5],
+    [0.7, 0.2, 0.85, 0.5, 0.5, 0.4, 0.5, 0.5],
+    [0.55, 0.5, 0.9, 0.5, 0.65, 0.5, 0.25, 0.99],
+    [0.8, 0.75, 0.6, 0.35, 0.9, 0.5, 0.5, 0.5],
+    [0.6, 0.45, 0.5, 0.7, 0.95, 0.5, 0.5, 0.5],
+    [0.6, 0.5, 0.5, 0.3, 0.8, 0.85, 0.5, 0.5],
+    [0.5, 0.9, 0.5, 0.5, 0.4, 0.5, 0.5, 0.5],
+    [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+    [0.5, 0.5, 0.7, 0.2, 0.5, 0.9, 0.6, 0.45],
+    [0.35, 0.8, 0.65, 0.5, 0.5, 0.5, 0.9, 0.5],
+]
+MT_EXTRA = [  # sum_pi_squared = p^2 + MT_EXTRA (the rest of the distribution's squared mass)
+    [0.01, 0.05, 0.0, 0.0, 0.2, 0.02, 0.0, 0.0],
+    [0.03, 0.3, 0.01, 0.0, 0.0, 0.1, 0.0, 0.0],
+    [0.05, 0.0, 0.0, 0.0, 0.04, 0.0, 0.15, 0.0],
+    [0.02, 0.01, 0.06, 0.12, 0.0, 0.0, 0.0, 0.0],
+    [0.04, 0.08, 0.0, 0.02, 0.0, 0.0, 0.0, 0.0],
+    [0.04, 0.0, 0.0, 0.2, 0.01, 0.02, 0.0, 0.0],
+    [0.1, 0.01, 0.0, 0.0, 0.09, 0.0, 0.0, 0.0],
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+    [0.0, 0.0, 0.03, 0.25, 0.0, 0.0, 0.05, 0.1],
+    [0.2, 0.02, 0.03, 0.0, 0.0, 0.0, 0.01, 0.0],
+]
+MT_IS = [
+    [1.0, 0.9, 1.0, 1.0, 1.2, 1.1, 0.8, 1.0],
+    [1.3, 1.0, 0.7, 1.0, 1.0, 0.95, 1.0, 1.0],
+    [0.9, 1.0, 1.05, 1.0, 1.4, 1.0, 1.0, 0.6],
+    [1.0, 1.1, 0.9, 1.2, 0.85, 1.0, 1.0, 1.0],
+    [1.1, 0.9, 1.0, 1.0, 1.05, 1.0, 1.0, 1.0],
+    [0.75, 1.0, 1.0, 1.2, 0.9, 1.1, 1.0, 1.0],
+    [1.2, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+    [1.0, 1.0, 1.5, 0.8, 1.0, 1.0, 1.1, 0.9],
+    [0.95, 1.05, 1.0, 1.0, 1.0, 1.0, 1.3, 1.0],
+]
+MT_RETURNS = [
+    [1.03, 1.05, 1.04, 1.04, 1.04, 1.05, 1.03, 0],
+    [0.01, 0, 0.03, 0.01, 0.01, 0.01, 0, 0],
+    [0.53, 0.51, 0.51, 0.52, 0.52, 0.49, 0.49, 0.51],
+    [1.03, 1.04, 1.02, 1.01, 1.03, 0, 0, 0],
+    [1, 1, 1, 1, 1, 0, 0, 0],
+    [1, 1, 1, 1, 1, 1, 0, 0],
+    [0.71, 0.66, 0.71, 0.71, 0.71, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+    [-0.47, -0.47, -0.47, -0.49, -0.48, -0.48, -0.51, -0.52],
+    [0.29, 0.32, 0.3, 0.29, 0.29, 0.29, 0.29, 0],
+]
+MT_TIR = [
+    [0.549502773, 0.745445106, 0, 0, 0.477231185, 0.501073386, 0.195547919, 0],
+    [-0.470497227, -0.304554894, -0.532768815, 0, 0, -0.538926614, 0, 0],
+    [0.049502773, 0, 0.205445106, 0, -0.0427688152, 0, -0.0589266144, -0.324452081],
+    [0.549502773, 0.735445106, 0.457231185, 0.461073386, 0.195547919, 0, 0, 0],
+    [2.49999994e-08, 6.7911714e-09, 0, 6.12557416e-09, 5.96125183e-09, 0, 0, 0],
+    [2.49999994e-08, 0, 0, 6.7911714e-09, 6.12557416e-09, 5.96125183e-09, 0, 0],
+    [0.71, 0.66, 0, 0, 0.71, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 0, -0.637171715, -0.326632202, 0, -0.351105122, -0.328057555, -0.52],
+    [0.122828285, 0.483367798, 0.428894878, 0, 0, 0, 0.471942445, 0],
+]
+MT_TIR_NO_TAIL = [
+    [0.549502773, 0.745445106, 0, 0, 0.477231185, 0.501073386, 0.195547919, 0],
+    [-0.470497227, -0.304554894, -0.532768815, 0, 0, -0.538926614, 0, 0],
+    [0.049502773, 0, 0.205445106, 0, -0.0427688152, 0, -0.0589266144, -0.324452081],
+    [0.549502773, 0.735445106, 0.457231185, 0.461073386, 0.195547919, 0, 0, 0],
+    [2.49999994e-08, 6.7911714e-09, 0, 6.12557416e-09, 5.96125183e-09, 0, 0, 0],
+    [2.49999994e-08, 0, 0, 6.7911714e-09, 6.12557416e-09, 5.96125183e-09, 0, 0],
+    [0.71, 0.66, 0, 0, 0.71, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 0, -0.637171715, -0.326632202, 0, -0.351105122, -0.328057555, -3.18529858e-09],
+    [0.122828285, 0.483367798, 0.428894878, 0, 0, 0, 0.471942445, 0],
+]
+MT_TIR_IS = [
+    [0.634316942, 0.776932954, 0, 0, 0.454202085, 0.458960619, 0.179125202, 0],
+    [-0.385683058, -0.273067046, -0.555797915, 0, 0, -0.581039381, 0, 0],
+    [0.134316942, 0, 0.236932954, 0, -0.0657979154, 0, -0.101039381, -0.340874798],
+    [0.634316942, 0.766932954, 0.434202085, 0.418960619, 0.179125202, 0, 0, 0],
+    [2.82087439e-08, 6.03163586e-09, 0, 5.5296735e-09, 5.36882117e-09, 0, 0, 0],
+    [2.82087439e-08, 0, 0, 6.03163586e-09, 5.5296735e-09, 5.36882117e-09, 0, 0],
+    [0.71, 0.66, 0, 0, 0.71, 0, 0, 0],
+    [0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 0, -0.513307936, -0.346592891, 0, -0.373456975, -0.339634964, -0.52],
+    [0.246692064, 0.463407109, 0.406543025, 0, 0, 0, 0.460365036, 0],
+]
+MT_SINGLE = [
+    [0.549502773, 0.783356768, 0, 0, 0.102244449, 0.637551828, 0.28974057, -0],
+    [-0.470497227, -0.266643232, -0.278169837, -0, -0, -0.402448172, -0, -0],
+    [0.049502773, 0, 0.201830163, -0, -0.417755551, 0, -0.25025943, 4.48312221e-09],
+    [0.549502773, 0.773356768, 0.711830163, 1.12849161e-08, 0.0922444486, -0, -0, -0],
+    [2.49999994e-08, 1.71673817e-08, 0, 6.31911523e-09, 6.11620787e-09, -0, 0, 0],
+    [2.49999994e-08, 0, 0, 6.31911523e-09, 6.11620787e-09, 1.0178117e-08, 0, 0],
+    [0.71, 0.66, 0, 0, 0.71, 0, 0, 0],
+    [-0, -0, -0, 0, 0, 0, 0, 0],
+    [-0, -0, -0.673246071, -4.85148505e-09, -0, -4.70588229e-09, -0.328057555, -3.18529858e-09],
+    [4.65863448e-09, 4.68864464e-09, 0.0967539288, 0, 0, 0, 0.471942445, 0],
+]
+
+
+def multi_turn_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(token rewards, mask, groups, logp, sum_pi_squared) of the multi-turn batch."""
+    mask, rewards = t(MT_MASK), t(MT_SHAPING)
+    for i, outcome in enumerate(MT_OUTCOMES):
+        if mask[i].any():
+            rewards[i, int(mask[i].nonzero()[-1])] += outcome
+    p = t(MT_P)
+    return rewards, mask, group_index(MT_UIDS), p.log(), p ** 2 + t(MT_EXTRA)
+
+
+@pytest.mark.parametrize("mode, kwargs, expected", [
+    ("multi_turn", {"zero_tail": True}, MT_TIR),
+    ("multi_turn", {}, MT_TIR_NO_TAIL),
+    ("multi_turn", {"zero_tail": True, "is_weights": True}, MT_TIR_IS),
+    ("single_turn", {}, MT_SINGLE),
+])
+def test_multi_turn_optimal_token_baseline_matches_verl(mode, kwargs, expected):
+    rewards, mask, groups, logp, sum_pi_squared = multi_turn_inputs()
+    if kwargs.get("is_weights"):
+        kwargs = dict(kwargs, is_weights=t(MT_IS))
+    adv, returns = est.otb_advantages(rewards, mask, groups, logp, sum_pi_squared, singleton="verl", mode=mode,
+                                      **kwargs)
+    close(adv, expected)
+    close(returns, t(MT_RETURNS) * mask)
+
+
+def test_the_two_otb_modes_differ_only_on_rows_with_gaps():
+    rewards, mask, groups, logp, sum_pi_squared = multi_turn_inputs()
+    single, multi = (est.otb_advantages(rewards, mask, groups, logp, sum_pi_squared, mode=mode)[0]
+                     for mode in ("single_turn", "multi_turn"))
+    assert not torch.allclose(single, multi)
+    r, contiguous, g = inputs()  # the first batch: contiguous masks but in row 3, of group "a", left out
+    keep = torch.tensor([u != "a" for u in UIDS])
+    a, b = (est.otb_advantages(r[keep], contiguous[keep], g[keep], t(P).log()[keep], t(SUM_PI_SQUARED)[keep],
+                               mode=mode)[0] for mode in ("single_turn", "multi_turn"))
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="mode must be one of single_turn, multi_turn"):
+        est.otb_advantages(rewards, mask, groups, logp, sum_pi_squared, mode="tir")

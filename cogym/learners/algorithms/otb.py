@@ -1,7 +1,10 @@
 """OTB, verl's ``optimal_token_baseline`` (docs/algorithms.md §15): the optimal
 token baseline, one per group and per response position, the group's rewards-to-go weighted by each
 path's accumulated "energy" ``W_t = sum_{u <= t} (1 - 2 pi_u + sum_v pi_u(v)^2)``, so noisy paths
-count for more where they are noisy.
+count for more where they are noisy. ``otb_mode`` says which tokens share a baseline: those at one
+position of the response (``single_turn``, verl's ``optimal_token_baseline``), or each row's k-th
+model token (``multi_turn``, verl's ``tir_optimal_token_baseline``): in a conversation joined into one
+row (``multi_turn: joined``) the game's and tools' tokens between the model's messages are skipped.
 
 The policy's token statistics come from one forward of the policy before the update (``prepare``,
 no grad): the log-prob of each response token and the sum of the squared next-token probabilities
@@ -17,7 +20,7 @@ import torch
 
 from cogym.core.config_key import key
 from cogym.learners import estimators
-from cogym.learners.algorithm import Algorithm, AlgorithmConfig
+from cogym.learners.algorithm import Algorithm, AlgorithmConfig, check_choice
 from cogym.learners.batch import TokenBatch, batch_widths, micro_batches, training_forward
 from cogym.learners.rows import Advantages, RoleRows
 
@@ -25,10 +28,16 @@ from cogym.learners.rows import Advantages, RoleRows
 @dataclass
 class OTBConfig(AlgorithmConfig):
     otb_zero_tail: bool = key(False, "a group's one longest response gets baseline 0 past the second-longest "
-                              "response's length (verl's handle_zero_tail)")
+                              "response's length (verl's handle_zero_tail; its tir_optimal_token_baseline "
+                              "runs with it on)")
+    otb_mode: str = key("single_turn", "the tokens that share a baseline: single_turn, one position of the response "
+                        "(verl's optimal_token_baseline); multi_turn, each row's k-th model token, skipping the "
+                        "game's and tools' tokens between its messages (verl's tir_optimal_token_baseline)",
+                        choices=estimators.OTB_MODES)
 
     def validate(self, common) -> None:
         super().validate(common)
+        check_choice(self.otb_mode, estimators.OTB_MODES, "otb_mode")
         if not isinstance(self.otb_zero_tail, bool):
             raise ValueError(f"otb_zero_tail must be true or false, got {self.otb_zero_tail!r}")
         if common.engine == "deepspeed" and common.zero_stage == 3:
@@ -73,6 +82,7 @@ class OTB(Algorithm):
         if tis_cap is not None:  # verl scales W by the rollout's truncated IS weights squared
             is_weights = torch.exp(logp - rows.batch.logp_old).clamp(max=tis_cap) * rows.mask
         adv, _ = estimators.otb_advantages(rows.token_rewards, rows.mask, rows.groups(), logp, sum_pi_squared,
-                                           is_weights=is_weights, zero_tail=self.cfg.otb_zero_tail)
+                                           is_weights=is_weights, zero_tail=self.cfg.otb_zero_tail,
+                                           mode=self.cfg.otb_mode)
         energy = (1 - 2 * logp.exp() + sum_pi_squared) * rows.mask
         return Advantages(adv, metrics={"otb_token_energy": float(energy.sum() / rows.mask.sum().clamp(min=1))})
