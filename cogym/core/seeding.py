@@ -112,6 +112,13 @@ def derive_key(*parts: int) -> int:
     return x >> (64 - KEY_BITS)
 
 
+def per_learner(constant: int) -> Callable[..., int]:
+    """The formula of a learner's draws, ``(run seed, learner name, *numbers)``: the splitmix64 chain of
+    (:func:`name_hash` of the seed and the name, *numbers, ``constant``), so two runs' seeds, two learners
+    of a run and two streams (``constant``) draw apart."""
+    return lambda seed, learner, *parts: derive_key(name_hash(seed, learner), *parts, constant)
+
+
 def py_and_np(py_seed: int, np_seed: int) -> tuple[int, int]:
     """(``random``'s seed, ``numpy.random``'s seed), each given."""
     return py_seed, np_seed
@@ -169,9 +176,14 @@ SALTS: dict[str, Salt] = {
     "search.index": Salt("numpy", as_given, "the training sample of an IVF search index"),
     # learners and research tools
     "learners.packing_check": Salt("torch", as_given, "the fixed batch of the packing check (0)"),
-    "learners.sft_data": Salt("numpy", salted(0x5F7), "the order of an SFT file's rows in a pass over it (pass number)"),
-    "learners.pf_ppo": Salt("torch", lambda update: derive_key(update, 0x9F99), "PF-PPO's resampling of a batch "
-                            "(the learner's update number)"),
+    "learners.sft_data": Salt("numpy", per_learner(0x5F7), "the order of an SFT file's rows in a pass over it "
+                              "(run seed, learner, pass number)"),
+    "learners.dpo_data": Salt("numpy", per_learner(0xD90), "the order of a DPO file's pairs in a pass over it "
+                              "(run seed, learner, pass number)"),
+    "learners.pf_ppo": Salt("torch", per_learner(0x9F99), "PF-PPO's resampling of a batch (run seed, learner, "
+                            "update number)"),
+    "learners.policy_loss": Salt("torch", per_learner(0xC1C0), "a policy loss's draws, clip_cov's (run seed, learner, "
+                                 "optimizer step, micro-batch, data-parallel rank)"),
     "tiny_model.init": Salt("torch", as_given, "a tiny model's initial weights (build_tiny_model)"),
     "tiny_model.data": Salt("numpy", as_given, "a tiny model's training draws"),
     "tiny_model.test": Salt("numpy", offset(10_000), "a tiny model's test split (seed + 10_000)"),

@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
+import numpy as np
 import torch
 
 from cogym.agents.policy import Policy
+from cogym.core import seeding
 from cogym.core.config_key import key
 from cogym.core.names import did_you_mean
 from cogym.core.types import Turn
-from cogym.learners import advantages as adv_fns
+from cogym.learners import advantages as adv_fns, torch_dist as dist
 from cogym.learners.batch import TokenBatch
 from cogym.learners.host import CommonConfig, LearnerHost
 from cogym.learners.objective import objective, ObjectiveConfig
@@ -92,6 +94,17 @@ class Context:
     game_id: str = "game"
     resume: dict = field(default_factory=dict)  # e.g. {"critic": Path}: saved weights to start from
     policies: dict[str, Policy] = field(default_factory=dict)  # the run's other loaded policies (a distillation teacher)
+    seed: int = 0  # the run's seed (run.seed): every random draw of the learner derives from it (rng, generator)
+
+    def rng(self, salt: str, *parts: int) -> np.random.Generator:
+        """A numpy generator on stream ``salt`` of cogym/core/seeding.py for this learner: (run seed, the
+        policy's name, *parts), e.g. a pass number; the same in one process and in a Ray learner actor."""
+        return seeding.rng(salt, self.seed, self.policy.name, *parts)
+
+    def generator(self, salt: str, *parts: int) -> torch.Generator:
+        """A CPU torch generator on stream ``salt`` for this learner, as :meth:`rng` (torch's global one is
+        left alone)."""
+        return seeding.torch_generator(salt, self.seed, self.policy.name, *parts)
 
 
 class Algorithm:
@@ -110,6 +123,9 @@ class Algorithm:
     # (multi_turn: joined), e.g. a per-move discount (RAE, TRR++) or a per-move reference (SPIN).
     per_move_rows: ClassVar[bool] = False
     outcome_keys: ClassVar[tuple[str, ...]] = ()
+    # Its own frozen reference (``self.reference``) anchors the policy, with KL off (DPO's pi_ref): the
+    # learner's ref_sync_every / ref_sync_mix move it as they move a KL reference.
+    own_reference: ClassVar[bool] = False
     # Its baseline is the reward of a greedy game (ReMax): the training rollout plays one more game per
     # group from the group's seed, this policy's seats decoding greedily, and sets each of the group's
     # turns' Turn.baseline to its seat's return there (cogym.runners.train.iteration; not trained on).
@@ -156,7 +172,8 @@ class Algorithm:
         loss, metrics = objective(step.logp, mb.logp_old, step.rows["adv"], mb.mask, ObjectiveConfig.of(self.ctx.cfg),
                                   num_tokens=step.num_tokens, num_seqs=step.num_seqs, entropy=step.entropy,
                                   ref_logp=step.rows.get("ref_logp"),
-                                  logp_trainer_old=trainer_old if trainer_old is not None else step.logp.detach())
+                                  logp_trainer_old=trainer_old if trainer_old is not None else step.logp.detach(),
+                                  generator=self.ctx.generator("learners.policy_loss", step.steps, step.index, dist.rank()))
         with torch.no_grad():
             drift = ((step.logp - mb.logp_old).abs() * mb.mask).sum() / step.num_tokens
         metrics["logprob_drift"] = float(drift)

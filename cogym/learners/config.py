@@ -75,9 +75,9 @@ class LearnerConfig:
     kl_loss_coef: float = key(0.001, "the weight of the KL term in the loss (kl_in_loss)")
     ref_sync_every: int = key(0, "A moving KL anchor (TR-DPO; TRL's sync_ref_model): every ref_sync_every optimizer "
                               "steps each weight of the reference becomes ref_sync_mix * policy + (1 - ref_sync_mix) * "
-                              "reference. 0: the reference stays the initial model. A small mix every step keeps the "
-                              "policy near a slow average of itself, which damps the cycling of self-play in zero-sum "
-                              "games (magnetic mirror descent with a moving magnet).")
+                              "reference (dpo: its pi_ref, with KL off). 0: the reference stays the initial model. A "
+                              "small mix every step keeps the policy near a slow average of itself, which damps the "
+                              "cycling of self-play in zero-sum games (magnetic mirror descent with a moving magnet).")
     ref_sync_mix: float = key(1.0, "the policy's share of the moved KL reference, in (0, 1] (1: a copy)")
     entropy_coef: float = key(0.0, "the weight of an entropy bonus in the loss (0: off)")
     tis_cap: Optional[float] = key(None, "Truncated importance sampling against a sampler/trainer mismatch "
@@ -182,7 +182,8 @@ class LearnerConfig:
         if isinstance(mix, bool) or not isinstance(mix, (int, float)) or not 0 < mix <= 1:
             raise ValueError(f"ref_sync_mix must be a number in (0, 1] (the policy's share of the moved reference; "
                              f"1: a copy), got {mix!r}")
-        if self.ref_sync_every and self.kl_in_reward == "off" and self.kl_in_loss == "off":
+        if self.ref_sync_every and self.kl_in_reward == "off" and self.kl_in_loss == "off" \
+                and not (self.algorithm != FROZEN and get(self.algorithm).own_reference):  # DPO's pi_ref, KL off
             raise ValueError(f"ref_sync_every={self.ref_sync_every} moves the KL reference, but KL is off; set "
                              "kl_in_loss (e.g. k3) or kl_in_reward, or ref_sync_every: 0")
 

@@ -61,14 +61,15 @@ class Learner:
     def __init__(self, policy: Policy, cfg: LearnerConfig, engine: Engine | None = None,
                  temperature: float = 1.0, reference: torch.nn.Module | None = None,
                  critic_weights: Path | None = None, game_id: str = "game", max_new_tokens: int | None = None,
-                 policies: dict[str, Policy] | None = None) -> None:
+                 policies: dict[str, Policy] | None = None, seed: int = 0) -> None:
         """``temperature`` is the rollout's sampling temperature: log-probs are taken at it, so
         the ratio against the behaviour log-probs is 1 on fresh samples. ``reference`` is the
         frozen KL anchor (needed only with KL on) and PRIME's pi_ref; by default a copy of the policy
         as given (pass the initial model when resuming from trained weights).
         ``critic_weights``: a saved critic directory to resume the PPO critic from. ``game_id``
         keys the RAE baselines; ``max_new_tokens`` (the policy's response limit) is L_max of
-        overlong shaping. ``policies``: the run's other policies, which an algorithm may read (a teacher)."""
+        overlong shaping. ``policies``: the run's other policies, which an algorithm may read (a teacher).
+        ``seed``: the run's seed, the root of the algorithms' random draws (:class:`Context`)."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if cfg.algorithm == FROZEN:
@@ -86,9 +87,11 @@ class Learner:
             self.ref_model.requires_grad_(False)
         # Algorithms copy the policy's weights (critic, PRM, opponent) before an engine may partition them.
         ctx = Context(policy, cfg, temperature, reference, game_id, {"critic": critic_weights} if critic_weights else {},
-                      dict(policies or {}))
+                      dict(policies or {}), seed)
         self.algorithms: dict[str, Algorithm] = {name: registry.get(name)(cfg.settings(name), ctx)
                                                  for name in cfg.algorithm_names()}
+        if self.algorithm.own_reference and cfg.ref_sync_every:
+            self.ref_model = self.algorithm.reference  # the reference ref_sync_every moves (DPO's pi_ref; KL is off)
         self.engine = engine or make_engine(policy.model, cfg)
         policy.gather = self.engine.gathered_params
         self.steps = 0
@@ -232,7 +235,8 @@ class Learner:
                 if data.rows.get(TRAINER_OLD) is None:
                     data.rows[TRAINER_OLD] = torch.zeros(data.batch.mask.shape, dtype=logp.dtype, device=logp.device)
                 data.rows[TRAINER_OLD][ix.to(logp.device)] = logp.detach()
-        loss, step_metrics = self.algorithm.loss(MicroStep(mb, logp, entropy, rows, k, data.num_tokens, data.num_seqs))
+        loss, step_metrics = self.algorithm.loss(MicroStep(mb, logp, entropy, rows, k, data.num_tokens, data.num_seqs,
+                                                           self.steps))
         world = dist.world_size()
         self.engine.backward(loss * world if world > 1 else loss, last=last)
         sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())

@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from cogym.learners.losses import aggregate, entropy_from_logits, kl_estimate, mismatch_stats, mismatch_weights
@@ -60,7 +61,8 @@ class ObjectiveConfig:
 
 def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: ObjectiveConfig, *,
               num_tokens: float, num_seqs: float, entropy: Tensor | None = None, logits: Tensor | None = None,
-              ref_logp: Tensor | None = None, logp_trainer_old: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+              ref_logp: Tensor | None = None, logp_trainer_old: Tensor | None = None,
+              generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
     """Loss of one micro-batch and its metrics.
 
     ``logp`` (N, L) log-probabilities under the current parameters (with gradient), ``logp_old``
@@ -71,7 +73,8 @@ def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: Ob
     this update (the first epoch's forward, detached); it gives the mismatch metrics, and a mismatch
     correction (``tis_cap``, ``mismatch_mask``) needs it: the ratio is then ``exp(logp -
     logp_trainer_old)`` and the per-token policy loss is weighted by :func:`mismatch_weights`.
-    ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step.
+    ``num_tokens`` / ``num_seqs``: valid tokens / rows of the whole optimizer step. ``generator``: the
+    random draws of a policy loss that draws (clip_cov's; the learner's stream ``learners.policy_loss``).
 
     Returns ``(loss, metrics)``; each metric is this micro-batch's share of its step-level value,
     so summing over the step's micro-batches gives the step's value: ``kl_loss`` and ``entropy``
@@ -89,7 +92,8 @@ def objective(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, cfg: Ob
         # Dropped tokens stay in the aggregation's denominators: they count as zero terms (§5.6).
         w, w_metrics = mismatch_weights(logp_trainer_old, logp_old, mask, tis_cap=cfg.tis_cap, band=cfg.mismatch_mask)
     loss, pg_metrics = policy_loss_fn(cfg.policy_loss)(
-        PolicyLossInputs(logp, ratio_old, adv, mask, cfg, num_tokens=num_tokens, num_seqs=num_seqs, weight=w))
+        PolicyLossInputs(logp, ratio_old, adv, mask, cfg, num_tokens=num_tokens, num_seqs=num_seqs, weight=w,
+                         generator=generator))
     if logp_trainer_old is not None:
         pg_metrics.update(mismatch_stats(logp_trainer_old, logp_old, mask))
     pg_metrics.update(w_metrics)

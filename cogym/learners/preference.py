@@ -13,7 +13,8 @@ tokens, the policy's log-ratios to the reference are ``c = log pi(y_w) - log pi_
   ``(-(1 - eps) log s(beta d) + eps log s(-beta d)) / (1 - 2 eps)``
 
 ``s`` is the logistic function. :func:`load_preferences` reads an offline preference file (JSONL of
-``{"prompt", "chosen", "rejected"}``), bounded.
+``{"prompt", "chosen", "rejected"}``), bounded; :func:`take_rows` takes such a file's rows (or an SFT
+file's) batch after batch, pass after pass.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -141,3 +144,19 @@ def load_preferences(name: str, label: str = "dpo_data") -> list[Preference]:
     if not rows:
         raise ValueError(f"{label} {name!r} has no rows; {PAIR_SHAPE}")
     return rows
+
+
+def take_rows(rows: Sequence, start: int, size: int,
+              shuffle: Optional[Callable[[int], np.random.Generator]] = None) -> list:
+    """Rows ``start`` to ``start + size`` (exclusive) of a file read pass after pass: the k-th is row
+    ``k % n`` of pass ``k // n``, in the file's order, or with ``shuffle`` (pass number -> a seeded
+    generator) in that pass's own permutation of the ``n`` rows."""
+    n, out, orders = len(rows), [], {}
+    for k in range(start, start + size):
+        epoch, i = divmod(k, n)
+        if shuffle is not None:
+            if epoch not in orders:
+                orders[epoch] = shuffle(epoch).permutation(n)
+            i = int(orders[epoch][i])
+        out.append(rows[i])
+    return out

@@ -51,7 +51,8 @@ class MicroStep:
     entropy bonus (``entropy_coef`` > 0), else None (no full-vocabulary logits are ever kept); ``rows``: the train batch's per-row tensors for these rows (``adv``, ``ref_logp``, ...), and
     ``logp_trainer_old`` (n, L): the learner's first-epoch forward of these rows, detached (the trainer's
     log-probs before the update; docs/algorithms.md §5.6);
-    ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step.
+    ``index``: which micro-batch of the step; ``num_tokens``/``num_seqs``: counts of the whole step;
+    ``steps``: the learner's optimizer steps before this one (its update and epoch: a random draw's stream).
     """
 
     batch: TokenBatch
@@ -61,6 +62,7 @@ class MicroStep:
     index: int
     num_tokens: float
     num_seqs: float
+    steps: int = 0
 @dataclass
 class TrainBatch:
     """What one update trains on: ``batch`` (None: nothing to train on, return ``metrics``),

@@ -209,3 +209,58 @@ def test_preference_files_are_read_bounded(tmp_path) -> None:
         list(read_jsonl(data, "dpo_data", max_rows=2))
     with pytest.raises(ValueError, match="is larger than 0 MiB"):
         list(read_jsonl(data, "dpo_data", max_bytes=10))
+
+
+# ----------------------------------------------------------------------------- dpo_shuffle and ref_sync_every
+MANY = [{"prompt": f"{i}+1", "chosen": str(i + 1), "rejected": str(i + 2)} for i in range(8)]
+
+
+def shuffled_passes(policy, data: str, seed: int) -> list[list[str]]:
+    """The chosen texts of two passes over ``data``, one update's batch a pass."""
+    learner = Learner(policy, cfg(dpo_data=data, dpo_batch_size=len(MANY), dpo_shuffle=True), seed=seed)
+    return [[t.text for t in learner.algorithm.file_pairs()[0]] for _ in range(2)]
+
+
+def test_dpo_shuffle_changes_the_order_of_each_pass_not_its_pairs(policy, tmp_path) -> None:
+    data = write_jsonl(tmp_path / "prefs.jsonl", MANY)
+    in_file = [row["chosen"] for row in MANY]
+    first, second = shuffled_passes(policy, data, seed=0)
+    assert sorted(first) == sorted(second) == sorted(in_file)  # every pair once a pass
+    assert first != in_file and second != first  # a shuffle of its own each pass
+    assert shuffled_passes(policy, data, seed=0) == [first, second]
+    assert shuffled_passes(policy, data, seed=1)[0] != first
+    pairs = Learner(policy, cfg(dpo_data=data, dpo_batch_size=len(MANY)), seed=1).algorithm.file_pairs()
+    assert [t.text for t in pairs[0]] == in_file  # the default: the file's order, whatever the seed
+    with pytest.raises(ValueError, match="dpo_shuffle shuffles the pairs of dpo_data, but dpo_data is null"):
+        Learner(policy, cfg(dpo_shuffle=True))
+    with pytest.raises(ValueError, match="dpo_shuffle must be true or false, got 'yes'"):
+        Learner(policy, cfg(dpo_data=data, dpo_shuffle="yes"))
+
+
+def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_ref_sync_every_copies_the_policy_into_the_reference_at_the_sync_steps(policy, tiny_model_dir,
+                                                                                 tmp_path) -> None:
+    """TR-DPO (TRL's sync_ref_model): with ref_sync_every 2 the reference becomes the policy after updates
+    2 and 4 and stays as it was after 1 and 3; the moved reference is saved and resumed."""
+    data = write_jsonl(tmp_path / "prefs.jsonl", PREFERENCES)
+    learner = Learner(policy, cfg(dpo_data=data, dpo_batch_size=2, ref_sync_every=2))
+    reference = learner.algorithm.reference
+    assert learner.ref_model is reference and reference is not policy.model
+    before, game = weights(reference), sampled_turns(policy, TRAIN_PROMPTS[:1])
+    for step in range(1, 5):
+        learner.update(game)  # the game's turns, played and logged only: the file's pairs train
+        now, trained = weights(reference), weights(policy.model)
+        if step % 2:
+            assert all(torch.equal(now[n], before[n]) for n in now) and any(
+                not torch.equal(trained[n], now[n]) for n in now), f"update {step}: the reference moved"
+        else:
+            assert all(torch.equal(now[n], trained[n]) for n in now), f"update {step}: the reference is not the policy"
+        before = now
+    learner.save(tmp_path / "learner")
+    resumed = Learner(Policy.from_pretrained(tiny_model_dir), cfg(dpo_data=data, dpo_batch_size=2, ref_sync_every=2))
+    resumed.load(tmp_path / "learner")
+    assert all(torch.equal(p, before[n]) for n, p in weights(resumed.algorithm.reference).items())
+    assert Learner(policy, cfg()).ref_model is None  # off by default: the initial model, as it was

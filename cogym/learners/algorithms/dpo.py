@@ -1,5 +1,6 @@
 """DPO and IPO: preference optimisation on the pairs a game produces, against the policy's frozen
-initial model.
+initial model (or, with the learner's ``ref_sync_every``, a reference moved toward the policy every N
+optimizer steps: TR-DPO).
 
 Online DPO (Rafailov et al. 2023, "Direct Preference Optimization"; IPO: Azar et al. 2023, "A General
 Theoretical Paradigm to Understand Learning from Human Preferences"); the losses are in
@@ -14,15 +15,17 @@ worst sample of each prompt, ``all`` every two samples of different rewards. The
 rollout's temperature) and the reference ``pi_ref`` the policy's initial model, frozen.
 
 With ``dpo_data`` (offline DPO), each update trains on the next ``dpo_batch_size`` pairs of a JSONL file
-of ``{"prompt", "chosen", "rejected"}`` rows instead, in the file's order, pass after pass (the game's
-turns are played and logged, not trained on). The prompt is rendered with the policy's chat template
+of ``{"prompt", "chosen", "rejected"}`` rows instead, pass after pass, in the file's order or, with
+``dpo_shuffle``, in a shuffle of each pass drawn from the run's seed, the learner and the pass number
+(stream ``learners.dpo_data``) (the game's turns are played and logged, not trained on). The prompt is rendered with the policy's chat template
 as a game's prompt is, and each response is closed with the end-of-message id as a finished generated
 response is (SPIN's :func:`~cogym.learners.algorithms.spin.reference_ids`).
 
 DPO trains a whole policy with its own rows (chosen/rejected pairs) and loss through the common
 :class:`cogym.learners.learner.Learner` loop; it keeps no state of its own (on resume, the run's
 builder passes the initial model as the reference: ``needs_reference``) but the position in ``dpo_data``
-(``dpo_data_seen`` in the learner's ``state.json``).
+(``dpo_data_seen`` in the learner's ``state.json``); a reference that ``ref_sync_every`` moves is saved
+by the learner as a KL reference is (``reference.safetensors``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from cogym.learners.algorithm import Algorithm, AlgorithmConfig, Context, check_
 from cogym.learners.algorithms.spin import end_of_message_id, reference_ids
 from cogym.learners.host import LearnerHost
 from cogym.learners.pairs import PAIRINGS, pair_rows, refuse_policy_gradient_keys, reward_pairs
-from cogym.learners.preference import check_dpo_options, DPO_LOSSES, dpo_loss, load_preferences, Preference
+from cogym.learners.preference import check_dpo_options, DPO_LOSSES, dpo_loss, load_preferences, Preference, take_rows
 from cogym.learners.rows import MicroStep, TrainBatch
 
 
@@ -57,9 +60,11 @@ class DpoConfig(AlgorithmConfig):
                          "all (every two samples of different rewards); ties make no pair", choices=PAIRINGS)
     dpo_data: Optional[str] = key(None, "Offline DPO: a JSONL file of preference pairs, {\"prompt\", \"chosen\", "
                                   "\"rejected\"} (and optionally \"system\") a line, a path or the name of a file "
-                                  "shipped in cogym/envs/data, trained on in file order instead of the game's pairs. "
-                                  "null: the game's pairs.")
+                                  "shipped in cogym/envs/data, trained on in file order (or dpo_shuffle's) instead of "
+                                  "the game's pairs. null: the game's pairs.")
     dpo_batch_size: int = key(32, "dpo_data pairs per update")
+    dpo_shuffle: bool = key(False, "shuffle dpo_data's pairs anew each pass (drawn from run.seed, the learner and the "
+                            "pass number); false: the file's order")
 
     def validate(self, common) -> None:
         """DPO has its own objective: options of the policy-gradient learner are refused, not ignored."""
@@ -73,6 +78,11 @@ class DpoConfig(AlgorithmConfig):
             if self.dpo_pairs != PAIRINGS[0]:
                 raise ValueError("dpo_pairs forms pairs from the game's turns, but dpo_data trains on the file's pairs; "
                                  "remove dpo_pairs, or dpo_data")
+        if not isinstance(self.dpo_shuffle, bool):
+            raise ValueError(f"dpo_shuffle must be true or false, got {self.dpo_shuffle!r}")
+        if self.dpo_shuffle and self.dpo_data is None:
+            raise ValueError("dpo_shuffle shuffles the pairs of dpo_data, but dpo_data is null (the game's pairs); "
+                             "remove dpo_shuffle, or set dpo_data")
         size = self.dpo_batch_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"dpo_batch_size must be an int >= 1 (dpo_data pairs per update), got {size!r}")
@@ -80,13 +90,14 @@ class DpoConfig(AlgorithmConfig):
 
 class DPO(Algorithm):
     """Trains a policy with DPO (or a variant: ``dpo_loss``) on the pairs of each batch, against its
-    frozen initial model."""
+    frozen initial model (``reference``; moved by the learner's ``ref_sync_every``)."""
 
     Config = DpoConfig
     grouped = True  # pairs are two samples of one prompt in one group
     per_role = False  # its own rows and loss: a whole policy or nothing
     needs_reference = True  # pi_ref is the policy's initial model
     data_parallel = False
+    own_reference = True  # ref_sync_every moves pi_ref (TR-DPO)
 
     def __init__(self, cfg: DpoConfig, ctx: Context) -> None:
         super().__init__(cfg, ctx)
@@ -96,7 +107,7 @@ class DPO(Algorithm):
         self.reference.requires_grad_(False)
         self.data = load_preferences(cfg.dpo_data) if cfg.dpo_data is not None else None
         self.end_id = end_of_message_id(ctx.policy)
-        self.seen = 0  # dpo_data pairs trained on (the next one is row seen % len(data))
+        self.seen = 0  # dpo_data pairs trained on (the next is the (seen % len(data))-th of pass seen // len(data))
 
     def advantages(self, rows):
         raise TypeError("dpo has no advantages: it trains a whole policy with its own loss (role_algorithms cannot name it)")
@@ -108,8 +119,9 @@ class DPO(Algorithm):
 
     def file_pairs(self) -> tuple[list[Turn], list[Turn]]:
         """(chosen, rejected) turns of the next ``dpo_batch_size`` rows of ``dpo_data``."""
-        n, size = len(self.data), self.cfg.dpo_batch_size
-        rows = [self.data[k % n] for k in range(self.seen, self.seen + size)]
+        size = self.cfg.dpo_batch_size
+        shuffle = (lambda epoch: self.ctx.rng("learners.dpo_data", epoch)) if self.cfg.dpo_shuffle else None
+        rows = take_rows(self.data, self.seen, size, shuffle)
         self.seen += size
         return self.row_turns(rows, "chosen"), self.row_turns(rows, "rejected")
 

@@ -1,7 +1,8 @@
 """PF-PPO, verl's ``use_pf_ppo`` (docs/algorithms.md §15): PPO whose update trains
 on the batch resampled by outcome, rows drawn with replacement in proportion to a weight of their
 reward (``pf_reweight``), so the rows whose reward is most trustworthy count more. The draw is a pure
-function of the update number (saved with the checkpoint), the same on every data-parallel rank."""
+function of the run's seed, the learner and the update number (saved with the checkpoint; stream
+``learners.pf_ppo``), the same on every data-parallel rank."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import torch
 
-from cogym.core import seeding
 from cogym.core.config_key import key
 from cogym.learners import estimators, torch_dist as dist
 from cogym.learners.algorithm import check_choice, check_number
@@ -48,7 +48,7 @@ class PFPPO(PPO):
             return data
         b = data.batch
         weights = estimators.pf_ppo_weights(b.scores, self.cfg.pf_reweight, self.cfg.pf_weight_pow)
-        draw = estimators.pf_ppo_resample(weights, seeding.torch_generator("learners.pf_ppo", self.updates))
+        draw = estimators.pf_ppo_resample(weights, self.ctx.generator("learners.pf_ppo", self.updates))
         self.updates += 1
         ix = draw.sort().values  # the same rows in any order train alike; sorted, a group's copies stay together
         rows = b.rows(ix)

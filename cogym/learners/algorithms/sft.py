@@ -15,7 +15,8 @@ What it imitates:
   message is the assistant's response. The prompt is rendered with the policy's chat template as a
   game's prompt is (:meth:`cogym.agents.policy.Policy.render`), and the response is closed with the
   end-of-message id as a finished generated response is (SPIN's :func:`reference_ids`). Each update
-  takes the next ``sft_batch_size`` rows of a fixed shuffle of the file (a new shuffle each pass);
+  takes the next ``sft_batch_size`` rows of a shuffle of the file, a new one each pass, drawn from the
+  run's seed, the learner and the pass number (stream ``learners.sft_data``);
   the game's turns are played and logged but not trained on.
 * otherwise the game's turns of the policy (rejection sampling / expert iteration), chosen by
   ``sft_select``: ``all``; ``reward_at_least`` (reward >= ``sft_min_reward``); ``best_of_group``: in
@@ -33,7 +34,6 @@ from typing import Optional, Sequence
 
 import torch
 
-from cogym.core import seeding
 from cogym.core.config_key import key
 from cogym.core.types import Turn
 from cogym.envs.seeds import shipped_or_path
@@ -43,7 +43,7 @@ from cogym.learners.algorithms.spin import end_of_message_id, reference_ids
 from cogym.learners.batch import batch_groups, batch_widths, micro_batches, TokenBatch
 from cogym.learners.host import LearnerHost
 from cogym.learners.losses import aggregate
-from cogym.learners.preference import read_jsonl
+from cogym.learners.preference import read_jsonl, take_rows
 from cogym.learners.rows import MicroStep, TrainBatch
 
 SELECT = ("all", "best_of_group", "reward_at_least")
@@ -164,19 +164,13 @@ class SFT(Algorithm):
         self.data = load_demonstrations(cfg.sft_data) if cfg.sft_data is not None else None
         self.end_id = end_of_message_id(ctx.policy)
         self.seen = 0
-        self._order: tuple[int, list[int]] = (-1, [])  # (pass, its shuffle of the rows)
 
     def advantages(self, rows):
         raise TypeError("sft has no advantages: it trains a whole policy with its own loss (role_algorithms cannot name it)")
 
     def next_rows(self) -> list[Demonstration]:
         """The next ``sft_batch_size`` rows: each pass over the file in a shuffle of its own."""
-        out, n = [], len(self.data)
-        for k in range(self.seen, self.seen + self.cfg.sft_batch_size):
-            epoch = k // n
-            if self._order[0] != epoch:
-                self._order = (epoch, seeding.rng("learners.sft_data", epoch).permutation(n).tolist())
-            out.append(self.data[self._order[1][k % n]])
+        out = take_rows(self.data, self.seen, self.cfg.sft_batch_size, lambda epoch: self.ctx.rng("learners.sft_data", epoch))
         self.seen += self.cfg.sft_batch_size
         return out
 

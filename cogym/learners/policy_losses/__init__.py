@@ -47,8 +47,10 @@ class PolicyLossInputs:
     ``adv``: advantages; ``mask``: the loss mask; ``weight``: the mismatch correction's per-token weights
     (detached; None without a correction); ``cfg``: the :class:`cogym.learners.objective.ObjectiveConfig`
     (``clip_low``, ``clip_high``, the losses' own knobs, ``loss_agg``); ``num_tokens`` / ``num_seqs``:
-    the whole optimizer step's valid tokens / sequences. Padding may hold garbage: read the tensors
-    through :meth:`valid`.
+    the whole optimizer step's valid tokens / sequences; ``generator``: the CPU generator of any random
+    draw (the learner derives it from the run's seed, its update and micro-batch: the same numbers in one
+    process and in a Ray learner actor, whatever torch's global generator holds; None outside a learner,
+    and a loss that must draw refuses it). Padding may hold garbage: read the tensors through :meth:`valid`.
     """
 
     logp: Tensor
@@ -59,6 +61,7 @@ class PolicyLossInputs:
     num_tokens: float
     num_seqs: float
     weight: Optional[Tensor] = None
+    generator: Optional[torch.Generator] = None
 
     def valid(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(m, log_ratio, adv, logp)``: the boolean mask and ``logp - logp_old``, the advantages and

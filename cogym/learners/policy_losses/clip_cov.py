@@ -4,7 +4,12 @@ few tokens of high covariance between advantage and log-probability, the tokens 
 
     cov_t = (A_t - mean A) (logp_t - mean logp)   (means over the micro-batch's valid tokens),
     candidates: valid, not clipped by PPO, clip_cov_lb < cov_t < clip_cov_ub;
-    max(1, int(clip_cov_ratio * valid tokens)) of them drawn at random (torch's global RNG) lose their term.
+    max(1, int(clip_cov_ratio * valid tokens)) of them drawn at random lose their term.
+
+The draw (``torch.randperm`` among the candidates, as verl's) takes :attr:`PolicyLossInputs.generator`, never
+torch's global generator: the learner derives it from the run's seed, the optimizer step and the
+micro-batch (stream ``learners.policy_loss``), so a run draws the same tokens in one process and in a Ray
+learner actor, and another ``run.seed`` draws others.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ def clip_cov(x: PolicyLossInputs) -> tuple[Tensor, dict[str, float]]:
         idx = torch.nonzero(candidates)
         budget = max(int(cfg.clip_cov_ratio * int(n)), 1)
         if len(idx) > budget:
-            idx = idx[torch.randperm(len(idx))[:budget].to(idx.device)]
+            if x.generator is None:
+                raise ValueError("clip_cov draws the tokens to cut with PolicyLossInputs.generator, which is None; "
+                                 "pass objective(..., generator=torch.Generator().manual_seed(seed))")
+            idx = idx[torch.randperm(len(idx), generator=x.generator)[:budget].to(idx.device)]
         keep = torch.ones_like(adv)
         keep[idx[:, 0], idx[:, 1]] = 0.0
     per_token = torch.maximum(unclipped, clipped) * keep

@@ -199,7 +199,7 @@ def _make_learners(cfg: Config, policies: dict[str, Policy], policy_dirs: dict[s
         learners[pid] = Learner(policy, lc, temperature=pc.sampling.temperature, reference=reference,
                                 critic_weights=critic if critic is not None and critic.is_dir() else None,
                                 game_id=cfg.game.id, max_new_tokens=pc.sampling.max_new_tokens,
-                                policies={other: p for other, p in policies.items() if other != pid})
+                                policies={other: p for other, p in policies.items() if other != pid}, seed=cfg.run.seed)
     return learners
 
 
