@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cogym.core.errors import ConfigError
 from cogym.runners.config.load import load_config
 from cogym.runners.ray.worker import RolloutWorker
 from cogym.runners.rollout.turns import rollout
@@ -124,3 +125,24 @@ def test_a_ray_rollout_worker_plays_the_greedy_game_as_this_process_does(tmp_pat
     policy = run.policies["player"]
     sampling = dataclasses.replace(cfg.policies["player"].sampling, temperature=0.0)
     assert all(t.response_ids == policy.generate([t.prompt_ids], sampling)[0].response_ids for t in there.turns)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("learners.player.overlong_buffer=2", "greedy baseline is not length-shaped"),
+    ("learners.player.reward_from=x", "reward_from: x pays this policy with a reward model"),
+])
+def test_remax_refuses_what_its_greedy_baseline_cannot_match(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(PATH, [*SMALL, override])
+
+
+def test_a_token_level_greedy_game_decodes_as_the_turn_level_one(tmp_path):
+    """Token by token (TokenStreaming), the greedy twin answers with the ids of a temperature-0 decode too."""
+    run, sampler, calls = _sampler(tmp_path, "game.granularity=token")
+    sampler.sample(1)
+    greedy = calls[1][1]
+    policy = run.policies["player"]
+    sampling = dataclasses.replace(run.cfg.policies["player"].sampling, temperature=0.0)
+    assert greedy.turns
+    for t in greedy.turns:
+        assert t.response_ids == policy.generate([t.prompt_ids], sampling)[0].response_ids
