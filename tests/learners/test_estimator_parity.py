@@ -22,16 +22,21 @@ The batch: 10 responses, width 6, right padding, one row (3) with an interior ma
 per-token shaping. verl's group estimators give a singleton a baseline of 0; cogym's shipped plug-ins
 give it 0 (singleton="zero"), so the cases below pass singleton="verl". verl leaves the carried
 return on an interior masked position; cogym's outputs are 0 off the mask, so the comparison is on
-the mask (``* MASK``), where the loss reads them. Every case agrees to 1e-6.
+the mask (``* MASK``), where the loss reads them. Every case agrees to 1e-6. The last two tests check
+``otb_mode``, the key that picks the multi-turn variant, and an otb update on multi-turn rows.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from test_learner import _turns
 
+from cogym.agents.policy import Policy
 from cogym.learners import estimators as est
 from cogym.learners.advantages import group_index
+from cogym.learners.config import LearnerConfig
+from cogym.learners.learner import Learner
 
 TOL = 1e-6
 UIDS = ["a", "a", "b", "a", "c", "b", "a", "d", "b", "d"]
@@ -458,3 +463,23 @@ def test_the_two_otb_modes_differ_only_on_rows_with_gaps():
     assert torch.equal(a, b)
     with pytest.raises(ValueError, match="mode must be one of single_turn, multi_turn"):
         est.otb_advantages(rewards, mask, groups, logp, sum_pi_squared, mode="tir")
+
+
+def test_otb_mode_is_a_key_of_otb():
+    assert LearnerConfig.from_flat(algorithm="otb").settings("otb").otb_mode == "single_turn"
+    assert LearnerConfig.from_flat(algorithm="otb", otb_mode="multi_turn").settings("otb").otb_mode == "multi_turn"
+    with pytest.raises(ValueError, match="otb_mode must be one of single_turn, multi_turn; got 'tir'"):
+        LearnerConfig.from_flat(algorithm="otb", otb_mode="tir").validate()
+
+
+def test_an_otb_learner_trains_on_multi_turn_rows(tiny_model_dir):
+    """Rows with game tokens inside them (Turn.mask 0 on every third token) train with otb_mode multi_turn."""
+    policy = Policy.from_pretrained(str(tiny_model_dir))
+    turns = _turns(policy)
+    for turn in turns:
+        turn.mask = [int(j % 3 != 1) for j in range(len(turn.response_ids))]
+        turn.logprobs = [lp * m for lp, m in zip(turn.logprobs, turn.mask)]
+    learner = Learner(policy, LearnerConfig.from_flat(algorithm="otb", engine="torch", lr=1e-3, otb_mode="multi_turn",
+                                                      otb_zero_tail=True))
+    metrics = learner.update(turns)
+    assert metrics["trained_rows"] == 8 and metrics["adv_abs_mean"] > 0 and learner.steps == 1
