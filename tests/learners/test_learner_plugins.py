@@ -122,7 +122,8 @@ def test_overlong_shaping_and_truncation_masking(policy):
 
 
 def _fake_run(num_games: int, learner) -> types.SimpleNamespace:
-    cfg = types.SimpleNamespace(run=types.SimpleNamespace(seed=0), game=types.SimpleNamespace(group_size=1, group_by="seed"))
+    cfg = types.SimpleNamespace(run=types.SimpleNamespace(seed=0), game=types.SimpleNamespace(group_size=1, group_by="seed"),
+                                learners={"p": learner.cfg})
     return types.SimpleNamespace(cfg=cfg, games=[None] * num_games, seat_map=None, learners={"p": learner}, league=None)
 
 
