@@ -163,3 +163,5 @@ def test_warmup_keeps_its_count(policy):
     assert rm.algorithm.paying and rm.algorithm.updates == 2
     with pytest.raises(ValueError, match="rm_warmup must be"):
         LearnerConfig.from_flat(algorithm="reward_model", rm_warmup=-1).validate()
+    with pytest.raises(ValueError, match="rm_warmup must be an integer"):
+        LearnerConfig.from_flat(algorithm="reward_model", rm_warmup=2.5).validate()

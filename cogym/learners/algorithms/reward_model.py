@@ -8,8 +8,8 @@ checkpoint, with its update count in ``state.json``.
 
 Another policy's learner takes its reward from it with ``reward_from: <this policy>``
 (:meth:`RewardModelAlgorithm.rewards`; cogym/runners/train/rewards.py): this learner then trains
-on that policy's turns, with the game's rewards; with ``rm_warmup: N`` it pays 0 (no advantage) until
-it has trained on N batches.
+on that policy's turns, with the game's rewards; with ``rm_warmup: N`` the policy it pays gets no batch
+(it takes no step) until the reward model has trained on N batches.
 """
 
 from __future__ import annotations
@@ -41,14 +41,16 @@ class RewardModelConfig(AlgorithmConfig):
     rm_level: str = key("outcome", "outcome: pairs of one group's rows ranked by the game's reward, scored at the last "
                         "token; process: each step (a move of a multi-turn row, else a line) labelled, binary "
                         "cross-entropy at its last token", choices=RM_LEVELS)
-    rm_warmup: int = key(0, "reward_from: the policies this reward model pays get reward 0 on every turn (no advantage, "
-                         "so they do not move) until it has trained on rm_warmup batches; it trains all the while")
+    rm_warmup: int = key(0, "reward_from: the policies this reward model pays get no batch (they take no step) until it "
+                         "has trained on rm_warmup batches; it trains all the while")
 
     def validate(self, common) -> None:
         check_choice(self.rm_loss, RM_LOSSES, "rm_loss")
         check_choice(self.rm_level, RM_LEVELS, "rm_level")
         check_number("rm_margin", self.rm_margin, -float("inf"))
-        check_number("rm_warmup", self.rm_warmup, 0)
+        if isinstance(self.rm_warmup, bool) or not isinstance(self.rm_warmup, int) or self.rm_warmup < 0:
+            raise ValueError(f"rm_warmup must be an integer >= 0 (batches the reward model trains on before it pays), "
+                             f"got {self.rm_warmup!r}")
         if self.rm_loss == "logexp" and self.rm_margin != 0:
             raise ValueError(f"rm_margin={self.rm_margin} needs rm_loss: bt (the logexp loss takes no margin)")
         if self.rm_lr is not None:

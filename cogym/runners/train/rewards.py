@@ -4,8 +4,8 @@ policy ``rm``'s learner (algorithm ``reward_model``) trains, not by the game.
 Each iteration, before any learner steps: every seat's moves of one game get the reward model's
 reward of the seat's last move there (its prompt holds the whole conversation; :meth:`rewards` of
 :class:`cogym.learners.algorithms.reward_model.RewardModelAlgorithm`, with the weights it has before
-this batch; 0 on every turn while it is warming up, ``rm_warmup``), and the reward model's batch gets
-those turns with the game's rewards to train on. The policy's ``<policy>/reward`` metric stays the
+this batch), and the reward model's batch gets those turns with the game's rewards to train on. While
+the reward model warms up (``rm_warmup``) the policy it pays gets no batch, so it does not step. The policy's ``<policy>/reward`` metric stays the
 game's; ``<policy>/rm_reward`` is the mean of the reward model's scores and ``<policy>/rm_accuracy``
 its pairwise accuracy on this batch's pairs, which it has not trained on yet.
 """
@@ -44,9 +44,10 @@ def learned_rewards(run, batches: dict[str, list]) -> dict[str, float]:
         rows = sorted(last.values())
         model = run.learners[rm].algorithm
         scores = model.rewards([truth[i] for i in rows])
-        paid = scores if model.paying else [0.0] * len(scores)  # rm_warmup: no advantage until it has trained
-        score_of = {(truth[i].episode_id, truth[i].seat): s for i, s in zip(rows, paid)}
-        batches[pid] = [dataclasses.replace(t, reward=score_of[(t.episode_id, t.seat)]) for t in truth]
+        score_of = {(truth[i].episode_id, truth[i].seat): s for i, s in zip(rows, scores)}
+        # rm_warmup: no batch (so no step, whatever a critic or an entropy bonus would do) until it has trained
+        paid = [dataclasses.replace(t, reward=score_of[(t.episode_id, t.seat)]) for t in truth]
+        batches[pid] = paid if model.paying else []
         batches[rm] = batches.get(rm, []) + truth
         if scores:
             metrics[f"{pid}/rm_reward"] = sum(scores) / len(scores)
