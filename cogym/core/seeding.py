@@ -184,6 +184,10 @@ SALTS: dict[str, Salt] = {
                             "update number)"),
     "learners.policy_loss": Salt("torch", per_learner(0xC1C0), "a policy loss's draws, clip_cov's (run seed, learner, "
                                  "optimizer step, micro-batch, data-parallel rank)"),
+    "learners.plugin": Salt("numpy", per_learner(0x9106), "a user's algorithm plug-in's numpy draws (run seed, learner, "
+                            "a stream number of the plug-in's own, ...)"),
+    "learners.plugin_torch": Salt("torch", per_learner(0x9107), "a user's algorithm plug-in's torch draws (run seed, "
+                                  "learner, a stream number of the plug-in's own, ...)"),
     "tiny_model.init": Salt("torch", as_given, "a tiny model's initial weights (build_tiny_model)"),
     "tiny_model.data": Salt("numpy", as_given, "a tiny model's training draws"),
     "tiny_model.test": Salt("numpy", offset(10_000), "a tiny model's test split (seed + 10_000)"),

@@ -106,6 +106,15 @@ class Context:
         left alone)."""
         return seeding.torch_generator(salt, self.seed, self.policy.name, *parts)
 
+    def plugin_rng(self, stream: int, *parts: int) -> np.random.Generator:
+        """A numpy generator for an algorithm plug-in of a user's (stream ``learners.plugin``): ``stream`` is
+        the plug-in's own number, which keeps its draws apart from another plug-in's; ``parts`` e.g. a pass."""
+        return self.rng("learners.plugin", stream, *parts)
+
+    def plugin_generator(self, stream: int, *parts: int) -> torch.Generator:
+        """A CPU torch generator for an algorithm plug-in of a user's, as :meth:`plugin_rng`."""
+        return self.generator("learners.plugin_torch", stream, *parts)
+
 
 class Algorithm:
     """Base class of every algorithm. Subclasses set ``name`` (by :func:`register`), ``Config`` and

@@ -91,3 +91,21 @@ def test_clip_cov_picks_follow_the_run_seed_not_torchs_global_generator(tiny_mod
     other = clip_cov_update(tiny_model_dir, turns, seed=1, global_seed=1)
     assert all(torch.equal(first[n], again[n]) for n in first)
     assert any(not torch.equal(first[n], other[n]) for n in first)
+
+
+def test_a_plugin_of_ones_own_draws_from_the_plugin_streams_by_seed_learner_and_stream(policy):
+    """docs/write_your_own_algorithm.md: a user's algorithm draws from learners.plugin(_torch) with a stream
+    number of its own; the draw follows the run seed, the learner and that number, and never torch's global."""
+    from cogym.learners.algorithm import Context
+
+    def draws(seed: int, stream: int, name: str = "solver") -> tuple[list[int], list[float]]:
+        policy.name = name
+        ctx = Context(policy=policy, cfg=LearnerConfig.from_flat(), seed=seed)
+        torch.manual_seed(seed + 1000 * stream)  # the global generator must not matter
+        return (ctx.plugin_rng(stream, 0).integers(0, 2**31, 4).tolist(),
+                torch.rand(4, generator=ctx.plugin_generator(stream, 0)).tolist())
+
+    first = draws(0, 1)
+    assert draws(0, 1) == first
+    for other in (draws(1, 1), draws(0, 2), draws(0, 1, name="proposer")):
+        assert other[0] != first[0] and other[1] != first[1]
