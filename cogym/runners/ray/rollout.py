@@ -69,16 +69,16 @@ class RayRollout(ActorPool):
     (:attr:`learners`), restarts. ``play`` has the signature of :func:`~cogym.runners.rollout.turns.rollout`
     (the training loop's samplers call it); ``submit`` and ``collect`` split it for one-step off-policy."""
 
-    def __init__(self, cfg: Config, ckpt: Path | None = None, fresh: frozenset = frozenset()) -> None:
+    def __init__(self, cfg: Config, ckpt: Path | None = None, fresh: frozenset = frozenset(), stage: int = 0) -> None:
         """Rollout workers and, with ``ray.learners`` colocated or separate, a learner actor per trained
         policy (:attr:`learners`; from checkpoint ``ckpt`` when resuming, but for the learners of
-        ``fresh``, which a stage starts anew)."""
-        self.cfg, self.ckpt, self.learners = cfg, ckpt, {}
+        ``fresh``, which a stage starts anew); ``stage``: the index of the run's stage they serve."""
+        self.cfg, self.ckpt, self.learners, self.stage = cfg, ckpt, {}, stage
         rc = cfg.ray
         threads = cfg.run.threads or actor_threads(rc.num_cpus)
         self._env = driver_env()
         trained = trained_policies(cfg) if rc.learners != "driver" else []
-        self.actors = LearnerActors(cfg, trained, fresh)
+        self.actors = LearnerActors(cfg, trained, fresh, stage)
         self.weights: WeightSync | None = None  # how new weights reach the workers (ray.weight_sync)
         sleeps = engines_sleep(cfg)
         wcfg = with_sleep_mode(cfg) if sleeps else cfg
@@ -86,12 +86,12 @@ class RayRollout(ActorPool):
         super().__init__(rc, RolloutWorker, lambda i: (wcfg, i, os.getcwd(), self._env, threads, pinned),
                          n_learners=len(trained) * rc.learner_workers)
         self._sleepers = Sleepers(self, sleeps)  # vLLM engines asleep during colocated updates (GPU)
-        self.held = [dict(i["versions"]) for i in self.info]  # per worker: the versions it holds
+        self.held = [self._built(i) for i in self.info]  # per worker: the versions it holds
         self.stale = [0] * len(self.workers)  # per worker: repairs in a row without a restart (StaleWorker)
         self._loading: dict[int, tuple] = {}  # worker -> (its load call under way, the versions)
         self._member_refs: dict[str, Any] = {}  # league member -> object ref of its weights
         self.members_held: list[set[str]] = [set() for _ in self.workers]  # per worker: league members it holds
-        self.versions: dict[str, int] = dict(self.held[0])  # the versions rollouts sample with
+        self.versions: dict[str, int] = dict(self.info[0]["versions"])  # the versions rollouts sample with
         self.weights = weight_sync(self)
 
     # ------------------------------------------------------------------ learner actors
@@ -174,8 +174,14 @@ class RayRollout(ActorPool):
         return self.weights.finish_sends()
 
     # ------------------------------------------------------------------ restarts
+    def _built(self, info: dict) -> dict[str, int]:
+        """The versions a worker holds as built (``info``: its ping). In a stage after the first, none: it built
+        the config's weights as version 0, but a learner's version 0 there is the stage's start (a LoRA
+        policy's adapter from the boundary checkpoint), so the driver sends every worker its weights."""
+        return {} if self.stage else dict(info["versions"])
+
     def _restarted(self, r: int) -> None:
-        self.held[r] = dict(self.info[r]["versions"])
+        self.held[r] = self._built(self.info[r])
         self.members_held[r] = set(self.info[r].get("members", ()))
         self.stale[r] = 0
         self._loading.pop(r, None)
@@ -230,9 +236,11 @@ class RayRollout(ActorPool):
     # ------------------------------------------------------------------ rollouts
     def submit(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
                group_size: int = 1, sampling_key: int | None = None, iteration: int = 0,
-               versions: dict[str, int] | None = None, greedy: Sequence[str] = ()) -> Pending:
+               versions: dict[str, int] | None = None, greedy: Sequence[str] = (),
+               game_indices: Sequence[int] | None = None) -> Pending:
         """Start a rollout of ``len(games)`` games (the workers hold their own copies) and return at once;
-        it samples with the versions of the last :meth:`sync` (or ``versions``); ``greedy``: as in
+        it samples with the versions of the last :meth:`sync` (or ``versions``); ``greedy`` and
+        ``game_indices`` (the games' places, which key their draws): as in
         :func:`~cogym.runners.rollout.turns.rollout`."""
         n, w = len(games), len(self.workers)
         self._sleepers.wake()
@@ -243,7 +251,8 @@ class RayRollout(ActorPool):
             self._load_into(r, versions)
         shares = [list(range(r, n, w)) for r in range(w)]
         calls = [(shares[r], [int(seeds[g]) for g in shares[r]], episode_prefix, group_size, sampling_key, iteration,
-                  versions, None if plan is None else ([plan.opponents[g] for g in shares[r]], plan.seats), tuple(greedy))
+                  versions, None if plan is None else ([plan.opponents[g] for g in shares[r]], plan.seats), tuple(greedy),
+                  None if game_indices is None else [int(game_indices[g]) for g in shares[r]])
                  for r in range(w)]
         pending = Pending(shares, calls, versions, what=f"rollout {episode_prefix}", league=plan)
         for r in range(w):
@@ -271,7 +280,7 @@ class RayRollout(ActorPool):
 
     def play(self, games: Sequence, seat_map, system: dict, seeds: Sequence[int], episode_prefix: str = "ep",
              group_size: int = 1, sampling_key: int | None = None, iteration: int = 0,
-             greedy: Sequence[str] = ()) -> RolloutResult:
+             greedy: Sequence[str] = (), game_indices: Sequence[int] | None = None) -> RolloutResult:
         """A whole rollout on the workers (the signature of :func:`~cogym.runners.rollout.turns.rollout`)."""
         return self.collect(self.submit(games, seat_map, system, seeds, episode_prefix, group_size, sampling_key,
-                                        iteration, greedy=greedy))
+                                        iteration, greedy=greedy, game_indices=game_indices))

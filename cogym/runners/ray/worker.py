@@ -126,10 +126,12 @@ class RolloutWorker:
 
     def rollout(self, indices: list[int], seeds: list[int], episode_prefix: str, group_size: int,
                 sampling_key: int | None, iteration: int, versions: dict[str, int],
-                league: tuple | None = None, greedy: tuple[str, ...] = ()) -> RolloutResult:
+                league: tuple | None = None, greedy: tuple[str, ...] = (),
+                places: list[int] | None = None) -> RolloutResult:
         """Play games ``indices`` of the rollout (their places in its game list) with ``seeds``; ``league``:
         (each game's league opponent or None, the league's seats); ``greedy``: the policies whose seats
-        decode greedily (a round's greedy baseline games)."""
+        decode greedily (a round's greedy baseline games); ``places``: the places that key the games'
+        draws, when not ``indices`` (a greedy game replays its group's first game's place)."""
         adjust_threads()
         mine = self.versions()
         wrong = {pid: (mine.get(pid), v) for pid, v in versions.items() if mine.get(pid) != v}
@@ -146,5 +148,5 @@ class RolloutWorker:
             seat_map = [self.run.seat_map if o is None else
                         LeagueSeating(o, self.members[o], frozenset(seats), self.run.seat_map, ()) for o in opponents]
         return self.play(games, seat_map, self.system, seeds, episode_prefix=episode_prefix,
-                         group_size=group_size, game_indices=indices, sampling_key=sampling_key,
+                         group_size=group_size, game_indices=indices if places is None else places, sampling_key=sampling_key,
                          on_error=self.cfg.game.on_error, max_prompt_chars=self.cfg.game.max_prompt_chars, greedy=greedy)

@@ -1,6 +1,6 @@
 """Sampling: what one iteration trains on. The rollout, played data-parallel when there are
 several processes, with one greedy game per group where an algorithm's baseline is one (ReMax:
-:func:`baseline_rollout`), then DAPO's dynamic-sampling refill for the learners that enable it.
+:func:`submit_greedy`), then DAPO's dynamic-sampling refill for the learners that enable it.
 
 Every seed is a pure function of (run seed, iteration, round) (cogym/core/seeding.py), so a resumed
 run replays the same games; so is every rollout's sampling key (:func:`rollout_key`), from which each game's draws
@@ -40,44 +40,79 @@ def refill_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
     return seeding.seeds("rollout.games", seed, iteration, round_, n=n)
 
 
-GREEDY_STREAM = 1  # the rollout key's extra part that keys a round's greedy games (baseline_rollout) apart
-
-
-def rollout_key(seed: int, iteration: int, round_: int = 0, *stream: int) -> int:
+def rollout_key(seed: int, iteration: int, round_: int = 0) -> int:
     """The sampling key of one rollout (round 0: the iteration's; >= 1: dynamic sampling's extra
-    rounds; ``stream`` (GREEDY_STREAM): the round's greedy games): every game's draws derive from it,
-    its place in the list and its moves (see :func:`~cogym.runners.rollout.turns.rollout`), so they
+    rounds; the round's greedy games share it: :func:`submit_greedy`): every game's draws derive from
+    it, its place in the list and its moves (see :func:`~cogym.runners.rollout.turns.rollout`), so they
     are the same however the games are split."""
-    return seeding.key("rollout.key", seed, iteration, round_, *stream)
+    return seeding.key("rollout.key", seed, iteration, round_)
 
 
-def greedy_policies(run: Run) -> frozenset[str]:
+def greedy_policies(run: Run) -> list[str]:
     """The trained policies with an algorithm whose baseline is a greedy game (``Algorithm.greedy_baseline``)."""
-    return frozenset(pid for pid in run.learners
-                     if any(registry.get(name).greedy_baseline for name in run.cfg.learners[pid].algorithm_names()))
+    return sorted(pid for pid in run.learners
+                  if any(registry.get(name).greedy_baseline for name in run.cfg.learners[pid].algorithm_names()))
 
 
-def baseline_rollout(run: Run, seat_map, seeds: list[int], iteration: int, round_: int = 0) -> tuple | None:
-    """``(args, kwargs)`` of the rollout of the greedy games of one round (``seeds``: one per group), or
-    None when no learner asks for them. Game j starts from group j's seed, seated as the group's first
-    game, with the seats of :func:`greedy_policies` decoding greedily and every other seat as usual
-    (its draws keyed apart from the round's). Its turns are never trained on: :func:`attach_baselines`."""
-    greedy = greedy_policies(run)
-    if not greedy:
-        return None
+def submit_greedy(run: Run, rollouts, system: dict, seat_map, seeds: Sequence[int], iteration: int,
+                  round_: int = 0) -> list[tuple[str, object]]:
+    """Submit the greedy games of one round (``seeds``: the round's, ``game.group_size`` per group) to
+    ``rollouts`` (``submit``/``collect``): for each policy of :func:`greedy_policies`, one game per group
+    with only that policy's seats decoding greedily. Game j plays group j's first game again: its seed,
+    seats, the round's sampling key and its place in the list (j * group_size), so every other seat
+    draws what it drew there until play diverges, and the greedy seats meet that game's prompts
+    (:func:`attach_greedy` checks). Scripted agents are reseeded before each, as a Ray worker does at
+    every rollout it plays. Returns [(policy, submitted)]; none when no learner asks for them."""
     k = run.cfg.game.group_size
-    maps = seat_map if callable(seat_map) else [seat_map[j * k] for j in range(len(seeds))]
-    return (run.games[:len(seeds)], maps, seeds), dict(
-        episode_prefix=f"it{iteration}{f'r{round_}' if round_ else ''}-greedy", group_size=1,
-        sampling_key=rollout_key(run.cfg.run.seed, iteration, round_, GREEDY_STREAM), greedy=tuple(sorted(greedy)))
+    places = list(range(0, len(seeds), k))
+    maps = seat_map if callable(seat_map) else [seat_map[g] for g in places]
+    submitted = []
+    for pid in greedy_policies(run):
+        run.reseed_scripted(iteration, dist.rank())
+        submitted.append((pid, rollouts.submit(
+            run.games[:len(places)], maps, system, [seeds[g] for g in places], iteration=iteration,
+            episode_prefix=f"it{iteration}{f'r{round_}' if round_ else ''}-greedy-{pid}", group_size=1,
+            sampling_key=rollout_key(run.cfg.run.seed, iteration, round_), game_indices=places, greedy=(pid,))))
+    return submitted
 
 
-def attach_baselines(turns: Sequence, greedy: RolloutResult, group_size: int, policies) -> None:
-    """Each turn of ``policies`` gets its seat's return in its group's greedy game as ``Turn.baseline``
-    (None where that game failed and was skipped). In place."""
+def attach_greedy(run: Run, rollouts, submitted: list[tuple[str, object]], turns: Sequence) -> dict[str, float]:
+    """Collect the greedy games :func:`submit_greedy` started and give their baselines to ``turns``
+    (:func:`attach_baselines`); returns their metrics: ``greedy_tokens`` and ``greedy_seconds`` (what
+    they cost) and ``<policy>/remax_prompt_mismatch`` (rows left without a baseline by a prompt mismatch)."""
+    m: dict[str, float] = {}
+    for pid, pending in submitted:
+        res = rollouts.collect(pending)
+        m[f"{pid}/remax_prompt_mismatch"] = float(attach_baselines(turns, res, run.cfg.game.group_size, pid))
+        m["greedy_tokens"] = m.get("greedy_tokens", 0.0) + res.generated_tokens
+        m["greedy_seconds"] = m.get("greedy_seconds", 0.0) + res.seconds
+    return m
+
+
+def summed(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """``a`` and ``b`` in one dict, the values of their common keys added (the greedy games' metrics of rounds)."""
+    return {**a, **b, **{key: a[key] + b[key] for key in a.keys() & b.keys()}}
+
+
+def attach_baselines(turns: Sequence, greedy: RolloutResult, group_size: int, policy: str) -> int:
+    """Each turn of ``policy`` gets its seat's return in its group's greedy game as ``Turn.baseline``:
+    None where that game failed and was skipped, and where the seat's first prompt there is not the
+    one of the turn's own game (the baseline would answer another question). In place; returns the
+    turns that lost their baseline to such a mismatch."""
+    opening: dict[tuple[int, str], tuple[int, ...]] = {}  # (group, seat) -> its first prompt in the greedy game
+    for t in greedy.turns:
+        opening.setdefault((t.game_index // group_size, t.seat), tuple(t.prompt_ids))
+    first = _first_prompts(turns)
+    mismatched = 0
     for t in turns:
-        if t.policy_id in policies:
-            t.baseline = greedy.returns[t.game_index // group_size].get(t.seat)
+        if t.policy_id != policy:
+            continue
+        group = t.game_index // group_size
+        t.baseline = greedy.returns[group].get(t.seat)
+        if t.baseline is not None and opening.get((group, t.seat)) != first[(t.episode_id, t.seat)]:
+            t.baseline = None
+            mismatched += 1
+    return mismatched
 
 
 def gather_rollouts(parts: list[RolloutResult], indices: list[list[int]]) -> RolloutResult:
@@ -123,9 +158,11 @@ def data_parallel(play: Callable) -> Callable:
     def play_shard(games, seat_map, system, seeds, **kwargs) -> RolloutResult:
         shares = [list(range(r, len(games), world)) for r in range(world)]
         mine = shares[rank]
+        places = kwargs.pop("game_indices", None)  # the games' places in a longer list (the greedy games'), or theirs here
         maps = seat_map if callable(seat_map) else [seat_map[g] for g in mine]  # one map per game (a league)
         try:
-            res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine], game_indices=mine, **kwargs)
+            res = play([games[g] for g in mine], maps, system, [seeds[g] for g in mine],
+                       game_indices=mine if places is None else [places[g] for g in mine], **kwargs)
         except CogymError as exc:  # a game's or an endpoint's: every rank learns of it (the others would wait in the gather for ever)
             res = exc
         parts = dist.all_gather_objects(res)
@@ -179,6 +216,7 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
     target = {pid: len({t.group_key for t in batches[pid]}) for pid in ds}
     decisions = {pid: lr.group_decisions(pool[pid]) for pid, lr in ds.items()}
     rounds = 1
+    m: dict[str, float] = {}  # the greedy games' metrics, summed over rounds (submit_greedy)
 
     def short() -> list[str]:
         return [pid for pid, lr in ds.items()
@@ -190,10 +228,9 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
         seat_map, contexts = seat_maps(hooks, run.seat_map, iteration, len(run.games), k, rounds)
         res = play(run.games, seat_map, system, seeds, episode_prefix=f"it{iteration}r{rounds}", group_size=k,
                    sampling_key=rollout_key(run.cfg.run.seed, iteration, rounds))
-        greedy = baseline_rollout(run, seat_map, seeds[::k], iteration, rounds)
-        if greedy is not None:
-            args, kwargs = greedy
-            attach_baselines(res.turns, play(args[0], args[1], system, args[2], **kwargs), k, kwargs["greedy"])
+        played = Played(play)
+        m = summed(m, attach_greedy(run, played, submit_greedy(run, played, system, seat_map, seeds, iteration, rounds),
+                                    res.turns))
         if run.cfg.game.group_by == "prompt":
             regroup_by_prompt(res.turns)
         after_rollout(hooks, res, contexts, iteration)  # e.g. the league rates these games too; metrics: round 0's
@@ -202,7 +239,6 @@ def dynamic_sampling(run: Run, play, system: dict, iteration: int, first: Rollou
             pool[pid] += new
             decisions[pid].update(ds[pid].group_decisions(new))
         rounds += 1
-    m: dict[str, float] = {}
     for pid in ds:
         chosen = set(select_groups(decisions[pid], target[pid]))
         batches[pid] = [t for t in pool[pid] if t.group_key in chosen]
@@ -236,21 +272,22 @@ class Sampler:
     next iteration's rollout before the caller updates on this one's: workers elsewhere play it during
     the update; played here, it samples with weights one update old either way."""
 
-    def __init__(self, run: Run, rollouts, hooks: Sequence[TrainHook] = ()) -> None:
+    def __init__(self, run: Run, rollouts, hooks: Sequence[TrainHook] = (), last: int | None = None) -> None:
         self.run, self.hooks = run, list(hooks)
         self.rollouts = rollouts if hasattr(rollouts, "submit") else Played(rollouts)
         self.play = self.rollouts.play
         self.system = {role: p.system for role, p in run.cfg.prompts.items()}
         self.ahead = run.cfg.run.async_ == "one_step"
+        self.last = last or run.cfg.run.iterations  # one step ahead, no rollout after it (a stage's last iteration)
         self.started: tuple | None = None  # one step ahead: the next iteration's rollout, under way
 
     def take(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
         """:meth:`sample` of ``iteration``; one step ahead, the rollout started by the call before (or now),
-        and the next iteration's rollout is started before this returns (none after the run's last)."""
+        and the next iteration's rollout is started before this returns (none after :attr:`last`)."""
         if not self.ahead:
             return self.sample(iteration)
         out = self.finish(self.started if self.started is not None else self.start(iteration))
-        self.started = self.start(iteration + 1) if iteration < self.run.cfg.run.iterations else None
+        self.started = self.start(iteration + 1) if iteration < self.last else None
         return out
 
     def sample(self, iteration: int) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
@@ -268,11 +305,7 @@ class Sampler:
         args = (run.games, seat_map, self.system, seeds)
         kwargs = dict(episode_prefix=f"it{iteration}", group_size=k, sampling_key=rollout_key(cfg.run.seed, iteration))
         played = self.rollouts.submit(*args, iteration=iteration, **kwargs)
-        greedy = baseline_rollout(run, seat_map, seeds[::k], iteration)
-        if greedy is not None:  # submitted with the rollout: the same weights sample both
-            (games, maps, group_seeds), greedy_kwargs = greedy
-            greedy = (self.rollouts.submit(games, maps, self.system, group_seeds, iteration=iteration, **greedy_kwargs),
-                      greedy_kwargs["greedy"])
+        greedy = submit_greedy(run, self.rollouts, self.system, seat_map, seeds, iteration)  # the same weights sample both
         return iteration, contexts, played, greedy
 
     def finish(self, started: tuple) -> tuple[RolloutResult, dict[str, list], dict[str, float]]:
@@ -280,13 +313,13 @@ class Sampler:
         iteration, contexts, res, greedy = started
         run = self.run
         res = self.rollouts.collect(res)
-        if greedy is not None:
-            attach_baselines(res.turns, self.rollouts.collect(greedy[0]), run.cfg.game.group_size, greedy[1])
+        greedy_metrics = attach_greedy(run, self.rollouts, greedy, res.turns)
         if run.cfg.game.group_by == "prompt":
             regroup_by_prompt(res.turns)
         metrics = rollout_metrics(res, run.roles)
         metrics.update(after_rollout(self.hooks, res, contexts, iteration))
         batches = {pid: [t for t in res.turns if t.policy_id == pid] for pid in run.learners}
         metrics.update(learned_rewards(run, batches))  # reward_from: a reward model pays, and trains on the game's rewards
-        metrics.update(dynamic_sampling(run, self.play, self.system, iteration, res, batches, self.hooks))
+        metrics.update(summed(greedy_metrics, dynamic_sampling(run, self.play, self.system, iteration, res, batches,
+                                                               self.hooks)))
         return res, batches, metrics
