@@ -78,14 +78,14 @@ def submit_greedy(run: Run, rollouts, system: dict, seat_map, seeds: Sequence[in
 
 def attach_greedy(run: Run, rollouts, submitted: list[tuple[str, object]], turns: Sequence) -> dict[str, float]:
     """Collect the greedy games :func:`submit_greedy` started and give their baselines to ``turns``
-    (:func:`attach_baselines`); returns their metrics: ``greedy_tokens`` and ``greedy_seconds`` (what
+    (:func:`attach_baselines`); returns their metrics: ``greedy_tokens`` and ``greedy_s`` (what
     they cost) and ``<policy>/remax_prompt_mismatch`` (rows left without a baseline by a prompt mismatch)."""
     m: dict[str, float] = {}
     for pid, pending in submitted:
         res = rollouts.collect(pending)
         m[f"{pid}/remax_prompt_mismatch"] = float(attach_baselines(turns, res, run.cfg.game.group_size, pid))
         m["greedy_tokens"] = m.get("greedy_tokens", 0.0) + res.generated_tokens
-        m["greedy_seconds"] = m.get("greedy_seconds", 0.0) + res.seconds
+        m["greedy_s"] = m.get("greedy_s", 0.0) + res.seconds
     return m
 
 

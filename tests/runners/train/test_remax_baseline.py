@@ -57,7 +57,7 @@ def test_each_group_plays_one_greedy_game_whose_moves_are_a_temperature_0_decode
     assert calls[1][0]["game_indices"] == [j * K for j in range(run.cfg.game.num_games // K)]
     assert calls[1][0]["sampling_key"] == calls[0][0]["sampling_key"]
     greedy = calls[1][1]
-    assert metrics["greedy_tokens"] == greedy.generated_tokens > 0 and metrics["greedy_seconds"] > 0
+    assert metrics["greedy_tokens"] == greedy.generated_tokens > 0 and metrics["greedy_s"] > 0
     assert len(greedy.returns) == run.cfg.game.num_games // K and greedy.turns
     policy = run.policies["player"]
     sampling = dataclasses.replace(run.cfg.policies["player"].sampling, temperature=0.0)
