@@ -2,9 +2,10 @@
 reward of a greedy response to the same prompt, ``A[i, t] = G[i, t] - b_i``, without whitening.
 
 ``b_i`` is the row's ``Turn.baseline``: ``greedy_baseline`` makes the training rollout play each
-group's seed once more with this policy's seats decoding greedily (the other seats as usual) and
-give the group's turns their seat's return in that game (cogym/runners/train/iteration.py). A row
-without one (its greedy game failed and was skipped, ``game.on_error: skip``) is not trained on."""
+group's first game once more with this policy's seats decoding greedily (the other seats making the
+moves they made there) and give the group's turns their seat's return in that game
+(cogym/runners/train/iteration.py ``submit_greedy``). A row without one (its greedy game failed and
+was skipped, ``game.on_error: skip``, or asked its seat another first prompt) is not trained on."""
 
 from __future__ import annotations
 
