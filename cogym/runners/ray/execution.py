@@ -71,19 +71,17 @@ class RayExecution(Execution):
     def open(self, checkpoint: Path | None) -> None:
         """New workers and learner actors with the stage's config (:meth:`stage`): a stage boundary starts them
         anew from the checkpoint the stage before wrote, as a resume does."""
-        self.pool = RayRollout(self.cfg, checkpoint, self.fresh)
+        self.pool = RayRollout(self.cfg, checkpoint, self.fresh, self.index)
 
     @property
     def learners(self) -> dict:
         return self.pool.learners if self.pool is not None else {}
 
     def attach(self, trained: Trained) -> None:
-        """The workers get a resumed run's weights (nothing to send on a fresh one). A learner that a stage
-        starts fresh is at version 0 again with the weights of the stage's start, which workers that built
-        the policy from its config (version 0 too) may lack (a LoRA adapter): they are sent as well."""
-        for held in self.pool.held:
-            for pid in self.fresh:
-                held.pop(pid, None)
+        """The workers get a resumed run's weights (nothing to send on a fresh one). In a stage after the
+        first, every trained policy's are sent (a learner at version 0 there holds the weights of the stage's
+        start, which workers that built the policy from its config may lack: a LoRA adapter); a worker
+        restarted later in the stage gets them again (:meth:`~cogym.runners.ray.rollout.RayRollout.sync`)."""
         self.pool.sync(trained.policies, versions(trained))
 
     def rollouts(self) -> RayRollout:

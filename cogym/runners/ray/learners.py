@@ -29,6 +29,7 @@ from cogym.agents.backends.broadcast import gpu_id, Groups, Meet, spec
 from cogym.runners.ray.pool import adjust_threads, enter, node_ip, ray, say  # ray through pool: if missing, the error names the extra
 from cogym.runners.ray.wire import from_wire, nbytes, state_of, to_wire
 from cogym.runners.train.build import build_learner
+from cogym.runners.train.stages import seed_build
 
 GROUP_TIMEOUT_S = 1800.0  # a collective waits this long for a silent rank (a dead one is noticed by the driver first)
 
@@ -82,13 +83,15 @@ class LearnerWorker:
         return dist.rank()
 
     def build(self, cfg: Config, pid: str, policy_dir: str | None, critic_dir: str | None,
-              rendezvous: tuple[str, int] | None = None) -> dict:
+              rendezvous: tuple[str, int] | None = None, stage: int = 0) -> dict:
         """Policy ``pid`` and its learner (from a checkpoint's directories when resuming), after joining
         the group at ``rendezvous`` (rank 0's :meth:`rendezvous`; a collective call: every rank at once);
-        :meth:`ping`."""
+        :meth:`ping`. ``stage``: the run's stage (its index) the learner trains in: torch's generator is
+        seeded as the driver seeds it before it builds that stage's learners."""
         if self.world > 1:
             self.join(*rendezvous)
         self.pid = pid
+        seed_build(cfg.run.seed, stage)
         self.policy, self.learner = build_learner(cfg, pid, Path(policy_dir) if policy_dir else None,
                                                   Path(critic_dir) if critic_dir else None)
         return self.ping()
@@ -244,9 +247,10 @@ class LearnerActors:
     ``ray.learner_workers`` actors, started while the rollout workers start (:meth:`start`), then waited
     for as :class:`RemoteLearner` handles (:meth:`ready`), killed by :meth:`close`."""
 
-    def __init__(self, cfg: Config, trained: list[str], fresh: frozenset = frozenset()) -> None:
+    def __init__(self, cfg: Config, trained: list[str], fresh: frozenset = frozenset(), stage: int = 0) -> None:
         self.ray, self.cfg, self.trained = None, cfg, trained
         self.fresh = fresh  # learners a stage starts anew: the checkpoint's policy, not its critic
+        self.stage = stage  # the stage's index (the seed of the actors' builds)
         self.handles: dict[str, list] = {}  # policy -> its actors in rank order
         self.builds: list = []  # every actor's build call (its answer: the actor's ping)
         self.t0 = 0.0
@@ -269,7 +273,7 @@ class LearnerActors:
             cdir = str(ckpt / "learners" / pid / "critic") if ckpt else None
             if cdir and (pid in self.fresh or not os.path.isdir(cdir)):
                 cdir = None
-            self.builds += [h.build.remote(cfg, pid, pdir, cdir, meet[pid]) for h in hs]  # all at once: they join
+            self.builds += [h.build.remote(cfg, pid, pdir, cdir, meet[pid], self.stage) for h in hs]  # all at once: they join
 
     def ready(self, bundles: list[int]) -> dict[str, "RemoteLearner"]:
         """Each trained policy's :class:`RemoteLearner` once its actors are built (``bundles``: each actor's

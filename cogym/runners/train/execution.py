@@ -12,7 +12,7 @@ asks which one it has, as it calls its training hooks (:mod:`~cogym.runners.trai
 calls its execution in this order (tests/runners/train/test_execution_seam.py checks it)::
 
     per stage (one for a run without stages):
-    stage(cfg, fresh)                the config the stage builds from, the learners it starts anew
+    stage(cfg, fresh, index)         the config the stage builds from, the learners it starts anew
     open(checkpoint)                 start workers and actors (again after a resume or at a stage boundary)
     learners                         learners it made elsewhere, which the run uses instead of building them
     attach(trained)                  the run is built: e.g. workers get a resumed run's weights
@@ -78,14 +78,15 @@ class Execution:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.fresh: frozenset = frozenset()  # the learners the stage being opened starts anew
+        self.index = 0  # the stage being opened (0: the first, or a run without stages)
         self.resumes = 0  # resumes used so far
 
-    def stage(self, cfg: Config, fresh: frozenset) -> None:
-        """The next :meth:`open` starts a stage (:mod:`~cogym.runners.train.stages`): ``cfg`` is the config its
-        run builds from (the stage's learner keys, its KL references' models), and the learners of ``fresh``
-        start anew at its first iteration, not from the checkpoint's state. The run's sections other than
-        ``learners`` and ``policies.<id>.model`` are the same in every stage."""
-        self.cfg, self.fresh = cfg, fresh
+    def stage(self, cfg: Config, fresh: frozenset, index: int = 0) -> None:
+        """The next :meth:`open` starts a stage (:mod:`~cogym.runners.train.stages`), the run's ``index``-th
+        (from 0): ``cfg`` is the config its run builds from (the stage's learner keys, its KL references'
+        models), and the learners of ``fresh`` start anew at its first iteration, not from the checkpoint's
+        state. The run's sections other than ``learners`` and ``policies.<id>.model`` are the same in every stage."""
+        self.cfg, self.fresh, self.index = cfg, fresh, index
 
     def cores_beside(self) -> float:
         """The cores this execution's own workers keep busy while the driver updates (its torch threads

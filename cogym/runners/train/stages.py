@@ -81,10 +81,16 @@ class Stage:
         return cfg
 
     def seed_build(self) -> None:
-        """Seed torch's generator before a later stage builds its learners (a fresh critic's head, say), so the
-        uninterrupted run and a run resumed at the boundary draw the same."""
-        if self.index:
-            seeding.torch_seed("stage.build", self.cfg.run.seed, self.index)
+        """:func:`seed_build` of this stage, before the driver builds its run."""
+        seed_build(self.cfg.run.seed, self.index)
+
+
+def seed_build(seed: int, index: int) -> None:
+    """Seed torch's generator before stage ``index`` (a later one: > 0) builds its learners (a fresh critic's
+    head, say), so the uninterrupted run and a run resumed at the boundary draw the same; a Ray learner actor
+    does the same before it builds its learner (:class:`~cogym.runners.ray.learners.LearnerWorker`)."""
+    if index:
+        seeding.torch_seed("stage.build", seed, index)
 
 
 def plan(cfg: Config) -> list[Stage]:
