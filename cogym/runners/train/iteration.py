@@ -63,11 +63,13 @@ def submit_greedy(run: Run, rollouts, system: dict, seat_map, seeds: Sequence[in
     draws what it drew there until play diverges, and the greedy seats meet that game's prompts
     (:func:`attach_greedy` checks). Scripted agents are reseeded before each, as a Ray worker does at
     every rollout it plays. Returns [(policy, submitted)]; none when no learner asks for them."""
-    k = run.cfg.game.group_size
-    places = list(range(0, len(seeds), k))
+    policies = greedy_policies(run)
+    if not policies:
+        return []
+    places = list(range(0, len(seeds), run.cfg.game.group_size))
     maps = seat_map if callable(seat_map) else [seat_map[g] for g in places]
     submitted = []
-    for pid in greedy_policies(run):
+    for pid in policies:
         run.reseed_scripted(iteration, dist.rank())
         submitted.append((pid, rollouts.submit(
             run.games[:len(places)], maps, system, [seeds[g] for g in places], iteration=iteration,

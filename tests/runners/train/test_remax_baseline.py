@@ -218,3 +218,18 @@ def test_two_remax_policies_each_play_their_own_greedy_games(tmp_path):
     # the solver's greedy games saw the sampled proposals; the proposer's a greedy one, answered by sampled solvers
     assert _openings(calls[2][1].turns, "proposer") == _openings(res.turns, "proposer")
     assert metrics["greedy_tokens"] == calls[1][1].generated_tokens + calls[2][1].generated_tokens
+
+
+def test_dynamic_sampling_rounds_play_greedy_games_of_their_own(tmp_path):
+    """Each extra round (DAPO's refill) replays its own groups' first games greedily, with its own key, and
+    the iteration's greedy_tokens add up every round's greedy games."""
+    run, sampler, calls = _sampler(tmp_path, "learners.player.dynamic_sampling=std_gt_0",
+                                   "learners.player.max_sampling_rounds=2")
+    res, batches, metrics = sampler.sample(1)
+    assert [c[0]["episode_prefix"] for c in calls] == ["it1", "it1-greedy-player", "it1r1", "it1r1-greedy-player"]
+    assert calls[3][0]["sampling_key"] == calls[2][0]["sampling_key"] != calls[0][0]["sampling_key"]
+    assert metrics["greedy_tokens"] == calls[1][1].generated_tokens + calls[3][1].generated_tokens
+    refill = calls[2][1].turns  # the round's turns, as dynamic sampling pools them
+    assert refill and all(t.episode_id.startswith("it1r1") for t in refill)
+    for t in refill:
+        assert t.baseline == calls[3][1].returns[t.game_index // K][t.seat]
