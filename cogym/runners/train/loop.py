@@ -227,7 +227,7 @@ def _train(cfg: Config, stages: list[Stage], execution: Execution, run_path: Pat
             continue  # trained before the checkpoint resumed
         # at the stage's first iteration its changed learners start fresh; inside it, from the checkpoint
         built = stage.config(run_path / "checkpoints"), stage.fresh if start_it == stage.first else frozenset()
-        execution.stage(*built)  # e.g. Ray's learner actors and workers are made anew for each stage
+        execution.stage(*built, stage.index)  # e.g. Ray's learner actors and workers are made anew for each stage
         execution.open(ckpt)
         try:
             summary = _loop(cfg, stage, built, execution, run_path, (first_it, start_it), ckpt, t_start, progress,
@@ -268,7 +268,7 @@ def _loop(cfg: Config, stage: Stage, built: tuple[Config, frozenset], execution:
 
     try:
         execution.attach(seen)
-        sampler = Sampler(run, execution.rollouts(), hooks)
+        sampler = Sampler(run, execution.rollouts(), hooks, last=stage.last)  # one step ahead: none past the stage
         summary.update(_evaluate_before(run, sinks, start_it, main))
         bar = tqdm(range(start_it, stage.last + 1), desc=" ".join(filter(None, (cfg.run.name, stage.name))), unit="it",
                    disable=not (progress and main), initial=start_it - 1, total=cfg.run.iterations, dynamic_ncols=True)

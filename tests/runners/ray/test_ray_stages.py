@@ -111,3 +111,58 @@ def test_learner_actors_start_the_changed_learner_fresh_at_the_boundary(in_proce
     last = tmp_path / "run" / "checkpoints" / "step_000005" / "learners"
     steps = {pid: json.loads((last / pid / "state.json").read_text())["steps"] for pid in ("solver", "proposer")}
     assert steps == {"solver": 3, "proposer": 5}  # written by the actors
+
+
+def test_lora_workers_resumed_inside_stage_2_get_the_learners_adapter_before_its_first_step(local_cluster, tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    """Stage 2 is VAPO with a critic warm-up of one update: iteration 3 trains the critic alone, so the solver's
+    learner is still at version 0 in checkpoint 3. The driver dies in iteration 4 and --resume builds new workers
+    inside stage 2 (no learner starts fresh): they must still get the boundary's adapter, which a fresh adapter
+    (version 0 too) is not, else iteration 4 samples with other weights than the learner recomputes."""
+    pytest.importorskip("peft", reason="LoRA needs peft (cogym[lora])")
+    from cogym.runners.ray import rollout as ray_rollout
+
+    submit = ray_rollout.RayRollout.submit
+
+    def die_in_iteration_4(self, *args, **kwargs):
+        if kwargs.get("iteration") == 4:
+            raise KeyboardInterrupt
+        return submit(self, *args, **kwargs)
+
+    cfg = _config(tmp_path, *LORA, "stages.1.learners.solver.algorithm=vapo", "stages.1.learners.solver.vapo_critic_warmup=1",
+                  "stages.1.run.iterations=2", "run.backend=ray", "ray.num_rollout_workers=1")
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_4)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", progress=False)
+    state = tmp_path / "run" / "checkpoints" / "step_000003" / "learners" / "solver" / "state.json"
+    assert json.loads(state.read_text())["steps"] == 0  # the warm-up update: no policy step yet
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", submit)
+    train(cfg, tmp_path / "run", resume=True, progress=False)
+    rows = metric_rows(tmp_path / "run")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert rows[3]["solver/mismatch_abs"] < 1e-5
+
+
+def test_a_fresh_ppo_learner_actor_builds_as_the_driver_would(local_cluster, tmp_path: Path, monkeypatch) -> None:
+    """Stage 2 is PPO: its learner starts fresh with a new critic, which a learner actor builds after seeding
+    torch as the driver does at a later stage's build (stream stage.build), so the rows are the in-process run's.
+    One step ahead (run.async: one_step), the sampler submits no rollout past a stage's last iteration (the
+    stage's workers end there); with one iteration a stage, every rollout samples the weights it would in sync."""
+    from cogym.runners.ray import rollout as ray_rollout
+
+    submit, submitted = ray_rollout.RayRollout.submit, []
+
+    def record(self, *args, **kwargs):
+        submitted.append(kwargs.get("iteration"))
+        return submit(self, *args, **kwargs)
+
+    ppo = ["stages.1.learners.solver.algorithm=ppo", "stages.0.run.iterations=1", "stages.1.run.iterations=1"]
+    train(_config(tmp_path, *ppo), tmp_path / "local", progress=False)
+    monkeypatch.setattr(ray_rollout.RayRollout, "submit", record)
+    train(_config(tmp_path, *ppo, "run.backend=ray", "ray.learners=colocated", "run.async=one_step", *ONE_THREAD),
+          tmp_path / "run", progress=False)
+    assert submitted == [1, 2]
+    rows, reference = metric_rows(tmp_path / "run"), metric_rows(tmp_path / "local")
+    assert [r["iteration"] for r in rows] == [1, 2] and "solver/vf_loss" in rows[1]
+    assert _exact(rows) == _exact(reference)
+    assert same(rows, reference)
