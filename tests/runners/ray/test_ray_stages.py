@@ -32,6 +32,17 @@ def _config(tmp_path: Path, *extra: str):
     return load_config(CONFIG, [*SMALL, f"run.out_dir={tmp_path}", *extra])
 
 
+def _dying_in(iteration: int, submit):
+    """``RayRollout.submit`` (``submit``) that raises KeyboardInterrupt, as a kill would mid-run, when asked
+    for ``iteration``'s rollout."""
+
+    def dying(self, *args, **kwargs):
+        if kwargs.get("iteration") == iteration:
+            raise KeyboardInterrupt
+        return submit(self, *args, **kwargs)
+    return dying
+
+
 def _exact(rows: list[dict]) -> list[dict]:
     """What was sampled and scored (tokens, rewards, counts, advantages) and what the driver's SFT computed:
     all but what is built on the behaviour log-probs a worker computes with its own threads (docs/ray.md)."""
@@ -69,12 +80,7 @@ def test_a_driver_killed_inside_stage_2_resumes_on_ray_with_the_uninterrupted_ro
     from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
-
-    def die_in_iteration_4(self, *args, **kwargs):
-        if kwargs.get("iteration") == 4:
-            raise KeyboardInterrupt  # as a kill would, mid-run
-        return submit(self, *args, **kwargs)
-
+    die_in_iteration_4 = _dying_in(4, submit)
     cfg = _config(tmp_path, "run.backend=ray", "ray.num_rollout_workers=1")
     monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_4)
     with pytest.raises(KeyboardInterrupt):
@@ -123,12 +129,7 @@ def test_lora_workers_resumed_inside_stage_2_get_the_learners_adapter_before_its
     from cogym.runners.ray import rollout as ray_rollout
 
     submit = ray_rollout.RayRollout.submit
-
-    def die_in_iteration_4(self, *args, **kwargs):
-        if kwargs.get("iteration") == 4:
-            raise KeyboardInterrupt
-        return submit(self, *args, **kwargs)
-
+    die_in_iteration_4 = _dying_in(4, submit)
     cfg = _config(tmp_path, *LORA, "stages.1.learners.solver.algorithm=vapo", "stages.1.learners.solver.vapo_critic_warmup=1",
                   "stages.1.run.iterations=2", "run.backend=ray", "ray.num_rollout_workers=1")
     monkeypatch.setattr(ray_rollout.RayRollout, "submit", die_in_iteration_4)
